@@ -1,0 +1,60 @@
+use std::fmt::Display;
+
+use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
+use rmcp::ErrorData;
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use crate::{Error, Failure, Outcome};
+
+/// `_meta` key: the operation's reference.
+pub const META_REF: &str = "idempotency/ref";
+/// `_meta` key: `true` when the result is a stored answer replayed (content unchanged).
+pub const META_REPLAYED: &str = "idempotency/replayed";
+/// `_meta` key on the wrapper's own answers: `in_flight`, `outcome_unknown`, `payload_mismatch`,
+/// `not_recorded`, `invalid`.
+pub const META_STATUS: &str = "idempotency/status";
+
+/// Renders an idempotent call's outcome as an MCP tool result.
+///
+/// - `Ok(T)`: structured content (the JSON of `T`) and the same JSON as text;
+/// - the handler's error: an `isError` result with its message (a replayed definitive error
+///   reads the same);
+/// - the wrapper's answer (in flight, outcome unknown, mismatch, store down): an `isError`
+///   result whose text says what happened, the ref and what to do next.
+///
+/// A replay has the same content as the first answer; only `_meta` says `replayed: true`.
+pub fn answer<T: Serialize, E: Display>(
+    outcome: Outcome<T, Failure<E>>,
+) -> Result<CallToolResult, ErrorData> {
+    let mut meta = Map::new();
+    if let Some(r) = outcome.reference {
+        meta.insert(META_REF.into(), Value::String(r.to_string()));
+    }
+    meta.insert(META_REPLAYED.into(), Value::Bool(outcome.replayed));
+    let result = match outcome.result {
+        Ok(value) => {
+            let value = serde_json::to_value(&value).map_err(|e| {
+                ErrorData::internal_error("the tool's answer could not be serialised", Some(json!({"reason": e.to_string()})))
+            })?;
+            CallToolResult::structured(value)
+        }
+        Err(Failure::Handler(e)) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
+        Err(Failure::Wrapper(e)) => {
+            meta.insert(META_STATUS.into(), Value::String(status_of(&e).into()));
+            CallToolResult::error(vec![ContentBlock::text(e.to_string())])
+        }
+    };
+    Ok(result.with_meta(Some(MetaObject(meta))))
+}
+
+fn status_of(e: &Error) -> &'static str {
+    match e {
+        Error::InFlight { .. } => "in_flight",
+        Error::OutcomeUnknown { .. } | Error::Unstorable { .. } => "outcome_unknown",
+        Error::PayloadMismatch { .. } => "payload_mismatch",
+        Error::StoreUnavailable { .. } => "not_recorded",
+        Error::Replay { .. } => "replay_failed",
+        _ => "invalid",
+    }
+}

@@ -1,0 +1,147 @@
+use std::sync::Arc;
+
+use rmcp::handler::server::router::tool::{ToolRoute, ToolRouter};
+use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+use serde_json::{json, Value};
+
+use super::IdempotentServer;
+use crate::record::{RecordState, RecordStatus};
+use crate::{Reference, STATUS_TOOL};
+
+/// The status tool's descriptor: `idempotency_status(ref)`, read-only.
+///
+/// Its annotations are honest: it reads, changes nothing, and touches nothing outside this
+/// server. It carries no `idempotentHint`: only `#[idempotent]` emits that.
+pub fn status_tool() -> Tool {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "ref": {
+                "type": "string",
+                "description": "The reference an earlier tool answer named, e.g. 3f9a0c1b2d4e5f60-1"
+            }
+        },
+        "required": ["ref"],
+        "additionalProperties": false
+    });
+    let schema: JsonObject = match schema {
+        Value::Object(m) => m,
+        _ => JsonObject::new(),
+    };
+    Tool::new(
+        STATUS_TOOL,
+        "Look up what happened to an earlier call by its reference (ref): in progress, completed \
+         (with its stored answer), outcome unknown, not done, or not found. Use it instead of \
+         repeating a call whose answer you did not get.",
+        Arc::new(schema),
+    )
+    .with_annotations(
+        ToolAnnotations::new()
+            .read_only(true)
+            .destructive(false)
+            .open_world(false),
+    )
+}
+
+/// A router holding only the status tool; add it to your server's router with one line:
+/// `Self::tool_router() + idempotency::mcp::status_router::<Self>()`.
+///
+/// Lookups are scoped to the caller's tenant: another tenant's reference is "not found",
+/// exactly like one that never existed.
+pub fn status_router<S: IdempotentServer>() -> ToolRouter<S> {
+    let route = ToolRoute::new_dyn(status_tool(), |ctx: ToolCallContext<'_, S>| {
+        Box::pin(async move {
+            let result = run(ctx).await;
+            Ok(CallToolResponse::from(result))
+        })
+    });
+    ToolRouter::new().with_route(route)
+}
+
+async fn run<S: IdempotentServer>(ctx: ToolCallContext<'_, S>) -> CallToolResult {
+    let caller = match ctx.service.caller(&ctx.request_context) {
+        Ok(c) => c,
+        Err(e) => return text_error(e.to_string()),
+    };
+    let Some(raw) = ctx.arguments.as_ref().and_then(|a| a.get("ref")).and_then(Value::as_str) else {
+        return text_error(format!("{STATUS_TOOL} needs a `ref` argument: the reference an earlier answer named."));
+    };
+    let reference: Reference = match raw.parse() {
+        Ok(r) => r,
+        Err(e) => return text_error(e.to_string()),
+    };
+    let engine = ctx.service.idempotency();
+    match engine.status(&caller, reference).await {
+        Ok(Some(status)) => {
+            let lease_passed = engine.clock().now() >= status.lease_expires_at;
+            describe(&status, lease_passed)
+        }
+        Ok(None) => CallToolResult::structured(json!({
+            "ref": reference.to_string(),
+            "state": "not_found",
+            "message": format!("No operation with ref {reference} exists for you. Check the reference; if the call was never answered, it may not have reached this server."),
+        })),
+        Err(e) => text_error(format!("The status of ref {reference} could not be read right now ({e}). Ask again shortly; do not repeat the original call meanwhile.")),
+    }
+}
+
+fn describe(s: &RecordStatus, lease_passed: bool) -> CallToolResult {
+    let r = s.reference;
+    let tool = &s.tool;
+    let (state, message, answer): (&str, String, Option<Value>) = match s.state {
+        RecordState::InFlight if lease_passed => (
+            "in_flight",
+            format!("{tool} (ref {r}) started at {} and its worker has not reported since; it will be reconciled with the downstream system. Do not submit it again; ask again later.", s.claimed_at),
+            None,
+        ),
+        RecordState::InFlight => (
+            "in_flight",
+            format!("{tool} (ref {r}) is in progress since {}. Do not submit it again; ask again shortly.", s.claimed_at),
+            None,
+        ),
+        RecordState::Completed => {
+            let resp = s.response.as_ref();
+            let body = resp.map(|r| serde_json::from_str::<Value>(&r.body).unwrap_or(Value::String(r.body.clone())));
+            let ok = resp.is_some_and(|r| r.ok);
+            let when = s.completed_at.map(|t| t.to_string()).unwrap_or_default();
+            (
+                if ok { "completed" } else { "failed" },
+                if ok {
+                    format!("{tool} (ref {r}) completed at {when}. Its answer is included; do not submit it again.")
+                } else {
+                    format!("{tool} (ref {r}) finished at {when} with a final error (included). Repeating it gives the same error.")
+                },
+                body,
+            )
+        }
+        RecordState::Unknown => (
+            "outcome_unknown",
+            format!("The outcome of {tool} (ref {r}, started {}) is unknown: it may or may not have taken effect. It is being reconciled with the downstream system; do not retry it. Ask again later.", s.claimed_at),
+            None,
+        ),
+        RecordState::Released => (
+            "not_done",
+            format!("{tool} (ref {r}) did not take effect. It is safe to call {tool} again with the same arguments."),
+            None,
+        ),
+    };
+    let mut v = json!({
+        "ref": r.to_string(),
+        "tool": tool,
+        "state": state,
+        "since": s.claimed_at.to_string(),
+        "message": message,
+    });
+    if let (Some(obj), Some(answer)) = (v.as_object_mut(), answer) {
+        obj.insert("answer".into(), answer);
+    }
+    if let (Some(obj), Some(t)) = (v.as_object_mut(), s.completed_at) {
+        obj.insert("completed_at".into(), Value::String(t.to_string()));
+    }
+    CallToolResult::structured(v)
+}
+
+fn text_error(msg: String) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(msg)])
+}

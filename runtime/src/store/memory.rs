@@ -1,0 +1,380 @@
+//! [`MemoryStore`]: records in a map behind a mutex. For tests and single-process use; it forgets
+//! everything when the process exits (a repeat after a restart would run again — use SQLite for that).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::{
+    BoxFuture, Claim, ClaimRequest, Completion, OutboxEntry, Settlement, Store, StoreError, Token,
+    Unsettled,
+};
+use crate::clock::Timestamp;
+use crate::key::{Fingerprint, Key, Reference};
+use crate::record::{RecordState, RecordStatus, StoredResponse};
+
+#[derive(Clone, Debug)]
+struct Row {
+    tenant: String,
+    tool: String,
+    generation: u32,
+    state: RecordState,
+    fingerprint: Option<Fingerprint>,
+    token: i64,
+    claimed_at: Timestamp,
+    lease_expires_at: Timestamp,
+    completed_at: Option<Timestamp>,
+    expires_at: Option<Timestamp>,
+    response: Option<StoredResponse>,
+}
+
+#[derive(Debug)]
+struct OutboxRow {
+    id: i64,
+    reference: Reference,
+    topic: String,
+    payload: String,
+    attempts: i32,
+    visible_at: Timestamp,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    rows: BTreeMap<Key, Row>,
+    outbox: VecDeque<OutboxRow>,
+    next_outbox_id: i64,
+}
+
+/// An in-process [`Store`].
+///
+/// ```
+/// # tokio_test_block_on(async {
+/// use idempotency::{Caller, Claim, ClaimRequest, Key, MemoryStore, Store, Timestamp};
+/// let store = MemoryStore::new();
+/// let key = Key::for_call(&Caller::new("acme", "alice"), "charge_card", &100)?;
+/// let req = ClaimRequest {
+///     key, tenant: "acme", tool: "charge_card", fingerprint: None,
+///     now: Timestamp::from_millis(0), lease_expires_at: Timestamp::from_millis(30_000),
+/// };
+/// assert!(matches!(store.claim(&req).await?, Claim::New { .. }));
+/// assert!(matches!(store.claim(&req).await?, Claim::InFlight { .. }));
+/// # Ok::<(), Box<dyn std::error::Error>>(()) });
+/// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f) }
+/// ```
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many records it holds (for tests).
+    pub fn len(&self) -> usize {
+        self.lock().rows.len()
+    }
+
+    /// Whether it holds no records.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave a row half-written (each update is a
+        // single assignment), so a poisoned lock is still consistent.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn fenced<R>(
+        &self,
+        key: Key,
+        token: Token,
+        f: impl FnOnce(&mut Row, &mut Inner2<'_>) -> R,
+    ) -> Result<R, StoreError> {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let row = inner.rows.get_mut(&key).ok_or(StoreError::NotFound)?;
+        let reference = key.reference(row.generation);
+        if row.token != token.0 {
+            return Err(StoreError::Fenced { reference });
+        }
+        if row.state != RecordState::InFlight {
+            return Err(StoreError::WrongState {
+                reference,
+                state: row.state.as_str(),
+            });
+        }
+        let mut rest = Inner2 {
+            outbox: &mut inner.outbox,
+            next_outbox_id: &mut inner.next_outbox_id,
+        };
+        Ok(f(row, &mut rest))
+    }
+}
+
+struct Inner2<'a> {
+    outbox: &'a mut VecDeque<OutboxRow>,
+    next_outbox_id: &'a mut i64,
+}
+
+fn mismatch(row: &Row, fp: &Option<Fingerprint>) -> bool {
+    matches!((&row.fingerprint, fp), (Some(a), Some(b)) if a != b)
+}
+
+impl Store for MemoryStore {
+    fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
+        let out = {
+            let mut inner = self.lock();
+            let fresh = |generation: u32, token: i64| Row {
+                tenant: req.tenant.to_owned(),
+                tool: req.tool.to_owned(),
+                generation,
+                state: RecordState::InFlight,
+                fingerprint: req.fingerprint,
+                token,
+                claimed_at: req.now,
+                lease_expires_at: req.lease_expires_at,
+                completed_at: None,
+                expires_at: None,
+                response: None,
+            };
+            match inner.rows.get_mut(&req.key) {
+                None => {
+                    inner.rows.insert(req.key, fresh(1, 1));
+                    Claim::New {
+                        reference: req.key.reference(1),
+                        token: Token(1),
+                    }
+                }
+                Some(row) => {
+                    let reference = req.key.reference(row.generation);
+                    let expired = row.state == RecordState::Completed
+                        && row.expires_at.is_none_or(|e| req.now >= e);
+                    if row.state == RecordState::Released || expired {
+                        let generation = if expired { row.generation + 1 } else { row.generation };
+                        *row = fresh(generation, row.token + 1);
+                        Claim::New {
+                            reference: req.key.reference(generation),
+                            token: Token(row.token),
+                        }
+                    } else if mismatch(row, &req.fingerprint) {
+                        Claim::Mismatch { reference }
+                    } else {
+                        match row.state {
+                            RecordState::InFlight => Claim::InFlight {
+                                reference,
+                                claimed_at: row.claimed_at,
+                                lease_expires_at: row.lease_expires_at,
+                            },
+                            RecordState::Unknown => Claim::Unknown {
+                                reference,
+                                since: row.claimed_at,
+                            },
+                            _ => match (&row.response, row.completed_at) {
+                                (Some(response), Some(completed_at)) => Claim::Completed {
+                                    reference,
+                                    response: response.clone(),
+                                    completed_at,
+                                },
+                                _ => {
+                                    return Box::pin(async move {
+                                        Err(StoreError::Corrupt(format!(
+                                            "ref {reference} is completed without an answer"
+                                        )))
+                                    })
+                                }
+                            },
+                        }
+                    }
+                }
+            }
+        };
+        Box::pin(async move { Ok(out) })
+    }
+
+    fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
+        let out = self.fenced(c.key, c.token, |row, rest| {
+            row.state = RecordState::Completed;
+            row.response = Some(c.response.clone());
+            row.completed_at = Some(c.now);
+            row.expires_at = Some(c.expires_at);
+            let reference = c.key.reference(row.generation);
+            for m in c.outbox {
+                *rest.next_outbox_id += 1;
+                rest.outbox.push_back(OutboxRow {
+                    id: *rest.next_outbox_id,
+                    reference,
+                    topic: m.topic.clone(),
+                    payload: m.payload.clone(),
+                    attempts: 0,
+                    visible_at: c.now,
+                });
+            }
+        });
+        Box::pin(async move { out })
+    }
+
+    fn release(&self, key: Key, token: Token, now: Timestamp) -> BoxFuture<'_, Result<(), StoreError>> {
+        let out = self.fenced(key, token, |row, _| {
+            row.state = RecordState::Released;
+            row.completed_at = Some(now);
+            row.expires_at = Some(now);
+        });
+        Box::pin(async move { out })
+    }
+
+    fn mark_unknown(&self, key: Key, token: Token, _now: Timestamp) -> BoxFuture<'_, Result<(), StoreError>> {
+        let out = self.fenced(key, token, |row, _| row.state = RecordState::Unknown);
+        Box::pin(async move { out })
+    }
+
+    fn renew(&self, key: Key, token: Token, lease_expires_at: Timestamp) -> BoxFuture<'_, Result<(), StoreError>> {
+        let out = self.fenced(key, token, |row, _| row.lease_expires_at = lease_expires_at);
+        Box::pin(async move { out })
+    }
+
+    fn status<'a>(&'a self, tenant: &'a str, reference: Reference) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
+        let out = {
+            let inner = self.lock();
+            let (lo, hi) = reference.key_range();
+            inner
+                .rows
+                .range(Key::from_bytes(lo)..=Key::from_bytes(hi))
+                .find(|(_, r)| r.tenant == tenant && r.generation == reference.generation())
+                .map(|(_, r)| RecordStatus {
+                    reference,
+                    tool: r.tool.clone(),
+                    state: r.state,
+                    claimed_at: r.claimed_at,
+                    lease_expires_at: r.lease_expires_at,
+                    completed_at: r.completed_at,
+                    expires_at: r.expires_at,
+                    response: r.response.clone(),
+                })
+        };
+        Box::pin(async move { Ok(out) })
+    }
+
+    fn purge(&self, older_than: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
+        let n = {
+            let mut inner = self.lock();
+            let doomed: Vec<Key> = inner
+                .rows
+                .iter()
+                .filter(|(_, r)| {
+                    matches!(r.state, RecordState::Completed | RecordState::Released)
+                        && r.expires_at.is_some_and(|e| e < older_than)
+                })
+                .take(limit as usize)
+                .map(|(k, _)| *k)
+                .collect();
+            for k in &doomed {
+                inner.rows.remove(k);
+            }
+            doomed.len() as u64
+        };
+        Box::pin(async move { Ok(n) })
+    }
+
+    fn unsettled(&self, now: Timestamp, limit: u32) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
+        let out = {
+            let inner = self.lock();
+            let mut v: Vec<Unsettled> = inner
+                .rows
+                .iter()
+                .filter(|(_, r)| {
+                    r.state == RecordState::Unknown
+                        || (r.state == RecordState::InFlight && r.lease_expires_at <= now)
+                })
+                .map(|(k, r)| Unsettled {
+                    key: *k,
+                    reference: k.reference(r.generation),
+                    tenant: r.tenant.clone(),
+                    tool: r.tool.clone(),
+                    state: r.state,
+                    token: Token(r.token),
+                    claimed_at: r.claimed_at,
+                })
+                .collect();
+            v.sort_by_key(|u| (u.claimed_at, u.key));
+            v.truncate(limit as usize);
+            v
+        };
+        Box::pin(async move { Ok(out) })
+    }
+
+    fn settle<'a>(
+        &'a self,
+        key: Key,
+        token: Token,
+        settlement: &'a Settlement,
+        now: Timestamp,
+        window: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let out = (|| {
+            let mut inner = self.lock();
+            let row = inner.rows.get_mut(&key).ok_or(StoreError::NotFound)?;
+            let reference = key.reference(row.generation);
+            if row.token != token.0 {
+                return Err(StoreError::Fenced { reference });
+            }
+            if !matches!(row.state, RecordState::InFlight | RecordState::Unknown) {
+                return Err(StoreError::WrongState {
+                    reference,
+                    state: row.state.as_str(),
+                });
+            }
+            row.token += 1;
+            match settlement {
+                Settlement::Completed(resp) => {
+                    row.state = RecordState::Completed;
+                    row.response = Some(resp.clone());
+                    row.completed_at = Some(now);
+                    row.expires_at = Some(now + window);
+                }
+                Settlement::Released => {
+                    row.state = RecordState::Released;
+                    row.completed_at = Some(now);
+                    row.expires_at = Some(now);
+                }
+                Settlement::Unknown => row.state = RecordState::Unknown,
+            }
+            Ok(())
+        })();
+        Box::pin(async move { out })
+    }
+
+    fn outbox_fetch(&self, now: Timestamp, redeliver_after: Duration, limit: u32) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
+        let out = {
+            let mut inner = self.lock();
+            let mut v = Vec::new();
+            for m in inner.outbox.iter_mut() {
+                if v.len() >= limit as usize {
+                    break;
+                }
+                if m.visible_at <= now {
+                    v.push(OutboxEntry {
+                        id: m.id,
+                        reference: m.reference,
+                        topic: m.topic.clone(),
+                        payload: m.payload.clone(),
+                        attempts: m.attempts,
+                    });
+                    m.attempts += 1;
+                    m.visible_at = now + redeliver_after;
+                }
+            }
+            v
+        };
+        Box::pin(async move { Ok(out) })
+    }
+
+    fn outbox_ack(&self, id: i64) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.lock().outbox.retain(|m| m.id != id);
+        Box::pin(async { Ok(()) })
+    }
+}

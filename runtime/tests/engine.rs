@@ -1,0 +1,440 @@
+//! The engine's record life on MemoryStore: claim → run → record, window edges on a manual clock,
+//! mismatch, dispositions, tenant isolation, cancellation, panics, timeouts and the outbox.
+//! Each "no second side effect" is counted at the far side (the `Processor` stub).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use idempotency::store::Store;
+use idempotency::Clock;
+use idempotency::{
+    Caller, Claim, ClaimRequest, Classify, Disposition, Error, ErrorPolicy, Idempotency, Key,
+    ManualClock, MemoryStore, Outcome, Prepared, RecordState, Timestamp, ToolSpec, UnknownReason,
+};
+use serde::{Deserialize, Serialize};
+
+const T0: i64 = 1_796_000_000_000;
+const WINDOW: Duration = Duration::from_secs(15 * 60);
+
+fn spec() -> ToolSpec {
+    ToolSpec::__wrapped("charge_card", WINDOW, None)
+}
+
+#[derive(Debug, thiserror::Error, Serialize, Deserialize, PartialEq)]
+enum ChargeError {
+    #[error("card declined")]
+    Declined,
+    #[error("processor unreachable")]
+    Down,
+    #[error("processor timed out")]
+    Timeout,
+    #[error("{0}")]
+    Wrapper(String),
+}
+
+impl From<Error> for ChargeError {
+    fn from(e: Error) -> Self {
+        ChargeError::Wrapper(e.to_string())
+    }
+}
+
+impl Classify for ChargeError {
+    fn disposition(&self) -> Disposition {
+        match self {
+            ChargeError::Declined => Disposition::Definitive,
+            ChargeError::Down => Disposition::Retryable,
+            ChargeError::Timeout | ChargeError::Wrapper(_) => Disposition::Unknown,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct Receipt {
+    charge: usize,
+    reference: String,
+}
+
+/// The far side: counts what it was asked to do.
+#[derive(Default, Clone)]
+struct Processor(Arc<AtomicUsize>);
+
+impl Processor {
+    fn charge(&self) -> Receipt {
+        let n = self.0.fetch_add(1, Ordering::SeqCst) + 1;
+        let reference = idempotency::Call::current()
+            .map(|c| c.reference().to_string())
+            .unwrap_or_default();
+        Receipt { charge: n, reference }
+    }
+    fn count(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+struct World {
+    engine: Idempotency,
+    clock: ManualClock,
+    store: Arc<MemoryStore>,
+    processor: Processor,
+    caller: Caller,
+}
+
+fn world() -> World {
+    let clock = ManualClock::new(Timestamp::from_millis(T0));
+    let store = Arc::new(MemoryStore::new());
+    let engine = Idempotency::from_arc(store.clone()).with_clock(clock.clone());
+    World {
+        engine,
+        clock,
+        store,
+        processor: Processor::default(),
+        caller: Caller::new("acme", "alice"),
+    }
+}
+
+async fn charge(w: &World, amount: u64) -> Outcome<Receipt, ChargeError> {
+    let p = w.processor.clone();
+    let prepared = Prepared::call(&w.caller, "charge_card", &amount).unwrap();
+    w.engine
+        .execute(&spec(), &w.caller, prepared, ErrorPolicy::classified(), async move {
+            Ok::<_, ChargeError>(p.charge())
+        })
+        .await
+}
+
+#[tokio::test]
+async fn a_repeat_replays_the_stored_answer() {
+    let w = world();
+    let first = charge(&w, 100).await;
+    let second = charge(&w, 100).await;
+    assert_eq!(w.processor.count(), 1);
+    assert!(!first.replayed && second.replayed);
+    let (a, b) = (first.result.unwrap(), second.result.unwrap());
+    assert_eq!(a, b);
+    assert_eq!(a.reference, first.reference.unwrap().to_string(), "the body saw its own ref");
+    charge(&w, 101).await.result.unwrap();
+    assert_eq!(w.processor.count(), 2, "a different amount is a different call");
+}
+
+#[tokio::test]
+async fn window_is_exact_and_counts_from_completion() {
+    let w = world();
+    let first = charge(&w, 100).await;
+    let r1 = first.reference.unwrap();
+    w.clock.advance(WINDOW - Duration::from_secs(1));
+    let at_edge = charge(&w, 100).await;
+    assert!(at_edge.replayed, "window-1s replays");
+    assert_eq!(w.processor.count(), 1);
+    w.clock.advance(Duration::from_secs(2));
+    let after = charge(&w, 100).await;
+    assert!(!after.replayed, "window+1s is a new operation");
+    assert_eq!(w.processor.count(), 2);
+    let r2 = after.reference.unwrap();
+    assert_ne!(r1, r2, "a new operation gets a new reference");
+    assert_eq!(r2.generation(), r1.generation() + 1);
+    // The old reference is no longer resolvable; the new one is.
+    assert!(w.engine.status(&w.caller, r1).await.unwrap().is_none());
+    assert!(w.engine.status(&w.caller, r2).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_slow_first_call_does_not_expire_before_it_finishes() {
+    let w = world();
+    let (p, clock) = (w.processor.clone(), w.clock.clone());
+    let prepared = Prepared::call(&w.caller, "charge_card", &7u64).unwrap();
+    let out: Outcome<Receipt, ChargeError> = w
+        .engine
+        .execute(&spec(), &w.caller, prepared, ErrorPolicy::classified(), async move {
+            clock.advance(Duration::from_secs(20 * 60)); // twenty minutes at the processor
+            Ok(p.charge())
+        })
+        .await;
+    out.result.unwrap();
+    w.clock.advance(Duration::from_secs(10 * 60)); // 30 min after the claim, 10 after completion
+    assert!(charge(&w, 7).await.replayed);
+    assert_eq!(w.processor.count(), 1);
+}
+
+#[tokio::test]
+async fn a_concurrent_repeat_is_told_in_flight_with_the_ref() {
+    let w = Arc::new(world());
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let (w2, g2) = (w.clone(), gate.clone());
+    let first = tokio::spawn(async move {
+        let p = w2.processor.clone();
+        let prepared = Prepared::call(&w2.caller, "charge_card", &100u64).unwrap();
+        w2.engine
+            .execute(&spec(), &w2.caller, prepared, ErrorPolicy::<ChargeError>::classified(), async move {
+                g2.notified().await;
+                Ok(p.charge())
+            })
+            .await
+    });
+    while w.store.is_empty() {
+        tokio::task::yield_now().await;
+    }
+    let prepared = Prepared::call(&w.caller, "charge_card", &100u64).unwrap();
+    let second: Outcome<Receipt, idempotency::Failure<ChargeError>> = w
+        .engine
+        .execute_raw(&spec(), &w.caller, prepared, ErrorPolicy::classified(), async {
+            Ok(Receipt { charge: 999, reference: String::new() })
+        })
+        .await;
+    gate.notify_one();
+    let first = first.await.unwrap();
+    match second.result {
+        Err(idempotency::Failure::Wrapper(e @ Error::InFlight { .. })) => {
+            let msg = e.to_string();
+            assert!(msg.contains(&first.reference.unwrap().to_string()), "{msg}");
+            assert!(msg.contains("Do not submit it again"), "{msg}");
+        }
+        other => panic!("expected in flight, got {other:?}"),
+    }
+    assert_eq!(w.processor.count(), 1);
+}
+
+#[tokio::test]
+async fn business_key_with_other_arguments_is_a_mismatch() {
+    #[derive(Serialize)]
+    struct Ship<'a> {
+        order_id: &'a str,
+        address: &'a str,
+    }
+    let w = world();
+    let run = |address: &'static str| {
+        let p = w.processor.clone();
+        let args = Ship { order_id: "o-1", address };
+        let prepared = Prepared::business(&w.caller, "create_shipment", &args.order_id, &args).unwrap();
+        let spec = ToolSpec::__wrapped("create_shipment", WINDOW, None);
+        let engine = w.engine.clone();
+        let caller = w.caller.clone();
+        async move {
+            engine
+                .execute_raw(&spec, &caller, prepared, ErrorPolicy::<ChargeError>::classified(), async move { Ok(p.charge()) })
+                .await
+        }
+    };
+    let first = run("1 Main St").await;
+    first.result.unwrap();
+    let again = run("1 Main St").await;
+    assert!(again.replayed);
+    let other = run("9 Elm St").await;
+    match other.result {
+        Err(idempotency::Failure::Wrapper(Error::PayloadMismatch { reference, .. })) => {
+            assert_eq!(Some(reference), first.reference)
+        }
+        r => panic!("expected mismatch, got {r:?}"),
+    }
+    assert_eq!(w.processor.count(), 1);
+}
+
+async fn failing(w: &World, err: fn() -> ChargeError) -> Outcome<Receipt, ChargeError> {
+    let p = w.processor.clone();
+    let prepared = Prepared::call(&w.caller, "charge_card", &5u64).unwrap();
+    w.engine
+        .execute(&spec(), &w.caller, prepared, ErrorPolicy::classified(), async move {
+            p.charge();
+            Err(err())
+        })
+        .await
+}
+
+#[tokio::test]
+async fn retryable_errors_release_the_claim_under_the_same_ref() {
+    let w = world();
+    let a = failing(&w, || ChargeError::Down).await;
+    assert_eq!(a.result.unwrap_err(), ChargeError::Down);
+    let b = failing(&w, || ChargeError::Down).await;
+    assert_eq!(w.processor.count(), 2, "a retryable error lets the repeat run");
+    assert_eq!(a.reference, b.reference, "same operation, same ref");
+}
+
+#[tokio::test]
+async fn definitive_errors_are_replayed() {
+    let w = world();
+    assert_eq!(failing(&w, || ChargeError::Declined).await.result.unwrap_err(), ChargeError::Declined);
+    let b = failing(&w, || ChargeError::Down).await;
+    assert!(b.replayed);
+    assert_eq!(b.result.unwrap_err(), ChargeError::Declined);
+    assert_eq!(w.processor.count(), 1);
+}
+
+#[tokio::test]
+async fn unknown_errors_keep_the_claim_and_say_so() {
+    let w = world();
+    let a = failing(&w, || ChargeError::Timeout).await;
+    match a.result.unwrap_err() {
+        ChargeError::Wrapper(m) => assert!(m.contains("unknown") && m.contains("processor timed out"), "{m}"),
+        e => panic!("{e:?}"),
+    }
+    let b = failing(&w, || ChargeError::Declined).await;
+    match b.result.unwrap_err() {
+        ChargeError::Wrapper(m) => assert!(m.contains("unknown") && m.contains("Do not retry"), "{m}"),
+        e => panic!("{e:?}"),
+    }
+    assert_eq!(w.processor.count(), 1);
+    let st = w.engine.status(&w.caller, a.reference.unwrap()).await.unwrap().unwrap();
+    assert_eq!(st.state, RecordState::Unknown);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_is_an_unknown_outcome_and_the_repeat_does_not_run() {
+    let w = world();
+    let spec = ToolSpec::__wrapped("charge_card", WINDOW, Some(Duration::from_secs(30)));
+    let run = || {
+        let p = w.processor.clone();
+        let prepared = Prepared::call(&w.caller, "charge_card", &1u64).unwrap();
+        let engine = w.engine.clone();
+        let caller = w.caller.clone();
+        async move {
+            engine
+                .execute_raw(&spec, &caller, prepared, ErrorPolicy::<ChargeError>::classified(), async move {
+                    p.charge();
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    Ok(Receipt { charge: 0, reference: String::new() })
+                })
+                .await
+        }
+    };
+    let first = run().await;
+    match first.result {
+        Err(idempotency::Failure::Wrapper(Error::OutcomeUnknown { reason: UnknownReason::TimedOut(d), .. })) => {
+            assert_eq!(d, Duration::from_secs(30))
+        }
+        r => panic!("{r:?}"),
+    }
+    let second = run().await;
+    assert!(matches!(second.result, Err(idempotency::Failure::Wrapper(Error::OutcomeUnknown { .. }))));
+    assert_eq!(w.processor.count(), 1);
+}
+
+#[tokio::test]
+async fn a_panic_after_start_leaves_the_outcome_unknown() {
+    let w = Arc::new(world());
+    let w2 = w.clone();
+    let joined = tokio::spawn(async move {
+        let p = w2.processor.clone();
+        let prepared = Prepared::call(&w2.caller, "charge_card", &3u64).unwrap();
+        w2.engine
+            .execute(&spec(), &w2.caller, prepared, ErrorPolicy::<ChargeError>::classified(), async move {
+                p.charge();
+                if p.count() > 0 {
+                    panic!("bug after the side effect");
+                }
+                Ok(Receipt { charge: 0, reference: String::new() })
+            })
+            .await
+    })
+    .await;
+    assert!(joined.unwrap_err().is_panic(), "the panic propagates to the caller");
+    let again = charge(&w, 3).await;
+    assert!(matches!(again.result, Err(ChargeError::Wrapper(ref m)) if m.contains("unknown")));
+    assert_eq!(w.processor.count(), 1);
+}
+
+#[tokio::test]
+async fn a_dropped_call_tells_the_truth() {
+    // Dropped mid-body (rmcp cancels by dropping the future): outcome unknown.
+    let w = world();
+    let p = w.processor.clone();
+    let prepared = Prepared::call(&w.caller, "charge_card", &9u64).unwrap();
+    let spec = spec();
+    let fut = w.engine.execute(&spec, &w.caller, prepared, ErrorPolicy::<ChargeError>::classified(), async move {
+        p.charge();
+        std::future::pending::<()>().await;
+        Ok(Receipt { charge: 0, reference: String::new() })
+    });
+    let _ = tokio::time::timeout(Duration::from_millis(20), fut).await;
+    let key = prepared.key;
+    let r = key.reference(1);
+    let state = settle_state(&w, r).await;
+    assert_eq!(state, RecordState::Unknown);
+    assert!(matches!(charge(&w, 9).await.result, Err(ChargeError::Wrapper(ref m)) if m.contains("unknown")));
+    assert_eq!(w.processor.count(), 1);
+
+}
+
+async fn settle_state(w: &World, r: idempotency::Reference) -> RecordState {
+    for _ in 0..100 {
+        let st = w.engine.status(&w.caller, r).await.unwrap().unwrap().state;
+        if st != RecordState::InFlight {
+            return st;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    RecordState::InFlight
+}
+
+#[tokio::test]
+async fn status_is_tenant_scoped() {
+    let w = world();
+    let out = charge(&w, 100).await;
+    let r = out.reference.unwrap();
+    assert!(w.engine.status(&w.caller, r).await.unwrap().is_some());
+    let same_tenant_other_user = Caller::new("acme", "bob");
+    assert!(w.engine.status(&same_tenant_other_user, r).await.unwrap().is_some());
+    let other_tenant = Caller::new("globex", "alice");
+    assert!(w.engine.status(&other_tenant, r).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn follow_on_work_is_written_with_the_completion_and_not_twice() {
+    let w = world();
+    let go = || {
+        let p = w.processor.clone();
+        let prepared = Prepared::call(&w.caller, "charge_card", &42u64).unwrap();
+        let engine = w.engine.clone();
+        let caller = w.caller.clone();
+        async move {
+            engine
+                .execute(&spec(), &caller, prepared, ErrorPolicy::<ChargeError>::classified(), async move {
+                    let receipt = p.charge();
+                    let call = idempotency::Call::current().expect("inside the body");
+                    call.enqueue("receipt_email", &serde_json::json!({"to": "a@example.com"}))?;
+                    Ok(receipt)
+                })
+                .await
+        }
+    };
+    let first = go().await;
+    go().await;
+    let msgs = w.store.outbox_fetch(w.clock.now(), Duration::from_secs(60), 10).await.unwrap();
+    assert_eq!(msgs.len(), 1);
+    assert_eq!(Some(msgs[0].reference), first.reference);
+    assert_eq!(msgs[0].topic, "receipt_email");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_claims_make_one_new_claim() {
+    let store = Arc::new(MemoryStore::new());
+    let key = Key::for_call(&Caller::new("acme", "alice"), "charge_card", &100).unwrap();
+    let barrier = Arc::new(tokio::sync::Barrier::new(1000));
+    let tasks: Vec<_> = (0..1000)
+        .map(|_| {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let now = Timestamp::from_millis(T0);
+                let req = ClaimRequest {
+                    key,
+                    tenant: "acme",
+                    tool: "charge_card",
+                    fingerprint: None,
+                    now,
+                    lease_expires_at: now + Duration::from_secs(30),
+                };
+                store.claim(&req).await.unwrap()
+            })
+        })
+        .collect();
+    let mut new = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Claim::New { .. } => new += 1,
+            Claim::InFlight { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(new, 1);
+}
