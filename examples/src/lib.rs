@@ -1,1 +1,145 @@
-//! Shared pieces of the example servers.
+//! Shared pieces of the example servers: store choice by environment, the transports (stdio by
+//! default, `--http ADDR` for streamable HTTP with bearer identities), and the downstream stubs.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use idempotency::store::{postgres::PostgresStore, sqlite::SqliteStore};
+use idempotency::{Caller, Idempotency};
+use rmcp::transport::streamable_http_server::{
+    session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
+};
+use rmcp::{ServerHandler, ServiceExt};
+
+pub mod carrier;
+pub mod charge;
+pub mod processor;
+pub mod shipment;
+
+/// The default SQLite file, created on first run (override with `IDEMPOTENCY_SQLITE`).
+pub const DEFAULT_SQLITE: &str = "idempotency.db";
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The engine on the store the environment asks for: PostgreSQL when `DATABASE_URL` is set (many
+/// replicas share it), otherwise the SQLite file `IDEMPOTENCY_SQLITE` (default `idempotency.db`).
+pub async fn engine_from_env() -> Result<(Idempotency, String), BoxError> {
+    if let Ok(url) = std::env::var("DATABASE_URL") {
+        let store = PostgresStore::connect(&url).await?;
+        return Ok((Idempotency::new(store), "PostgreSQL (DATABASE_URL)".into()));
+    }
+    let path = std::env::var("IDEMPOTENCY_SQLITE").unwrap_or_else(|_| DEFAULT_SQLITE.into());
+    let store = SqliteStore::open(&path).await?;
+    Ok((Idempotency::new(store), format!("SQLite file {path}")))
+}
+
+/// How the server talks: stdio (what MCP hosts launch) or streamable HTTP.
+#[derive(Clone, Debug)]
+pub enum Transport {
+    /// JSON-RPC over stdin/stdout; the caller is the configured local identity.
+    Stdio,
+    /// Streamable HTTP at this address; each request's caller comes from its bearer token.
+    Http(SocketAddr),
+}
+
+impl Transport {
+    /// From the command line: no arguments → stdio; `--http ADDR` → HTTP.
+    pub fn from_args() -> Result<Transport, String> {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        match args.as_slice() {
+            [] => Ok(Transport::Stdio),
+            [flag, addr] if flag == "--http" => addr
+                .parse()
+                .map(Transport::Http)
+                .map_err(|e| format!("--http needs an address like 127.0.0.1:8080 ({e})")),
+            _ => Err("usage: [--http ADDR]   (no arguments: speak MCP over stdio)".into()),
+        }
+    }
+}
+
+/// The identity of stdio calls: `IDEMPOTENCY_TENANT` / `IDEMPOTENCY_SUBJECT`, default `local` / `stdio-user`.
+pub fn stdio_caller() -> Caller {
+    Caller::new(
+        std::env::var("IDEMPOTENCY_TENANT").unwrap_or_else(|_| "local".into()),
+        std::env::var("IDEMPOTENCY_SUBJECT").unwrap_or_else(|_| "stdio-user".into()),
+    )
+}
+
+/// Demo bearer tokens → callers. From `IDEMPOTENCY_TOKENS` (`token=tenant:subject,...`), or two
+/// built-in demo tokens: `acme-token` (acme/alice) and `globex-token` (globex/bob).
+/// A real server would verify a JWT or session here.
+pub fn bearer_table() -> HashMap<String, Caller> {
+    let spec = std::env::var("IDEMPOTENCY_TOKENS")
+        .unwrap_or_else(|_| "acme-token=acme:alice,globex-token=globex:bob".into());
+    spec.split(',')
+        .filter_map(|entry| {
+            let (token, who) = entry.split_once('=')?;
+            let (tenant, subject) = who.split_once(':')?;
+            Some((token.trim().to_owned(), Caller::new(tenant.trim(), subject.trim())))
+        })
+        .collect()
+}
+
+/// Serves `make()` over `transport` until the client goes away (stdio) or forever (HTTP).
+pub async fn serve<S, F>(make: F, transport: Transport) -> Result<(), BoxError>
+where
+    S: ServerHandler + Send + Sync + 'static,
+    F: Fn() -> S + Send + Sync + 'static,
+{
+    match transport {
+        Transport::Stdio => {
+            let running = make().serve(rmcp::transport::stdio()).await?;
+            running.waiting().await?;
+        }
+        Transport::Http(addr) => {
+            let service: StreamableHttpService<S, LocalSessionManager> = StreamableHttpService::new(
+                move || Ok(make()),
+                Default::default(),
+                StreamableHttpServerConfig::default(),
+            );
+            let tokens = Arc::new(bearer_table());
+            let app = axum::Router::new()
+                .nest_service("/mcp", service)
+                .layer(axum::middleware::from_fn(move |req, next| authenticate(tokens.clone(), req, next)));
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            tracing::info!("listening on http://{}/mcp", listener.local_addr()?);
+            axum::serve(listener, app).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The auth middleware: a known bearer token puts its [`Caller`] into the request's extensions
+/// (where `idempotency::mcp::Identity` finds it); anything else is 401.
+async fn authenticate(
+    tokens: Arc<HashMap<String, Caller>>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let caller = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|t| tokens.get(t.trim()))
+        .cloned();
+    match caller {
+        Some(c) => {
+            req.extensions_mut().insert(c);
+            next.run(req).await
+        }
+        None => axum::response::Response::builder()
+            .status(401)
+            .body(axum::body::Body::from("missing or unknown bearer token"))
+            .unwrap_or_default(),
+    }
+}
+
+/// Logs go to stderr (stdout carries the MCP protocol over stdio).
+pub fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}

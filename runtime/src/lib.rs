@@ -25,6 +25,7 @@ mod engine;
 mod error;
 mod key;
 mod outcome;
+pub mod reconcile;
 mod record;
 pub mod store;
 #[cfg(feature = "rmcp")]

@@ -1,0 +1,117 @@
+//! The `charge_card` server: `charge_card` wrapped with `#[idempotent(window = "15m")]`, `refund`
+//! left unwrapped (so `tools/list` shows the difference), and `idempotency_status`.
+
+use std::sync::Arc;
+
+use idempotency::mcp::{status_router, IdempotentServer, Identity};
+use idempotency::{idempotent, idempotent_tools, Call, Caller, Classify, Disposition, Error, Idempotency};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{ServerCapabilities, ServerConfig};
+use rmcp::service::RequestContext;
+use rmcp::{schemars, tool, tool_handler, tool_router, RoleServer, ServerHandler};
+use serde::{Deserialize, Serialize};
+
+use crate::processor::{Processor, Receipt};
+
+/// The arguments of `charge_card`.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ChargeArgs {
+    /// Amount in minor units (cents).
+    pub amount_cents: u64,
+    /// ISO 4217 currency code.
+    pub currency: String,
+    /// The card token from the checkout page.
+    pub card_token: String,
+    /// A note on the statement.
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+/// The arguments of `refund`.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RefundArgs {
+    /// The charge to refund.
+    pub charge_id: String,
+}
+
+/// Why a charge failed, and what that means for a repeat.
+#[derive(Debug, thiserror::Error, Serialize, Deserialize)]
+pub enum ChargeError {
+    /// The card was declined: final, replayed to repeats.
+    #[error("the card was declined: {0}")]
+    Declined(String),
+    /// The processor could not be reached before it acted: safe to run again.
+    #[error("the payment processor is unavailable; nothing was charged")]
+    Unavailable,
+}
+
+impl Classify for ChargeError {
+    fn disposition(&self) -> Disposition {
+        match self {
+            ChargeError::Declined(_) => Disposition::Definitive,
+            ChargeError::Unavailable => Disposition::Retryable,
+        }
+    }
+}
+
+/// The payments MCP server.
+#[derive(Clone)]
+pub struct Payments {
+    engine: Idempotency,
+    identity: Identity,
+    /// The stub processor (shared, so tests can count its charges).
+    pub processor: Arc<Processor>,
+    tool_router: ToolRouter<Self>,
+}
+
+impl Payments {
+    /// A server on `engine`, charging through `processor`.
+    pub fn new(engine: Idempotency, identity: Identity, processor: Arc<Processor>) -> Self {
+        Payments {
+            engine,
+            identity,
+            processor,
+            tool_router: Self::tool_router() + status_router::<Self>(),
+        }
+    }
+}
+
+impl IdempotentServer for Payments {
+    fn idempotency(&self) -> &Idempotency {
+        &self.engine
+    }
+    fn caller(&self, request: &RequestContext<RoleServer>) -> Result<Caller, Error> {
+        self.identity.resolve(request)
+    }
+}
+
+#[idempotent_tools]
+#[tool_router]
+impl Payments {
+    /// Charge a card. Safe to repeat: a repeat within 15 minutes returns the first receipt.
+    #[idempotent(window = "15m")]
+    #[tool(description = "Charge a card. Repeating the same call within 15 minutes returns the first receipt instead of charging again.")]
+    async fn charge_card(&self, Parameters(args): Parameters<ChargeArgs>) -> Result<Receipt, ChargeError> {
+        if args.card_token.starts_with("tok_declined") {
+            return Err(ChargeError::Declined("insufficient funds".into()));
+        }
+        let reference = Call::current()
+            .map(|c| c.reference().to_string())
+            .ok_or(ChargeError::Unavailable)?;
+        Ok(self.processor.charge(&reference, args.amount_cents, &args.currency).await)
+    }
+
+    /// Refund a charge (not wrapped: no idempotent hint).
+    #[tool(description = "Refund a charge by its id.")]
+    async fn refund(&self, Parameters(args): Parameters<RefundArgs>) -> String {
+        format!("refund of {} requested", args.charge_id)
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Payments {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+}

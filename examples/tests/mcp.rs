@@ -1,0 +1,235 @@
+//! The example servers through real MCP clients: in-process (duplex), a child process over stdio,
+//! and streamable HTTP with two bearer identities.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idempotency::mcp::{Identity, META_REF, META_REPLAYED, META_STATUS};
+use idempotency::{Caller, Idempotency, MemoryStore};
+use idempotency_examples::carrier::Carrier;
+use idempotency_examples::charge::Payments;
+use idempotency_examples::processor::Processor;
+use idempotency_examples::shipment::Shipping;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::{RoleClient, ServerHandler, ServiceExt};
+use serde_json::{json, Value};
+
+type Client = RunningService<RoleClient, ()>;
+
+async fn connect<S: ServerHandler + Send + Sync + 'static>(server: S) -> Client {
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        if let Ok(s) = server.serve(server_io).await {
+            let _ = s.waiting().await;
+        }
+    });
+    ().serve(client_io).await.expect("client connects")
+}
+
+async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
+    let args = args.as_object().cloned().unwrap_or_default();
+    client
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
+        .await
+        .expect("call_tool")
+}
+
+fn meta_str(r: &CallToolResult, key: &str) -> Option<String> {
+    r.meta.as_ref()?.0.get(key)?.as_str().map(str::to_owned)
+}
+
+fn replayed(r: &CallToolResult) -> bool {
+    r.meta.as_ref().and_then(|m| m.0.get(META_REPLAYED)).and_then(Value::as_bool) == Some(true)
+}
+
+fn text(r: &CallToolResult) -> String {
+    r.content.iter().filter_map(|c| c.as_text().map(|t| t.text.clone())).collect::<Vec<_>>().join(" ")
+}
+
+fn payments(engine: &Idempotency, caller: Caller, processor: &Arc<Processor>) -> Payments {
+    Payments::new(engine.clone(), Identity::stdio(caller), processor.clone())
+}
+
+fn charge_args() -> Value {
+    json!({"amount_cents": 4200, "currency": "EUR", "card_token": "tok_visa"})
+}
+
+#[tokio::test]
+async fn tools_list_shows_the_hint_exactly_on_wrapped_tools() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let client = connect(payments(&engine, Caller::new("acme", "alice"), &Arc::new(Processor::default()))).await;
+    let tools = client.list_all_tools().await.unwrap();
+    let mut seen = Vec::new();
+    for t in &tools {
+        let hint = t.annotations.as_ref().and_then(|a| a.idempotent_hint);
+        seen.push((t.name.to_string(), hint));
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            ("charge_card".to_string(), Some(true)),
+            ("idempotency_status".to_string(), None),
+            ("refund".to_string(), None),
+        ]
+    );
+    let status = tools.iter().find(|t| t.name == "idempotency_status").unwrap();
+    assert_eq!(status.annotations.as_ref().and_then(|a| a.read_only_hint), Some(true));
+}
+
+#[tokio::test]
+async fn concurrent_repeat_is_in_flight_and_the_processor_charges_once() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let processor = Arc::new(Processor::new(Duration::from_millis(500)));
+    let client = Arc::new(connect(payments(&engine, Caller::new("acme", "alice"), &processor)).await);
+    let c2 = client.clone();
+    let first = tokio::spawn(async move { call(&c2, "charge_card", charge_args()).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = call(&client, "charge_card", charge_args()).await;
+    let first = first.await.unwrap();
+    assert_eq!(first.is_error, Some(false), "{}", text(&first));
+    assert_eq!(second.is_error, Some(true));
+    assert_eq!(meta_str(&second, META_STATUS).as_deref(), Some("in_flight"));
+    let r = meta_str(&first, META_REF).unwrap();
+    assert!(text(&second).contains(&r), "the in-flight answer names the ref: {}", text(&second));
+    assert!(text(&second).contains("idempotency_status"));
+    assert_eq!(processor.charges(), 1);
+}
+
+#[tokio::test]
+async fn sequential_repeat_has_the_same_content_and_the_status_tool_is_tenant_scoped() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let processor = Arc::new(Processor::default());
+    let alice = connect(payments(&engine, Caller::new("acme", "alice"), &processor)).await;
+    let first = call(&alice, "charge_card", charge_args()).await;
+    // Same arguments, other key order and an explicit default: the same call.
+    let again = call(&alice, "charge_card", json!({"card_token": "tok_visa", "description": null, "currency": "EUR", "amount_cents": 4200})).await;
+    assert_eq!(first.content, again.content);
+    assert_eq!(first.structured_content, again.structured_content);
+    assert!(!replayed(&first) && replayed(&again));
+    assert_eq!(processor.charges(), 1);
+
+    let r = meta_str(&first, META_REF).unwrap();
+    let status = call(&alice, "idempotency_status", json!({"ref": r})).await;
+    let s = status.structured_content.clone().unwrap();
+    assert_eq!(s["state"], "completed", "{s}");
+    assert_eq!(s["answer"], first.structured_content.clone().unwrap());
+
+    let bob = connect(payments(&engine, Caller::new("globex", "bob"), &processor)).await;
+    let foreign = call(&bob, "idempotency_status", json!({"ref": r})).await;
+    assert_eq!(foreign.structured_content.unwrap()["state"], "not_found");
+    // The other tenant's identical call is its own operation.
+    let theirs = call(&bob, "charge_card", charge_args()).await;
+    assert!(!replayed(&theirs));
+    assert_eq!(processor.charges(), 2);
+}
+
+#[tokio::test]
+async fn a_declined_card_is_replayed_not_recharged() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let processor = Arc::new(Processor::default());
+    let client = connect(payments(&engine, Caller::new("acme", "alice"), &processor)).await;
+    let args = json!({"amount_cents": 1, "currency": "EUR", "card_token": "tok_declined"});
+    let a = call(&client, "charge_card", args.clone()).await;
+    let b = call(&client, "charge_card", args).await;
+    assert_eq!(a.is_error, Some(true));
+    assert_eq!(a.content, b.content);
+    assert!(replayed(&b));
+}
+
+#[tokio::test]
+async fn create_shipment_same_order_other_address_is_a_mismatch() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let carrier = Arc::new(Carrier::default());
+    let client = connect(Shipping::new(engine, Identity::stdio(Caller::new("acme", "alice")), carrier.clone())).await;
+    let a = call(&client, "create_shipment", json!({"order_id": "o-77", "address": "1 Main St"})).await;
+    let b = call(&client, "create_shipment", json!({"order_id": "o-77", "address": "1 Main St", "weight_grams": 1000})).await;
+    assert_eq!(a.content, b.content, "defaulted weight is the same call");
+    let tracking = a.structured_content.clone().unwrap()["tracking_number"].clone();
+    assert_eq!(b.structured_content.unwrap()["tracking_number"], tracking);
+    let c = call(&client, "create_shipment", json!({"order_id": "o-77", "address": "9 Elm St"})).await;
+    assert_eq!(c.is_error, Some(true));
+    assert_eq!(meta_str(&c, META_STATUS).as_deref(), Some("payload_mismatch"));
+    assert!(text(&c).contains(&meta_str(&a, META_REF).unwrap()));
+    assert_eq!(carrier.labels(), 1);
+}
+
+fn temp_db(name: &str) -> std::path::PathBuf {
+    let p = std::env::temp_dir().join(format!("idem-ex-{name}-{}.db", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+#[tokio::test]
+async fn a_child_process_stdio_server_replays_across_a_restart() {
+    let db = temp_db("stdio");
+    let spawn = || {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_charge_card"));
+        cmd.env("IDEMPOTENCY_SQLITE", &db).env_remove("DATABASE_URL");
+        rmcp::transport::TokioChildProcess::new(cmd).expect("spawn charge_card")
+    };
+    let client = ().serve(spawn()).await.unwrap();
+    let tools = client.list_all_tools().await.unwrap();
+    let wrapped: Vec<_> = tools
+        .iter()
+        .filter(|t| t.annotations.as_ref().and_then(|a| a.idempotent_hint) == Some(true))
+        .map(|t| t.name.to_string())
+        .collect();
+    assert_eq!(wrapped, vec!["charge_card"]);
+    let first = call(&client, "charge_card", charge_args()).await;
+    let second = call(&client, "charge_card", charge_args()).await;
+    assert_eq!(first.content, second.content);
+    assert!(replayed(&second));
+    client.cancel().await.unwrap();
+
+    // A new server process on the same SQLite file still recognises the repeat.
+    let client = ().serve(spawn()).await.unwrap();
+    let third = call(&client, "charge_card", charge_args()).await;
+    assert!(replayed(&third), "the SQLite record survived the restart");
+    assert_eq!(first.content, third.content);
+    client.cancel().await.unwrap();
+    let _ = std::fs::remove_file(&db);
+}
+
+#[tokio::test]
+async fn over_http_two_bearer_identities_are_isolated() {
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::transport::StreamableHttpClientTransport;
+    let db = temp_db("http");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_charge_card"))
+        .args(["--http", &format!("127.0.0.1:{port}")])
+        .env("IDEMPOTENCY_SQLITE", &db)
+        .env_remove("DATABASE_URL")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let client_for = |token: &str| {
+        let cfg = StreamableHttpClientTransportConfig::with_uri(url.clone()).auth_header(token.to_owned());
+        ().serve(StreamableHttpClientTransport::from_config(cfg))
+    };
+    let acme = client_for("acme-token").await.unwrap();
+    let globex = client_for("globex-token").await.unwrap();
+    let a1 = call(&acme, "charge_card", charge_args()).await;
+    let a2 = call(&acme, "charge_card", charge_args()).await;
+    assert!(replayed(&a2));
+    assert_eq!(a1.content, a2.content);
+    let r = meta_str(&a1, META_REF).unwrap();
+    let mine = call(&acme, "idempotency_status", json!({"ref": r})).await;
+    assert_eq!(mine.structured_content.unwrap()["state"], "completed");
+    let theirs = call(&globex, "idempotency_status", json!({"ref": r})).await;
+    assert_eq!(theirs.structured_content.unwrap()["state"], "not_found");
+    let g1 = call(&globex, "charge_card", charge_args()).await;
+    assert!(!replayed(&g1), "another tenant's identical call is its own charge");
+    assert_ne!(g1.structured_content.unwrap()["charge_id"], a1.structured_content.unwrap()["charge_id"]);
+    let _ = child.kill().await;
+    let _ = std::fs::remove_file(&db);
+}

@@ -1,0 +1,675 @@
+//! Faults: the states where a record exists and the outcome does not. Every test counts the side
+//! effect at the far side (a processor table in the database, or an atomic counter).
+//!
+//! Postgres cases read `DATABASE_URL` and print that they were skipped without it.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idempotency::reconcile::{Dispatcher, Reconciler};
+use idempotency::store::{postgres::PostgresStore, sqlite::SqliteStore, Store};
+use idempotency::{
+    Caller, Classify, Clock, Disposition, Error, ErrorPolicy, Failure, Idempotency, ManualClock,
+    MemoryStore, Outcome, Prepared, RecordState, Settlement, StoredResponse, SystemClock,
+    Timestamp, ToolSpec, UnknownReason,
+};
+use idempotency_tests::proxy::Proxy;
+use serde::{Deserialize, Serialize};
+
+const WINDOW: Duration = Duration::from_secs(900);
+
+fn spec() -> ToolSpec {
+    ToolSpec::__wrapped("charge_card", WINDOW, None)
+}
+
+fn caller() -> Caller {
+    Caller::new("acme", "alice")
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct Receipt {
+    charge_id: i64,
+    reference: String,
+}
+
+#[derive(Debug, thiserror::Error, Serialize, Deserialize)]
+enum ChargeError {
+    #[error("processor down")]
+    Down,
+    #[error("{0}")]
+    Wrapper(String),
+}
+
+impl From<Error> for ChargeError {
+    fn from(e: Error) -> Self {
+        ChargeError::Wrapper(e.to_string())
+    }
+}
+
+impl Classify for ChargeError {
+    fn disposition(&self) -> Disposition {
+        match self {
+            ChargeError::Down => Disposition::Retryable,
+            ChargeError::Wrapper(_) => Disposition::Unknown,
+        }
+    }
+}
+
+fn current_ref() -> String {
+    idempotency::Call::current().map(|c| c.reference().to_string()).unwrap_or_default()
+}
+
+fn temp_path(name: &str) -> std::path::PathBuf {
+    let p = std::env::temp_dir().join(format!("idem-faults-{name}-{}-{}.db", std::process::id(), nanos()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+fn nanos() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+}
+
+fn database_url() -> Option<String> {
+    match std::env::var("DATABASE_URL") {
+        Ok(u) if !u.is_empty() => Some(u),
+        _ => {
+            println!("skipped: DATABASE_URL not set");
+            None
+        }
+    }
+}
+
+/// A fresh schema on the test database; returns a URL whose connections use it.
+async fn pg_schema(url: &str, label: &str) -> (String, String) {
+    let schema = format!("idem_fault_{label}_{}", nanos() % 1_000_000_000);
+    let pool = sqlx::PgPool::connect(url).await.expect("connect to DATABASE_URL");
+    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&pool).await.expect("create schema");
+    pool.close().await;
+    let sep = if url.contains('?') { '&' } else { '?' };
+    (format!("{url}{sep}options=-c%20search_path%3D{schema}"), schema)
+}
+
+async fn pg_drop(url: &str, schema: &str) {
+    if let Ok(pool) = sqlx::PgPool::connect(url).await {
+        let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&pool).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// kill -9 between claim and complete
+
+/// The processor's own record, in the same database as the store: `charges(reference, id)`.
+enum Db {
+    Sqlite(sqlx::SqlitePool),
+    Pg(sqlx::PgPool),
+}
+
+impl Db {
+    async fn open(target: &str) -> Db {
+        if let Some(path) = target.strip_prefix("sqlite:") {
+            let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(path).create_if_missing(true)
+                .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+                .busy_timeout(Duration::from_secs(5));
+            let pool = sqlx::SqlitePool::connect_with(opts).await.expect("sqlite");
+            sqlx::query("CREATE TABLE IF NOT EXISTS charges (reference TEXT PRIMARY KEY, id INTEGER NOT NULL)").execute(&pool).await.expect("ddl");
+            Db::Sqlite(pool)
+        } else {
+            let pool = sqlx::PgPool::connect(target).await.expect("pg");
+            sqlx::query("CREATE TABLE IF NOT EXISTS charges (reference TEXT PRIMARY KEY, id BIGINT NOT NULL)").execute(&pool).await.expect("ddl");
+            Db::Pg(pool)
+        }
+    }
+
+    async fn store(target: &str) -> Arc<dyn Store> {
+        if let Some(path) = target.strip_prefix("sqlite:") {
+            Arc::new(SqliteStore::open(path).await.expect("open sqlite store"))
+        } else {
+            Arc::new(PostgresStore::connect(target).await.expect("open pg store"))
+        }
+    }
+
+    async fn charge(&self, reference: &str) -> i64 {
+        let sql = "INSERT INTO charges (reference, id) VALUES ($1, 1000 + (SELECT COUNT(*) FROM charges))";
+        match self {
+            Db::Sqlite(p) => sqlx::query(sql).bind(reference).execute(p).await.map(|_| ()),
+            Db::Pg(p) => sqlx::query(sql).bind(reference).execute(p).await.map(|_| ()),
+        }
+        .expect("processor insert");
+        self.find(reference).await.unwrap_or(-1)
+    }
+
+    async fn find(&self, reference: &str) -> Option<i64> {
+        let sql = "SELECT id FROM charges WHERE reference = $1";
+        match self {
+            Db::Sqlite(p) => sqlx::query_scalar(sql).bind(reference).fetch_optional(p).await.ok().flatten(),
+            Db::Pg(p) => sqlx::query_scalar(sql).bind(reference).fetch_optional(p).await.ok().flatten(),
+        }
+    }
+
+    async fn count(&self) -> i64 {
+        let sql = "SELECT COUNT(*) FROM charges";
+        match self {
+            Db::Sqlite(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap_or(-1),
+            Db::Pg(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap_or(-1),
+        }
+    }
+}
+
+const WORKER_ENV: &str = "IDEM_KILL9_TARGET";
+const LEASE: Duration = Duration::from_secs(2);
+
+/// Not a test on its own: the child process of the kill -9 tests (does nothing unless the
+/// environment names a target).
+#[tokio::test]
+async fn kill9_worker() {
+    let Ok(target) = std::env::var(WORKER_ENV) else { return };
+    let db = Db::open(&target).await;
+    let engine = Idempotency::from_arc(Db::store(&target).await).with_lease(LEASE);
+    let prepared = Prepared::call(&caller(), "charge_card", &4200u64).expect("key");
+    let _: Outcome<Receipt, ChargeError> = engine
+        .execute(&spec(), &caller(), prepared, ErrorPolicy::classified(), async move {
+            let reference = current_ref();
+            let id = db.charge(&reference).await;
+            println!("CHARGED {reference}");
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            tokio::time::sleep(Duration::from_secs(3600)).await; // killed here
+            Ok(Receipt { charge_id: id, reference })
+        })
+        .await;
+}
+
+async fn kill9_scenario(target: String) {
+    use tokio::io::AsyncBufReadExt;
+    let db = Db::open(&target).await;
+    let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", "kill9_worker", "--nocapture", "--test-threads=1"])
+        .env(WORKER_ENV, &target)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn worker");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let reference = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(r) = line.strip_prefix("CHARGED ") {
+                return r.to_owned();
+            }
+        }
+        String::new()
+    })
+    .await
+    .expect("the worker charged in time");
+    assert!(!reference.is_empty());
+    child.start_kill().expect("SIGKILL"); // tokio's kill is SIGKILL on Unix
+    let status = child.wait().await.expect("reap");
+    assert!(!status.success(), "the worker was killed");
+    assert_eq!(db.count().await, 1);
+
+    // The repeat, with the worker dead and its lease still running: in flight, not re-run.
+    let store = Db::store(&target).await;
+    let clock = ManualClock::new(SystemClock.now());
+    let engine = Idempotency::from_arc(store.clone()).with_clock(clock.clone()).with_lease(LEASE);
+    let repeat = || {
+        let engine = engine.clone();
+        let prepared = Prepared::call(&caller(), "charge_card", &4200u64).expect("key");
+        async move {
+            engine
+                .execute_raw(&spec(), &caller(), prepared, ErrorPolicy::<ChargeError>::classified(), async {
+                    panic!("the repeat must not run the side effect")
+                })
+                .await
+        }
+    };
+    let r = repeat().await;
+    match &r.result {
+        Err(Failure::Wrapper(e @ Error::InFlight { .. })) => assert!(e.to_string().contains(&reference)),
+        other => panic!("expected in flight, got {other:?}"),
+    }
+    let parsed: idempotency::Reference = reference.parse().expect("ref");
+    let st = engine.status(&caller(), parsed).await.expect("status").expect("found");
+    assert_eq!(st.state, RecordState::InFlight);
+
+    // Before the lease passes the reconciler leaves it alone; after, it asks the processor.
+    let asked = Arc::new(AtomicUsize::new(0));
+    let make_reconciler = |engine: &Idempotency| {
+        let asked = asked.clone();
+        let target = target.clone();
+        Reconciler::new(
+            engine,
+            move |claim: idempotency::Unsettled| {
+                let asked = asked.clone();
+                let target = target.clone();
+                async move {
+                    asked.fetch_add(1, Ordering::SeqCst);
+                    let db = Db::open(&target).await;
+                    let reference = claim.reference.to_string();
+                    Ok(match db.find(&reference).await {
+                        Some(id) => Settlement::Completed(StoredResponse {
+                            ok: true,
+                            body: serde_json::to_string(&Receipt { charge_id: id, reference }).map_err(|e| e.to_string())?,
+                        }),
+                        None => Settlement::Released,
+                    })
+                }
+            },
+            WINDOW,
+        )
+    };
+    let report = make_reconciler(&engine).run_once().await.expect("round");
+    assert_eq!(report.examined, 0, "a live lease is not reconciled");
+    clock.advance(LEASE + Duration::from_secs(1));
+    let report = make_reconciler(&engine).run_once().await.expect("round");
+    assert_eq!((report.examined, report.completed), (1, 1), "{report:?}");
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+
+    let r = repeat().await;
+    assert!(r.replayed);
+    let Ok(receipt) = r.result else { panic!("expected the settled receipt") };
+    assert_eq!(receipt.reference, reference);
+    assert_eq!(db.count().await, 1, "exactly one charge throughout");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_between_claim_and_complete_sqlite() {
+    let path = temp_path("kill9");
+    kill9_scenario(format!("sqlite:{}", path.display())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_between_claim_and_complete_postgres() {
+    let Some(url) = database_url() else { return };
+    let (scoped, schema) = pg_schema(&url, "kill9").await;
+    kill9_scenario(scoped).await;
+    pg_drop(&url, &schema).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Store outage: fail closed, recover without a restart; a failed completion is "unknown".
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_outage_fails_closed_and_recovers() {
+    let Some(url) = database_url() else { return };
+    let (_, schema) = pg_schema(&url, "outage").await;
+    let proxy = Proxy::start("127.0.0.1:5432".parse().expect("addr")).await.expect("proxy");
+    let mut opts: sqlx::postgres::PgConnectOptions = url.parse().expect("DATABASE_URL parses");
+    opts = opts.host("127.0.0.1").port(proxy.addr().port()).options([("search_path", schema.as_str())]);
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect_with(opts)
+        .await
+        .expect("pool through the proxy");
+    let store = PostgresStore::from_pool(pool).await.expect("store");
+    let engine = Idempotency::new(store);
+    let charges = Arc::new(AtomicUsize::new(0));
+    let cut_in_body = Arc::new(Mutex::new(None::<Arc<Proxy>>));
+    let proxy = Arc::new(proxy);
+    let call = |amount: u64| {
+        let (engine, charges, cut) = (engine.clone(), charges.clone(), cut_in_body.clone());
+        async move {
+            let prepared = Prepared::call(&caller(), "charge_card", &amount).expect("key");
+            engine
+                .execute_raw(&spec(), &caller(), prepared, ErrorPolicy::<ChargeError>::classified(), async move {
+                    charges.fetch_add(1, Ordering::SeqCst);
+                    if let Some(p) = cut.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                        p.cut(); // the database goes away after the side effect
+                    }
+                    Ok(Receipt { charge_id: amount as i64, reference: current_ref() })
+                })
+                .await
+        }
+    };
+    assert!(call(1).await.result.is_ok());
+    proxy.cut();
+    for amount in 2..5 {
+        match call(amount).await.result {
+            Err(Failure::Wrapper(e @ Error::StoreUnavailable { .. })) => {
+                assert!(e.nothing_done());
+                assert!(e.to_string().contains("nothing was done"), "{e}");
+            }
+            other => panic!("expected a fail-closed answer, got {other:?}"),
+        }
+    }
+    assert_eq!(charges.load(Ordering::SeqCst), 1, "no side effect ran without a claim");
+    proxy.restore();
+    let mut recovered = false;
+    for _ in 0..20 {
+        if call(5).await.result.is_ok() {
+            recovered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(recovered, "calls succeed again when the database returns, same engine, same pool");
+    assert_eq!(charges.load(Ordering::SeqCst), 2);
+
+    // The database disappears after the side effect ran: the answer is "outcome unknown" with the ref.
+    *cut_in_body.lock().unwrap_or_else(|e| e.into_inner()) = Some(proxy.clone());
+    let r = call(6).await;
+    match &r.result {
+        Err(Failure::Wrapper(e @ Error::OutcomeUnknown { reason: UnknownReason::NotRecorded(_), .. })) => {
+            assert!(!e.nothing_done());
+            assert!(e.to_string().contains(&r.reference.expect("ref").to_string()));
+        }
+        other => panic!("expected outcome unknown, got {other:?}"),
+    }
+    proxy.restore();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut answered = None;
+    for _ in 0..20 {
+        match call(6).await.result {
+            Err(Failure::Wrapper(Error::StoreUnavailable { .. })) => tokio::time::sleep(Duration::from_millis(200)).await,
+            other => {
+                answered = Some(other);
+                break;
+            }
+        }
+    }
+    match answered {
+        Some(Err(Failure::Wrapper(Error::InFlight { .. } | Error::OutcomeUnknown { .. }))) => {}
+        other => panic!("the repeat must be told in flight / unknown, got {other:?}"),
+    }
+    assert_eq!(charges.load(Ordering::SeqCst), 3, "the repeat did not run the side effect again");
+    pg_drop(&url, &schema).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Follow-on work: the receipt email is written with the completion and sent exactly once.
+
+#[tokio::test]
+async fn outbox_survives_a_crash_and_a_replay_sends_nothing_more() {
+    let path = temp_path("outbox");
+    let charges = Arc::new(AtomicUsize::new(0));
+    let go = |engine: Idempotency| {
+        let charges = charges.clone();
+        async move {
+            let prepared = Prepared::call(&caller(), "charge_card", &77u64).expect("key");
+            engine
+                .execute(&spec(), &caller(), prepared, ErrorPolicy::<ChargeError>::classified(), async move {
+                    charges.fetch_add(1, Ordering::SeqCst);
+                    let call = idempotency::Call::current().expect("in body");
+                    call.enqueue("receipt_email", &serde_json::json!({"to": "alice@example.com"}))?;
+                    Ok(Receipt { charge_id: 1, reference: call.reference().to_string() })
+                })
+                .await
+        }
+    };
+    {
+        let engine = Idempotency::new(SqliteStore::open(&path).await.expect("open"));
+        go(engine).await.result.expect("charged");
+        // the process "crashes" here: charged, email not sent yet
+    }
+    let engine = Idempotency::new(SqliteStore::open(&path).await.expect("reopen"));
+    assert!(go(engine.clone()).await.replayed, "the replay does not enqueue another email");
+
+    // The mail service dedupes by reference; the first delivery is sent but its ack is lost.
+    let sent: Arc<Mutex<Vec<String>>> = Arc::default();
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let deliver = {
+        let (sent, attempts) = (sent.clone(), attempts.clone());
+        move |m: idempotency::OutboxEntry| {
+            let (sent, attempts) = (sent.clone(), attempts.clone());
+            async move {
+                let n = attempts.fetch_add(1, Ordering::SeqCst);
+                let mut s = sent.lock().unwrap_or_else(|e| e.into_inner());
+                let r = m.reference.to_string();
+                if !s.contains(&r) {
+                    s.push(r);
+                }
+                if n == 0 {
+                    Err("connection reset before the ack".to_string())
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    };
+    let dispatcher = Dispatcher::new(&engine, deliver).redeliver_after(Duration::ZERO);
+    assert_eq!(dispatcher.run_once().await.expect("round 1"), 0);
+    assert_eq!(dispatcher.run_once().await.expect("round 2"), 1);
+    assert_eq!(dispatcher.run_once().await.expect("round 3"), 0, "acknowledged: nothing left");
+    assert_eq!(attempts.load(Ordering::SeqCst), 2, "delivered at least once (twice here)");
+    assert_eq!(sent.lock().unwrap_or_else(|e| e.into_inner()).len(), 1, "one email per reference");
+    assert_eq!(charges.load(Ordering::SeqCst), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Expired claims under contention; exact lease edges; panics before the side effect.
+
+async fn contention_after_release(store: Arc<dyn Store>) {
+    let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
+    let engine = Idempotency::from_arc(store).with_clock(clock.clone()).with_lease(Duration::from_secs(30));
+    let key = Prepared::call(&caller(), "charge_card", &9u64).expect("key");
+    // A worker claims and dies (no completion).
+    let req = idempotency::ClaimRequest {
+        key: key.key,
+        tenant: "acme",
+        tool: "charge_card",
+        fingerprint: None,
+        now: clock.now(),
+        lease_expires_at: clock.now() + Duration::from_secs(30),
+    };
+    assert!(matches!(engine.store().claim(&req).await.expect("claim"), idempotency::Claim::New { .. }));
+    let released = || Reconciler::new(&engine, |_c: idempotency::Unsettled| async { Ok(Settlement::Released) }, WINDOW);
+    clock.advance(Duration::from_secs(29));
+    assert_eq!(released().run_once().await.expect("round").examined, 0, "lease − 1 s: still live");
+    clock.advance(Duration::from_secs(1));
+    let at = engine.store().unsettled(clock.now(), 10).await.expect("unsettled");
+    assert_eq!(at.len(), 1, "at the lease's end it is due");
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(released().run_once().await.expect("round").released, 1);
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    let barrier = Arc::new(tokio::sync::Barrier::new(32));
+    let tasks: Vec<_> = (0..32)
+        .map(|_| {
+            let (engine, runs, barrier) = (engine.clone(), runs.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let prepared = Prepared::call(&caller(), "charge_card", &9u64).expect("key");
+                engine
+                    .execute_raw(&spec(), &caller(), prepared, ErrorPolicy::<ChargeError>::classified(), async move {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        Ok(Receipt { charge_id: 9, reference: current_ref() })
+                    })
+                    .await
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for t in tasks {
+        match t.await.expect("join").result {
+            Ok(_) => ok += 1,
+            Err(Failure::Wrapper(Error::InFlight { .. })) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "exactly one of 32 takes the released claim over");
+    assert!(ok >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_claim_is_taken_over_by_exactly_one_of_32_memory() {
+    contention_after_release(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_claim_is_taken_over_by_exactly_one_of_32_sqlite() {
+    let path = temp_path("contention");
+    contention_after_release(Arc::new(SqliteStore::open(&path).await.expect("open"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_claim_is_taken_over_by_exactly_one_of_32_postgres() {
+    let Some(url) = database_url() else { return };
+    let (scoped, schema) = pg_schema(&url, "contention").await;
+    contention_after_release(Arc::new(PostgresStore::connect(&scoped).await.expect("store"))).await;
+    pg_drop(&url, &schema).await;
+}
+
+#[tokio::test]
+async fn a_panic_before_the_side_effect_is_unknown_until_reconciled_then_runs_once() {
+    let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
+    let engine = Idempotency::new(MemoryStore::new()).with_clock(clock.clone());
+    let charges = Arc::new(AtomicUsize::new(0));
+    let run = |fail: bool| {
+        let (engine, charges) = (engine.clone(), charges.clone());
+        tokio::spawn(async move {
+            let prepared = Prepared::call(&caller(), "charge_card", &5u64).expect("key");
+            engine
+                .execute_raw(&spec(), &caller(), prepared, ErrorPolicy::<ChargeError>::classified(), async move {
+                    if fail {
+                        panic!("bug before the processor call");
+                    }
+                    charges.fetch_add(1, Ordering::SeqCst);
+                    Ok(Receipt { charge_id: 5, reference: current_ref() })
+                })
+                .await
+        })
+    };
+    assert!(run(true).await.expect_err("panics").is_panic());
+    let r = run(false).await.expect("no panic");
+    assert!(matches!(r.result, Err(Failure::Wrapper(Error::OutcomeUnknown { .. }))), "never silently re-runnable");
+    assert_eq!(charges.load(Ordering::SeqCst), 0);
+    // The processor has no record of the ref: the reconciler releases it; the next call runs once.
+    let report = Reconciler::new(&engine, |_c: idempotency::Unsettled| async { Ok(Settlement::Released) }, WINDOW)
+        .run_once()
+        .await
+        .expect("round");
+    assert_eq!(report.released, 1);
+    assert!(run(false).await.expect("runs").result.is_ok());
+    assert!(run(false).await.expect("replays").replayed);
+    assert_eq!(charges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_late_completion_after_settlement_is_rejected() {
+    let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
+    let engine = Idempotency::new(MemoryStore::new()).with_clock(clock.clone()).with_lease(Duration::from_secs(1));
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let g2 = gate.clone();
+    let e2 = engine.clone();
+    let slow = tokio::spawn(async move {
+        let prepared = Prepared::call(&caller(), "charge_card", &8u64).expect("key");
+        e2.execute(&spec(), &caller(), prepared, ErrorPolicy::<ChargeError>::classified(), async move {
+            g2.notified().await;
+            Ok(Receipt { charge_id: 111, reference: current_ref() })
+        })
+        .await
+    });
+    while engine.store().unsettled(clock.now() + Duration::from_secs(3600), 1).await.expect("u").is_empty() {
+        tokio::task::yield_now().await;
+    }
+    clock.advance(Duration::from_secs(5));
+    let settled = StoredResponse { ok: true, body: serde_json::to_string(&Receipt { charge_id: 222, reference: String::new() }).expect("json") };
+    let report = Reconciler::new(&engine, move |_c: idempotency::Unsettled| {
+        let s = settled.clone();
+        async move { Ok(Settlement::Completed(s)) }
+    }, WINDOW)
+    .run_once()
+    .await
+    .expect("round");
+    assert_eq!(report.completed, 1);
+    gate.notify_one();
+    slow.await.expect("join").result.expect("the worker's own answer");
+    // The record keeps the reconciler's answer: the fencing token rejected the late write.
+    let prepared = Prepared::call(&caller(), "charge_card", &8u64).expect("key");
+    let r: Outcome<Receipt, ChargeError> = engine
+        .execute(&spec(), &caller(), prepared, ErrorPolicy::classified(), async { panic!("must replay") })
+        .await;
+    assert_eq!(r.result.expect("replay").charge_id, 222);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input: a clear error or a correct key, never a panic, and never a side effect.
+
+#[tokio::test]
+async fn bad_input_is_refused_before_anything_runs() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let ran = Arc::new(AtomicUsize::new(0));
+    async fn attempt<A: Serialize>(engine: &Idempotency, who: &Caller, args: &A, ran: &Arc<AtomicUsize>) -> Result<(), Error> {
+        let prepared = Prepared::call(who, "charge_card", args)?;
+        let ran = ran.clone();
+        let out: Outcome<u8, ChargeError> = engine
+            .execute(&spec(), who, prepared, ErrorPolicy::classified(), async move {
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok(1)
+            })
+            .await;
+        out.result.map(|_| ()).map_err(|e| Error::InvalidCaller { reason: e.to_string() })
+    }
+    // 1 MB of arguments: keyed fine.
+    let huge = "x".repeat(1 << 20);
+    attempt(&engine, &caller(), &serde_json::json!({"memo": huge}), &ran).await.expect("1 MB keys fine");
+    // NaN (typed: serde_json's json! would already have turned it into null): a clear error.
+    #[derive(Serialize)]
+    struct Amount {
+        amount: f64,
+    }
+    let e = attempt(&engine, &caller(), &Amount { amount: f64::NAN }, &ran).await.expect_err("NaN refused");
+    assert!(e.to_string().contains("charge_card"), "{e}");
+    // Deep nesting: refused, no stack overflow.
+    let mut deep = serde_json::Value::Null;
+    for _ in 0..5_000 {
+        deep = serde_json::Value::Array(vec![deep]);
+    }
+    let handle = std::thread::Builder::new().stack_size(64 << 20).spawn(move || {
+        let r = Prepared::call(&caller(), "charge_card", &deep).map(|_| ());
+        std::mem::forget(deep); // serde_json's recursive Drop is not what is under test
+        r
+    });
+    let r = handle.expect("thread").join().expect("no panic");
+    assert!(r.is_err(), "deep nesting is a clear error");
+    // An empty tenant: refused.
+    let e = attempt(&engine, &Caller::new("", "alice"), &1u8, &ran).await.expect_err("empty tenant");
+    assert!(e.to_string().contains("tenant"), "{e}");
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "only the valid call ran");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Observability: events carry the ref and the tool, never the raw arguments.
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn tracing_names_ref_and_tool_but_not_arguments() {
+    let buf = Captured::default();
+    let b2 = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || b2.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let engine = Idempotency::new(MemoryStore::new());
+    let secret = serde_json::json!({"card_token": "tok_SECRET_4242", "amount": 5});
+    let mut reference = None;
+    for _ in 0..2 {
+        let prepared = Prepared::call(&caller(), "charge_card", &secret).expect("key");
+        let out: Outcome<u8, ChargeError> = engine
+            .execute(&spec(), &caller(), prepared, ErrorPolicy::classified(), async { Ok(1) })
+            .await;
+        reference = out.reference;
+    }
+    let log = String::from_utf8_lossy(&buf.0.lock().unwrap_or_else(|e| e.into_inner())).to_string();
+    let r = reference.expect("ref").to_string();
+    for needle in ["idempotency claim", "idempotency complete", "idempotency replay", "charge_card", r.as_str()] {
+        assert!(log.contains(needle), "missing {needle:?} in:\n{log}");
+    }
+    assert!(!log.contains("tok_SECRET_4242"), "raw arguments leaked into the logs:\n{log}");
+}
