@@ -4,6 +4,7 @@ pub use crate::engine::{Failure, Idempotency, IdempotencyContext, Prepared, Tool
 pub use crate::error::Error;
 pub use crate::key::Caller;
 pub use crate::outcome::{Classify, ErrorPolicy, Outcome};
+pub use core::option::Option;
 pub use core::result::Result;
 pub use core::time::Duration;
 pub use serde::de::DeserializeOwned;
@@ -15,5 +16,5 @@ pub use ::rmcp;
 /// The MCP side of generated code.
 #[cfg(feature = "rmcp")]
 pub mod mcp {
-    pub use crate::mcp::{answer, IdempotentServer};
+    pub use crate::mcp::{answer, refuse, IdempotentServer};
 }

@@ -508,7 +508,7 @@ impl Call {
 /// #     fn idempotency(&self) -> &Idempotency { &self.0 }
 /// #     fn caller(&self) -> Result<Caller, Error> { Ok(Caller::new("t", "s")) }
 /// # }
-/// #[idempotent(window = "15m")]
+/// #[idempotent(window = "15m", on_error = "retryable")]
 /// async fn charge_card(ctx: &Ctx, amount: u64) -> Result<u64, Error> { Ok(amount) }
 ///
 /// assert!(charge_card::TOOL.idempotent_hint());

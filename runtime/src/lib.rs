@@ -48,4 +48,4 @@ pub use store::{
 pub use store::memory::MemoryStore;
 
 /// The `#[idempotent]` attribute: see the crate documentation and README.
-pub use idempotency_macros::idempotent;
+pub use idempotency_macros::{idempotent, idempotent_tools};

@@ -58,3 +58,11 @@ fn status_of(e: &Error) -> &'static str {
         _ => "invalid",
     }
 }
+
+/// The wrapper's answer when it cannot even key the call (no caller identity, unkeyable
+/// arguments): an `isError` result saying so; nothing was done.
+pub fn refuse(e: Error) -> Result<CallToolResult, ErrorData> {
+    let mut meta = Map::new();
+    meta.insert(META_STATUS.into(), Value::String(status_of(&e).into()));
+    Ok(CallToolResult::error(vec![ContentBlock::text(e.to_string())]).with_meta(Some(MetaObject(meta))))
+}

@@ -30,7 +30,7 @@ mod answer;
 mod identity;
 mod status;
 
-pub use answer::{answer, META_REF, META_REPLAYED, META_STATUS};
+pub use answer::{answer, refuse, META_REF, META_REPLAYED, META_STATUS};
 pub use identity::Identity;
 pub use status::{status_router, status_tool};
 
