@@ -84,7 +84,7 @@ fn database_url() -> Option<String> {
 async fn pg_schema(url: &str, label: &str) -> (String, String) {
     let schema = format!("idem_fault_{label}_{}", nanos() % 1_000_000_000);
     let pool = sqlx::PgPool::connect(url).await.expect("connect to DATABASE_URL");
-    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&pool).await.expect("create schema");
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&pool).await.expect("create schema");
     pool.close().await;
     let sep = if url.contains('?') { '&' } else { '?' };
     (format!("{url}{sep}options=-c%20search_path%3D{schema}"), schema)
@@ -92,7 +92,7 @@ async fn pg_schema(url: &str, label: &str) -> (String, String) {
 
 async fn pg_drop(url: &str, schema: &str) {
     if let Ok(pool) = sqlx::PgPool::connect(url).await {
-        let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&pool).await;
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&pool).await;
     }
 }
 
@@ -194,8 +194,9 @@ async fn kill9_scenario(target: String) {
     let mut lines = tokio::io::BufReader::new(stdout).lines();
     let reference = tokio::time::timeout(Duration::from_secs(60), async {
         while let Ok(Some(line)) = lines.next_line().await {
-            if let Some(r) = line.strip_prefix("CHARGED ") {
-                return r.to_owned();
+            // libtest prints "test kill9_worker ... " before the worker's own output.
+            if let Some(at) = line.find("CHARGED ") {
+                return line[at + "CHARGED ".len()..].trim().to_owned();
             }
         }
         String::new()
@@ -217,7 +218,7 @@ async fn kill9_scenario(target: String) {
         let prepared = Prepared::call(&caller(), "charge_card", &4200u64).expect("key");
         async move {
             engine
-                .execute_raw(&spec(), &caller(), prepared, ErrorPolicy::<ChargeError>::classified(), async {
+                .execute_raw::<Receipt, ChargeError, _>(&spec(), &caller(), prepared, ErrorPolicy::classified(), async {
                     panic!("the repeat must not run the side effect")
                 })
                 .await
