@@ -185,7 +185,7 @@ fn generate(cx: &mut Ctxt, m: &Model, opts: &Options) -> TokenStream {
     let mut sig = item.sig.clone();
     let user_pat = args_param.pat.clone();
     if let FnArg::Typed(t) = &mut sig.inputs[m.args_index] {
-        t.pat = Box::new(syn::parse_quote!(__idem_params));
+        *t.pat = syn::parse_quote!(__idem_params);
     }
     let request = match m.request_index {
         Some(i) => match &mut sig.inputs[i] {
@@ -195,7 +195,7 @@ fn generate(cx: &mut Ctxt, m: &Model, opts: &Options) -> TokenStream {
                     quote!(#id)
                 }
                 _ => {
-                    t.pat = Box::new(syn::parse_quote!(__idem_request));
+                    *t.pat = syn::parse_quote!(__idem_request);
                     quote!(__idem_request)
                 }
             },

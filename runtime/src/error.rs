@@ -46,9 +46,9 @@ fn humanize(d: Duration) -> String {
     let s = d.as_secs();
     if d.subsec_millis() != 0 || s == 0 {
         format!("{} ms", d.as_millis())
-    } else if s % 3600 == 0 {
+    } else if s.is_multiple_of(3600) {
         format!("{} h", s / 3600)
-    } else if s % 60 == 0 {
+    } else if s.is_multiple_of(60) {
         format!("{} min", s / 60)
     } else {
         format!("{s} s")
