@@ -16,6 +16,40 @@
 //!
 //! The `#[idempotent]` attribute does all of this around an `async fn`; the [`Idempotency`]
 //! engine underneath can also be used by hand.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use idempotency::{idempotent, Caller, Error, Idempotency, IdempotencyContext, MemoryStore};
+//!
+//! struct Ctx { engine: Idempotency, charges: AtomicUsize }
+//! impl IdempotencyContext for Ctx {
+//!     fn idempotency(&self) -> &Idempotency { &self.engine }
+//!     // From your authentication, never from the model's arguments.
+//!     fn caller(&self) -> Result<Caller, Error> { Ok(Caller::new("acme", "alice")) }
+//! }
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Charge { amount_cents: u64 }
+//!
+//! #[idempotent(window = "15m", on_error = "retryable")]
+//! async fn charge_card(ctx: &Ctx, args: Charge) -> Result<String, Error> {
+//!     let reference = idempotency::Call::current().map(|c| c.reference());
+//!     ctx.charges.fetch_add(1, Ordering::SeqCst); // the side effect, keyed downstream by `reference`
+//!     Ok(format!("charged {} under {:?}", args.amount_cents, reference))
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Error> {
+//! let ctx = Ctx { engine: Idempotency::new(MemoryStore::new()), charges: AtomicUsize::new(0) };
+//! let first = charge_card(&ctx, Charge { amount_cents: 4200 }).await?;
+//! let again = charge_card(&ctx, Charge { amount_cents: 4200 }).await?;
+//! assert_eq!(first, again);                          // the stored answer
+//! assert_eq!(ctx.charges.load(Ordering::SeqCst), 1); // one side effect
+//! # Ok(()) }
+//! ```
+//!
+//! Runtime note: the engine uses Tokio's timers (leases, timeouts), so it runs inside a Tokio
+//! runtime with time enabled, as `#[tokio::main]` provides.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
