@@ -66,6 +66,12 @@ fn temp_path(name: &str) -> std::path::PathBuf {
     p
 }
 
+fn remove_db(path: &std::path::Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
 fn nanos() -> u128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
 }
@@ -277,6 +283,7 @@ async fn kill9_scenario(target: String) {
 async fn kill9_between_claim_and_complete_sqlite() {
     let path = temp_path("kill9");
     kill9_scenario(format!("sqlite:{}", path.display())).await;
+    remove_db(&path);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -435,6 +442,7 @@ async fn outbox_survives_a_crash_and_a_replay_sends_nothing_more() {
     assert_eq!(attempts.load(Ordering::SeqCst), 2, "delivered at least once (twice here)");
     assert_eq!(sent.lock().unwrap_or_else(|e| e.into_inner()).len(), 1, "one email per reference");
     assert_eq!(charges.load(Ordering::SeqCst), 1);
+    remove_db(&path);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -502,6 +510,7 @@ async fn released_claim_is_taken_over_by_exactly_one_of_32_memory() {
 async fn released_claim_is_taken_over_by_exactly_one_of_32_sqlite() {
     let path = temp_path("contention");
     contention_after_release(Arc::new(SqliteStore::open(&path).await.expect("open"))).await;
+    remove_db(&path);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

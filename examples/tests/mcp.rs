@@ -155,6 +155,12 @@ async fn create_shipment_same_order_other_address_is_a_mismatch() {
     assert_eq!(carrier.labels(), 1);
 }
 
+fn remove_db(path: &std::path::Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
 fn temp_db(name: &str) -> std::path::PathBuf {
     let p = std::env::temp_dir().join(format!("idem-ex-{name}-{}.db", std::process::id()));
     let _ = std::fs::remove_file(&p);
@@ -189,7 +195,7 @@ async fn a_child_process_stdio_server_replays_across_a_restart() {
     assert!(replayed(&third), "the SQLite record survived the restart");
     assert_eq!(first.content, third.content);
     client.cancel().await.unwrap();
-    let _ = std::fs::remove_file(&db);
+    remove_db(&db);
 }
 
 #[tokio::test]
@@ -231,5 +237,5 @@ async fn over_http_two_bearer_identities_are_isolated() {
     assert!(!replayed(&g1), "another tenant's identical call is its own charge");
     assert_ne!(g1.structured_content.unwrap()["charge_id"], a1.structured_content.unwrap()["charge_id"]);
     let _ = child.kill().await;
-    let _ = std::fs::remove_file(&db);
+    remove_db(&db);
 }
