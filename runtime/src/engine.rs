@@ -132,6 +132,22 @@ impl Idempotency {
         T: Serialize + DeserializeOwned,
         Fut: Future<Output = Result<T, E>> + Send,
     {
+        let span = tracing::debug_span!("idempotent_call", tool = spec.name);
+        tracing::Instrument::instrument(self.claim_and_run(spec, caller, prepared, policy, body), span).await
+    }
+
+    async fn claim_and_run<T, E, Fut>(
+        &self,
+        spec: &ToolSpec,
+        caller: &Caller,
+        prepared: Prepared,
+        policy: ErrorPolicy<E>,
+        body: Fut,
+    ) -> Outcome<T, Failure<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        Fut: Future<Output = Result<T, E>> + Send,
+    {
         let tool = spec.name;
         let now = self.clock.now();
         let req = ClaimRequest {
