@@ -1,105 +1,134 @@
-//! The function being wrapped, read into what generation needs: which parameter is the context,
-//! which carries the arguments, the `Result<T, E>` it returns, and whether it is an rmcp tool.
+//! The function being wrapped, read into what generation needs: rmcp tool or not, which parameter
+//! is the context, which carries the arguments, where the rmcp request is, and the `Result<T, E>`
+//! it returns. Only what the shape of the signature decides is checked here; rules that combine
+//! the options with the function live in `check.rs`.
 
-use proc_macro2::Span;
-use syn::spanned::Spanned;
-use syn::{FnArg, GenericArgument, ItemFn, Pat, PathArguments, ReturnType, Type};
+use syn::ext::IdentExt;
+use syn::{
+    Attribute, FnArg, GenericArgument, Ident, ItemFn, LitStr, Pat, PathArguments, ReturnType, Type,
+};
 
 use crate::attr::Options;
 use crate::ctxt::Ctxt;
 
-pub enum Context {
-    /// `&self` (methods; rmcp tools).
-    Receiver,
-    /// A parameter `name: &Ctx`.
-    Param(syn::Ident),
+pub enum Mode {
+    /// A free function or method taking a context (`IdempotencyContext`).
+    Plain,
+    /// An rmcp `#[tool]` method; `tool` is the index of that attribute.
+    Rmcp { tool: usize },
 }
 
-pub struct Model {
+pub enum Context {
+    /// `&self`.
+    Receiver,
+    /// A parameter `ctx: &Ctx`.
+    Param(Ident),
+}
+
+/// The parameter the key is computed from (`args: ChargeArgs`, or rmcp's `Parameters<T>`).
+pub struct Args {
+    pub index: usize,
+    pub pat: Pat,
+    /// The type the key is computed from: the parameter's type, or rmcp's `T` of `Parameters<T>`.
+    pub keyed: Type,
+}
+
+/// rmcp: where the `RequestContext<RoleServer>` comes from.
+pub enum Request {
+    /// The user's own parameter, bound to a plain name.
+    Named(Ident),
+    /// The user's parameter with another pattern (`_`, a destructuring): renamed, then rebound.
+    Renamed { index: usize, pat: Pat },
+    /// No such parameter: one is appended.
+    Injected,
+}
+
+pub struct Function {
     pub item: ItemFn,
-    /// Index of rmcp's `#[tool]` among the attributes, if this is an rmcp tool.
-    pub tool_attr: Option<usize>,
+    pub mode: Mode,
     pub context: Context,
-    /// Index (in `sig.inputs`) of the arguments parameter.
-    pub args_index: usize,
-    /// Index of a `RequestContext<RoleServer>` parameter (rmcp).
-    pub request_index: Option<usize>,
-    /// `T` and `E` of `Result<T, E>`, when spelled out.
-    pub ok_err: Option<(Type, Type)>,
-    pub name: String,
-    pub is_method: bool,
+    pub args: Args,
+    pub request: Option<Request>,
+    /// The return type as written, and its `T` and `E`.
+    pub ret: Type,
+    pub ok: Type,
+    pub err: Type,
+    /// The tool name in the key.
+    pub name: LitStr,
+    /// Has a receiver: the descriptor is an associated const, not a module.
+    pub method: bool,
 }
 
 pub fn last_segment_is(path: &syn::Path, name: &str) -> bool {
     path.segments.last().is_some_and(|s| s.ident == name)
 }
 
+pub fn is_attr(attr: &Attribute, name: &str) -> bool {
+    last_segment_is(attr.path(), name)
+}
+
 fn type_last_is(ty: &Type, name: &str) -> bool {
     match ty {
-        Type::Path(p) => last_segment_is(&p.path, name),
+        Type::Path(p) => p.qself.is_none() && last_segment_is(&p.path, name),
         _ => false,
     }
 }
 
 /// `Result<T, E>` (any path ending in `Result` with two type arguments) → (T, E).
-fn result_types(ret: &ReturnType) -> Option<(Type, Type)> {
-    let ReturnType::Type(_, ty) = ret else { return None };
-    let Type::Path(p) = &**ty else { return None };
+fn result_types(ty: &Type) -> Option<(Type, Type)> {
+    let Type::Path(p) = ty else { return None };
     let seg = p.path.segments.last()?;
     if seg.ident != "Result" {
         return None;
     }
-    let PathArguments::AngleBracketed(args) = &seg.arguments else { return None };
-    let tys: Vec<&Type> = args
-        .args
-        .iter()
-        .filter_map(|a| match a {
-            GenericArgument::Type(t) => Some(t),
-            _ => None,
-        })
-        .collect();
-    match tys.as_slice() {
-        [t, e] => Some(((*t).clone(), (*e).clone())),
+    let PathArguments::AngleBracketed(args) = &seg.arguments else {
+        return None;
+    };
+    let mut tys = args.args.iter().filter_map(|a| match a {
+        GenericArgument::Type(t) => Some(t.clone()),
+        _ => None,
+    });
+    match (tys.next(), tys.next(), tys.next()) {
+        (Some(t), Some(e), None) => Some((t, e)),
         _ => None,
     }
 }
 
-fn returns_boxed_future(ret: &ReturnType) -> bool {
-    let ReturnType::Type(_, ty) = ret else { return false };
-    let s = quote::quote!(#ty).to_string();
-    s.contains("Pin") || s.contains("Future")
+/// `T` of `Parameters<T>`.
+fn first_type_arg(ty: &Type) -> Option<Type> {
+    let Type::Path(p) = ty else { return None };
+    let PathArguments::AngleBracketed(args) = &p.path.segments.last()?.arguments else {
+        return None;
+    };
+    args.args.iter().find_map(|a| match a {
+        GenericArgument::Type(t) => Some(t.clone()),
+        _ => None,
+    })
 }
 
-impl Model {
-    pub fn from_item(cx: &mut Ctxt, item: ItemFn, opts: &Options) -> Option<Model> {
-        let sig = &item.sig;
-        let tool_attr = item.attrs.iter().position(|a| last_segment_is(a.path(), "tool"));
-        for a in &item.attrs {
-            if last_segment_is(a.path(), "idempotent") {
-                cx.error(a.span(), "#[idempotent] is applied twice; keep one");
-            }
-        }
-        if sig.asyncness.is_none() {
-            if returns_boxed_future(&sig.output) {
-                cx.error(sig.fn_token.span, "#[idempotent] must be placed above #[tool(...)]: below it, rmcp has already turned the async fn into a boxed future");
-            } else {
-                cx.error(sig.fn_token.span, "#[idempotent] wraps an `async fn`; make this function async");
-            }
-            return None;
-        }
-        if let Some(g) = sig.generics.params.iter().find(|p| !matches!(p, syn::GenericParam::Lifetime(_))) {
-            cx.error(g.span(), "generic idempotent functions are not supported: the key is computed from concrete argument types");
-        }
-        let is_method = sig.inputs.iter().any(|a| matches!(a, FnArg::Receiver(_)));
-        let ok_err = result_types(&sig.output);
-        if ok_err.is_none() {
-            let span = match &sig.output {
-                ReturnType::Type(_, t) => t.span(),
-                ReturnType::Default => sig.ident.span(),
-            };
-            cx.error(span, "an idempotent function returns `Result<T, E>`: `T` is stored and replayed, `E` carries the wrapper's answers");
-        }
+fn ident_of(pat: &Pat) -> Option<&Ident> {
+    match pat {
+        Pat::Ident(pi) if pi.subpat.is_none() && pi.by_ref.is_none() => Some(&pi.ident),
+        _ => None,
+    }
+}
 
+/// Whether the receiver is `&self` (or `self: &Self`).
+pub fn shared_receiver(r: &syn::Receiver) -> bool {
+    matches!(&*r.ty, Type::Reference(t) if t.mutability.is_none())
+}
+
+impl Function {
+    /// Reads `item` (already known to be an `async fn`). `None` when the shape is wrong; the
+    /// reasons are in `cx`.
+    pub fn from_item(cx: &mut Ctxt, item: &ItemFn, opts: &Options) -> Option<Function> {
+        let sig = &item.sig;
+        let tool = item.attrs.iter().position(|a| is_attr(a, "tool"));
+        let mode = match tool {
+            Some(tool) => Mode::Rmcp { tool },
+            None => Mode::Plain,
+        };
+        let receiver = sig.receiver();
         let typed: Vec<(usize, &syn::PatType)> = sig
             .inputs
             .iter()
@@ -109,106 +138,202 @@ impl Model {
                 FnArg::Receiver(_) => None,
             })
             .collect();
-        let ident_of = |pt: &syn::PatType| match &*pt.pat {
-            Pat::Ident(pi) => Some(pi.ident.clone()),
-            _ => None,
-        };
 
-        let mut request_index = None;
-        let context;
-        let args_index;
-        if tool_attr.is_some() {
-            if !is_method {
-                cx.error(sig.ident.span(), "an rmcp tool wrapped with #[idempotent] must be a `&self` method");
-                return None;
+        let ret_ty = match &sig.output {
+            ReturnType::Type(_, t) => Some((**t).clone()),
+            ReturnType::Default => None,
+        };
+        let ok_err = ret_ty.as_ref().and_then(result_types);
+        if ok_err.is_none() {
+            let msg = "an idempotent function returns `Result<T, E>`: `T` is stored and replayed, `E` carries the handler's errors and the wrapper's answers";
+            match &sig.output {
+                ReturnType::Type(_, t) => cx.spanned(t, msg),
+                ReturnType::Default => cx.error(sig.paren_token.span.close(), msg),
             }
-            context = Context::Receiver;
-            request_index = typed.iter().find(|(_, t)| type_last_is(&t.ty, "RequestContext")).map(|(i, _)| *i);
-            let params: Vec<usize> = typed.iter().filter(|(_, t)| type_last_is(&t.ty, "Parameters")).map(|(i, _)| *i).collect();
-            match params.as_slice() {
-                [i] => args_index = *i,
-                [] => {
-                    cx.error(sig.paren_token.span.join(), "an idempotent rmcp tool takes its arguments as `Parameters<T>`: the key is computed from `T`");
+        }
+
+        let (context, args, request) = match mode {
+            Mode::Rmcp { .. } => {
+                let Some(r) = receiver else {
+                    cx.error(
+                        sig.ident.span(),
+                        "an rmcp tool wrapped with #[idempotent] must be a `&self` method",
+                    );
                     return None;
+                };
+                if !shared_receiver(r) {
+                    cx.spanned(r, "an rmcp tool wrapped with #[idempotent] takes `&self`");
                 }
-                [_, second, ..] => {
-                    cx.error(sig.inputs[*second].span(), "only one `Parameters<T>` argument is supported");
-                    return None;
-                }
-            }
-        } else {
-            let ctx_pos = match &opts.context {
-                Some(name) => {
-                    let found = typed.iter().find(|(_, t)| ident_of(t).is_some_and(|i| i == name.value()));
-                    match found {
-                        Some((i, _)) => Some(*i),
-                        None => {
-                            cx.error(name.span(), format!("there is no parameter named `{}`", name.value()));
+                let params: Vec<&(usize, &syn::PatType)> = typed
+                    .iter()
+                    .filter(|(_, t)| type_last_is(&t.ty, "Parameters"))
+                    .collect();
+                let args = match params.as_slice() {
+                    [(index, t)] => {
+                        let Some(keyed) = first_type_arg(&t.ty) else {
+                            cx.spanned(
+                                &t.ty,
+                                "expected `Parameters<T>`, with the arguments' type `T`",
+                            );
                             return None;
+                        };
+                        Args {
+                            index: *index,
+                            pat: (*t.pat).clone(),
+                            keyed,
                         }
                     }
-                }
-                None => typed.iter().find(|(_, t)| matches!(&*t.ty, Type::Reference(_))).map(|(i, _)| *i),
-            };
-            context = match ctx_pos {
-                Some(i) => match &sig.inputs[i] {
-                    FnArg::Typed(t) => match ident_of(t) {
-                        Some(id) => Context::Param(id),
+                    [] => {
+                        cx.error(
+                            sig.paren_token.span.join(),
+                            "an idempotent rmcp tool takes its arguments as `Parameters<T>`: the key is computed from `T`",
+                        );
+                        return None;
+                    }
+                    [_, (_, second), ..] => {
+                        cx.spanned(second, "only one `Parameters<T>` argument is supported");
+                        return None;
+                    }
+                };
+                let request = match typed
+                    .iter()
+                    .find(|(_, t)| type_last_is(&t.ty, "RequestContext"))
+                {
+                    Some((index, t)) => match ident_of(&t.pat) {
+                        Some(id) => Request::Named(id.clone()),
+                        None => Request::Renamed {
+                            index: *index,
+                            pat: (*t.pat).clone(),
+                        },
+                    },
+                    None => Request::Injected,
+                };
+                (Context::Receiver, args, Some(request))
+            }
+            Mode::Plain => {
+                let ctx_index = match &opts.context {
+                    Some(name) => match typed
+                        .iter()
+                        .find(|(_, t)| ident_of(&t.pat) == Some(&name.value))
+                    {
+                        Some((i, t)) => {
+                            if !matches!(&*t.ty, Type::Reference(_)) {
+                                cx.spanned(
+                                    &t.ty,
+                                    "the context parameter is a reference, like `ctx: &Ctx`",
+                                );
+                            }
+                            Some(*i)
+                        }
                         None => {
-                            cx.error(t.pat.span(), "the context parameter must be a plain name, like `ctx: &Ctx`");
+                            cx.error(
+                                name.value.span(),
+                                format!("there is no parameter named `{}`", name.value),
+                            );
                             return None;
                         }
                     },
-                    FnArg::Receiver(_) => return None,
-                },
-                None if is_method => Context::Receiver,
-                None => {
-                    cx.error(
-                        sig.paren_token.span.join(),
-                        "#[idempotent] needs a context parameter `ctx: &Ctx` (Ctx: idempotency::IdempotencyContext) to find the store and the caller; name it with `context = \"...\"` if it is not the first reference parameter",
-                    );
-                    return None;
-                }
-            };
-            let rest: Vec<usize> = typed.iter().map(|(i, _)| *i).filter(|i| Some(*i) != ctx_pos).collect();
-            match rest.as_slice() {
-                [i] => {
-                    args_index = *i;
-                    if let FnArg::Typed(t) = &sig.inputs[*i] {
-                        if ident_of(t).is_none() {
-                            cx.error(t.pat.span(), "the arguments parameter must be a plain name, like `args: ChargeArgs`");
+                    None => typed
+                        .iter()
+                        .find(|(_, t)| matches!(&*t.ty, Type::Reference(_)))
+                        .map(|(i, _)| *i),
+                };
+                let context = match ctx_index {
+                    Some(i) => {
+                        match &sig.inputs[i] {
+                            FnArg::Typed(t) => match ident_of(&t.pat) {
+                                Some(id) => Context::Param(id.clone()),
+                                None => {
+                                    cx.spanned(&t.pat, "the context parameter must be a plain name, like `ctx: &Ctx`");
+                                    return None;
+                                }
+                            },
+                            FnArg::Receiver(_) => return None,
                         }
                     }
-                }
-                [] => {
-                    cx.error(sig.paren_token.span.join(), "#[idempotent] needs one arguments parameter (the typed arguments the key is computed from)");
-                    return None;
-                }
-                [_, second, ..] => {
-                    cx.error(sig.inputs[*second].span(), "#[idempotent] takes exactly one arguments parameter besides the context: gather the arguments in one struct");
-                    return None;
-                }
+                    None => match receiver {
+                        Some(r) if shared_receiver(r) => Context::Receiver,
+                        Some(r) => {
+                            cx.spanned(
+                                r,
+                                "#[idempotent] takes the engine and the caller from `&self` (Self: idempotency::IdempotencyContext) or from a parameter `ctx: &Ctx`",
+                            );
+                            return None;
+                        }
+                        None => {
+                            cx.error(
+                                sig.paren_token.span.join(),
+                                "#[idempotent] needs a context parameter `ctx: &Ctx` (Ctx: idempotency::IdempotencyContext) to find the engine and the caller; name it with `context = \"...\"` if it is not the first reference parameter",
+                            );
+                            return None;
+                        }
+                    },
+                };
+                let rest: Vec<&(usize, &syn::PatType)> = typed
+                    .iter()
+                    .filter(|(i, _)| Some(*i) != ctx_index)
+                    .collect();
+                let args = match rest.as_slice() {
+                    [(index, t)] => Args {
+                        index: *index,
+                        pat: (*t.pat).clone(),
+                        keyed: (*t.ty).clone(),
+                    },
+                    [] => {
+                        cx.error(
+                            sig.paren_token.span.join(),
+                            "#[idempotent] needs one arguments parameter besides the context, like `args: ChargeArgs`: the key is computed from it",
+                        );
+                        return None;
+                    }
+                    [_, (_, second), ..] => {
+                        cx.spanned(
+                            second,
+                            "#[idempotent] takes exactly one arguments parameter besides the context: gather the arguments in one struct",
+                        );
+                        return None;
+                    }
+                };
+                (context, args, None)
             }
-        }
-        let name = match (&opts.name, tool_attr) {
-            (Some(n), _) => n.value(),
-            (None, Some(i)) => tool_name(&item.attrs[i]).unwrap_or_else(|| sig.ident.to_string()),
-            (None, None) => sig.ident.to_string(),
         };
-        Some(Model { item: item.clone(), tool_attr, context, args_index, request_index, ok_err, name, is_method })
-    }
+        if let Type::ImplTrait(t) = &args.keyed {
+            cx.spanned(t, "the arguments of an idempotent function have a concrete type: the key is computed from its canonical JSON, so generic (`impl Trait`) arguments are not supported");
+        }
 
-    pub fn span(&self) -> Span {
-        self.item.sig.ident.span()
+        let name = match (&opts.name, &mode) {
+            (Some(n), _) => n.value.clone(),
+            (None, Mode::Rmcp { tool }) => tool_name(&item.attrs[*tool])
+                .unwrap_or_else(|| LitStr::new(&sig.ident.unraw().to_string(), sig.ident.span())),
+            (None, Mode::Plain) => LitStr::new(&sig.ident.unraw().to_string(), sig.ident.span()),
+        };
+        let (ret, (ok, err)) = (ret_ty?, ok_err?);
+        Some(Function {
+            item: item.clone(),
+            mode,
+            context,
+            args,
+            request,
+            ret,
+            ok,
+            err,
+            name,
+            method: receiver.is_some(),
+        })
     }
 }
 
 /// `name = "..."` inside `#[tool(...)]`.
-fn tool_name(attr: &syn::Attribute) -> Option<String> {
-    let metas = attr.parse_args_with(syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated).ok()?;
+fn tool_name(attr: &Attribute) -> Option<LitStr> {
+    let metas = attr
+        .parse_args_with(syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated)
+        .ok()?;
     metas.iter().find_map(|m| match m {
         syn::Meta::NameValue(nv) if nv.path.is_ident("name") => match &nv.value {
-            syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) => Some(s.value()),
+            syn::Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Str(s),
+                ..
+            }) => Some(s.clone()),
             _ => None,
         },
         _ => None,

@@ -1,15 +1,38 @@
-//! The attribute's options, parsed into a typed model. Each option is stored by one setter, which
-//! rejects a duplicate; every error is collected and reported together.
+//! The attribute's options, parsed into a typed model that keeps each option's spans. Each option
+//! is stored by one setter, which rejects a duplicate at the second occurrence; a bad option does
+//! not stop the others from being read, so every error is reported at once.
 
-use proc_macro2::Span;
-use syn::parse::Parser;
-use syn::punctuated::Punctuated;
-use syn::spanned::Spanned;
-use syn::{Expr, ExprArray, ExprLit, Lit, LitStr, Meta, Token};
+use proc_macro2::{Span, TokenStream, TokenTree};
+use syn::ext::IdentExt;
+use syn::parse::{ParseStream, Parser};
+use syn::{Ident, LitStr, Token};
 
 use crate::ctxt::Ctxt;
 
-pub const OPTIONS: &str = "window, business_key, name, on_error, timeout, context, crate";
+mod kw {
+    syn::custom_keyword!(window);
+    syn::custom_keyword!(business_key);
+    syn::custom_keyword!(name);
+    syn::custom_keyword!(on_error);
+    syn::custom_keyword!(timeout);
+    syn::custom_keyword!(context);
+}
+
+/// Listed in the "unknown option" error.
+pub const OPTIONS: &str =
+    "`window`, `business_key`, `name`, `on_error`, `timeout`, `context`, `crate`";
+
+/// The replay window when `window` is not given: 15 minutes.
+pub const DEFAULT_WINDOW_MS: u64 = 15 * 60 * 1000;
+
+const DURATION_FORMS: &str =
+    "a positive whole number and a unit (`ms`, `s`, `m`, `h` or `d`), e.g. \"500ms\", \"90s\", \"15m\", \"2h\", \"1d\"";
+
+/// One option's value, with the span of its name (for duplicates) and of its value.
+pub struct Opt<T> {
+    pub value: T,
+    pub span: Span,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnError {
@@ -18,205 +41,394 @@ pub enum OnError {
     Unknown,
 }
 
-/// A duration option: its value in milliseconds and the literal it came from.
-#[derive(Clone)]
-pub struct DurationOpt {
-    pub millis: u64,
+/// One business-key field path (`"order.id"` → `["order", "id"]`), spanned at its string.
+pub struct KeyPath {
+    pub segments: Vec<Segment>,
+    pub text: String,
+    pub span: Span,
 }
 
-/// One business-key path (`order.id` → ["order", "id"]), with the literal's span.
-#[derive(Clone)]
-pub struct KeyPath {
-    pub segments: Vec<String>,
-    pub span: Span,
+pub enum Segment {
+    Field(Ident),
+    Index(u32),
 }
 
 #[derive(Default)]
 pub struct Options {
-    pub window: Option<DurationOpt>,
-    pub business_key: Option<Vec<KeyPath>>,
-    pub name: Option<LitStr>,
-    pub on_error: Option<OnError>,
-    pub timeout: Option<DurationOpt>,
-    pub context: Option<LitStr>,
-    pub krate: Option<syn::Path>,
+    pub window: Option<Opt<u64>>,
+    pub business_key: Option<Opt<Vec<KeyPath>>>,
+    pub name: Option<Opt<LitStr>>,
+    pub on_error: Option<Opt<OnError>>,
+    pub timeout: Option<Opt<u64>>,
+    pub context: Option<Opt<Ident>>,
+    pub krate: Option<Opt<syn::Path>>,
+    /// Options met so far, valid or not: a second one is a duplicate either way.
+    seen: Vec<&'static str>,
 }
 
-/// The default window when none is given.
-pub const DEFAULT_WINDOW_MS: u64 = 15 * 60 * 1000;
-
-fn set<T>(cx: &mut Ctxt, slot: &mut Option<T>, value: T, name: &str, span: Span) {
-    if slot.is_some() {
-        cx.error(span, format!("duplicate option `{name}`"));
-    } else {
-        *slot = Some(value);
+fn set<T>(
+    cx: &mut Ctxt,
+    seen: &mut Vec<&'static str>,
+    slot: &mut Option<Opt<T>>,
+    key: &'static str,
+    span: Span,
+    value: Option<T>,
+) {
+    if seen.contains(&key) {
+        cx.error(span, format!("duplicate option `{key}`: give it once"));
+        return;
+    }
+    seen.push(key);
+    if let Some(value) = value {
+        *slot = Some(Opt { value, span });
     }
 }
 
-fn lit_str(cx: &mut Ctxt, expr: &Expr, name: &str) -> Option<LitStr> {
-    match expr {
-        Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => Some(s.clone()),
-        other => {
-            cx.error(other.span(), format!("`{name}` takes a string, e.g. {name} = \"...\""));
-            None
-        }
-    }
-}
-
-/// "15m" → 900_000. Units: ms, s, m, h, d. Zero and overflow are errors.
+/// `"15m"` → 900 000 ms. Units `ms`, `s`, `m`, `h`, `d`; zero, a missing number or unit, spaces and
+/// values that overflow `u64` milliseconds are errors.
 pub fn parse_duration(s: &str) -> Result<u64, String> {
-    const HELP: &str = "expected a positive whole number and a unit: \"500ms\", \"30s\", \"15m\", \"2h\" or \"1d\"";
-    let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (digits, unit) = s.split_at(split);
-    if digits.is_empty() {
-        return Err(format!("`{s}` is not a duration: {HELP}"));
-    }
     let factor: u64 = match unit {
         "ms" => 1,
         "s" => 1_000,
         "m" => 60_000,
         "h" => 3_600_000,
         "d" => 86_400_000,
-        _ => return Err(format!("`{s}` has an unknown unit `{unit}`: {HELP}")),
-    };
-    let n: u64 = digits.parse().map_err(|_| format!("`{s}` is too large"))?;
-    if n == 0 {
-        return Err(format!("`{s}` is zero: a window or timeout must be positive"));
-    }
-    n.checked_mul(factor)
-        .ok_or_else(|| format!("`{s}` is too large"))
-}
-
-fn duration(cx: &mut Ctxt, expr: &Expr, name: &str) -> Option<DurationOpt> {
-    let lit = lit_str(cx, expr, name)?;
-    match parse_duration(&lit.value()) {
-        Ok(millis) => Some(DurationOpt { millis }),
-        Err(e) => {
-            cx.error(lit.span(), e);
-            None
+        _ if s.is_empty() => {
+            return Err(format!(
+                "an empty string is not a duration: expected {DURATION_FORMS}"
+            ))
         }
+        _ if digits.is_empty() => {
+            return Err(format!(
+                "`{s}` is not a duration: expected {DURATION_FORMS}"
+            ))
+        }
+        _ => {
+            return Err(format!(
+                "`{s}` has no valid unit: expected {DURATION_FORMS}"
+            ))
+        }
+    };
+    if digits.is_empty() {
+        return Err(format!("`{s}` has no number: expected {DURATION_FORMS}"));
     }
+    let too_large = || {
+        format!(
+            "`{s}` is too large: expected {DURATION_FORMS}, at most {} ms",
+            u64::MAX
+        )
+    };
+    let n: u64 = digits.parse().map_err(|_| too_large())?;
+    if n == 0 {
+        return Err(format!("`{s}` is zero: expected {DURATION_FORMS}"));
+    }
+    n.checked_mul(factor).ok_or_else(too_large)
 }
 
 fn key_path(cx: &mut Ctxt, lit: &LitStr) -> Option<KeyPath> {
-    let value = lit.value();
-    let segments: Vec<String> = value.split('.').map(|s| s.trim().to_owned()).collect();
-    if segments.iter().any(|s| syn::parse_str::<syn::Ident>(s).is_err() && s.parse::<usize>().is_err()) {
-        cx.error(lit.span(), format!("`{value}` is not a field path: expected `field` or `field.nested`"));
-        return None;
+    let text = lit.value();
+    let mut segments = Vec::new();
+    for part in text.split('.') {
+        if let Ok(index) = part.parse::<u32>() {
+            segments.push(Segment::Index(index));
+        } else if let Ok(mut id) = syn::parse_str::<Ident>(part) {
+            id.set_span(lit.span());
+            segments.push(Segment::Field(id));
+        } else {
+            let hint = if text.contains(',') {
+                "; several keys are written as a list: business_key = [\"a\", \"b\"]"
+            } else {
+                ""
+            };
+            cx.error(
+                lit.span(),
+                format!("`{text}` is not a field of the arguments: expected a field name `order_id` or a path `order.id`{hint}"),
+            );
+            return None;
+        }
     }
-    Some(KeyPath { segments, span: lit.span() })
+    Some(KeyPath {
+        segments,
+        text,
+        span: lit.span(),
+    })
+}
+
+/// The rest of a malformed option, up to the next `,`.
+fn skip_option(input: ParseStream) -> syn::Result<()> {
+    while !input.is_empty() && !input.peek(Token![,]) {
+        input.parse::<TokenTree>()?;
+    }
+    Ok(())
+}
+
+fn string(input: ParseStream, key: &str, example: &str) -> syn::Result<LitStr> {
+    if input.peek(LitStr) {
+        input.parse()
+    } else {
+        Err(input.error(format!("`{key}` takes a string, e.g. {key} = {example}")))
+    }
 }
 
 impl Options {
-    pub fn parse(cx: &mut Ctxt, tokens: proc_macro2::TokenStream) -> Options {
+    pub fn parse(cx: &mut Ctxt, tokens: TokenStream) -> Options {
         let mut opts = Options::default();
-        let metas = match Punctuated::<Meta, Token![,]>::parse_terminated.parse2(tokens) {
-            Ok(m) => m,
-            Err(e) => {
-                cx.push(e);
-                return opts;
+        let parser = |input: ParseStream| -> syn::Result<()> {
+            while !input.is_empty() {
+                if let Err(e) = opts.parse_one(cx, input) {
+                    cx.push(e);
+                    skip_option(input)?;
+                }
+                if input.is_empty() {
+                    break;
+                }
+                input.parse::<Token![,]>()?;
             }
+            Ok(())
         };
-        for meta in metas {
-            let Meta::NameValue(nv) = &meta else {
-                cx.error(meta.span(), format!("expected `option = \"value\"`; valid options: {OPTIONS}"));
-                continue;
-            };
-            let name = nv.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
-            let span = nv.path.span();
-            match name.as_str() {
-                "window" => {
-                    if let Some(d) = duration(cx, &nv.value, "window") {
-                        set(cx, &mut opts.window, d, "window", span);
-                    }
-                }
-                "timeout" => {
-                    if let Some(d) = duration(cx, &nv.value, "timeout") {
-                        set(cx, &mut opts.timeout, d, "timeout", span);
-                    }
-                }
-                "business_key" => {
-                    let paths = match &nv.value {
-                        Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => key_path(cx, s).map(|p| vec![p]),
-                        Expr::Array(ExprArray { elems, .. }) if !elems.is_empty() => {
-                            let mut v = Vec::new();
-                            for e in elems {
-                                if let Some(s) = lit_str(cx, e, "business_key") {
-                                    v.extend(key_path(cx, &s));
-                                }
-                            }
-                            Some(v)
-                        }
-                        other => {
-                            cx.error(other.span(), "`business_key` takes a field name, a path \"order.id\", or a list [\"a\", \"b\"]");
-                            None
-                        }
-                    };
-                    if let Some(p) = paths {
-                        set(cx, &mut opts.business_key, p, "business_key", span);
-                    }
-                }
-                "name" => {
-                    if let Some(s) = lit_str(cx, &nv.value, "name") {
-                        if s.value().is_empty() {
-                            cx.error(s.span(), "the tool name must not be empty");
-                        }
-                        set(cx, &mut opts.name, s, "name", span);
-                    }
-                }
-                "context" => {
-                    if let Some(s) = lit_str(cx, &nv.value, "context") {
-                        set(cx, &mut opts.context, s, "context", span);
-                    }
-                }
-                "on_error" => {
-                    if let Some(s) = lit_str(cx, &nv.value, "on_error") {
-                        let d = match s.value().as_str() {
-                            "retryable" => Some(OnError::Retryable),
-                            "definitive" => Some(OnError::Definitive),
-                            "unknown" => Some(OnError::Unknown),
-                            other => {
-                                cx.error(s.span(), format!("`{other}` is not a disposition: expected \"retryable\", \"definitive\" or \"unknown\""));
-                                None
-                            }
-                        };
-                        if let Some(d) = d {
-                            set(cx, &mut opts.on_error, d, "on_error", span);
-                        }
-                    }
-                }
-                "crate" => {
-                    if let Some(s) = lit_str(cx, &nv.value, "crate") {
-                        match s.parse::<syn::Path>() {
-                            Ok(p) => set(cx, &mut opts.krate, p, "crate", span),
-                            Err(_) => cx.error(s.span(), "`crate` takes a path, e.g. crate = \"::idempotency\""),
-                        }
-                    }
-                }
-                other => cx.error(span, format!("unknown option `{other}`; valid options: {OPTIONS}")),
-            }
+        if let Err(e) = parser.parse2(tokens) {
+            cx.push(e);
         }
         opts
+    }
+
+    fn parse_one(&mut self, cx: &mut Ctxt, input: ParseStream) -> syn::Result<()> {
+        let la = input.lookahead1();
+        if la.peek(kw::window) || la.peek(kw::timeout) {
+            let key: Ident = input.call(Ident::parse_any)?;
+            input.parse::<Token![=]>()?;
+            let lit = string(input, &key.to_string(), "\"15m\"")?;
+            let millis = match parse_duration(&lit.value()) {
+                Ok(ms) => Some(ms),
+                Err(msg) => {
+                    cx.error(lit.span(), msg);
+                    None
+                }
+            };
+            let (slot, name) = if key == "window" {
+                (&mut self.window, "window")
+            } else {
+                (&mut self.timeout, "timeout")
+            };
+            set(cx, &mut self.seen, slot, name, key.span(), millis);
+        } else if la.peek(kw::business_key) {
+            let key: kw::business_key = input.parse()?;
+            input.parse::<Token![=]>()?;
+            let paths = if input.peek(syn::token::Bracket) {
+                let content;
+                let bracket = syn::bracketed!(content in input);
+                let lits = content
+                    .parse_terminated(|i| string(i, "business_key", "[\"a\", \"b\"]"), Token![,])?;
+                if lits.is_empty() {
+                    cx.error(
+                        bracket.span.join(),
+                        "`business_key` needs at least one field",
+                    );
+                    None
+                } else {
+                    let all: Vec<Option<KeyPath>> = lits.iter().map(|l| key_path(cx, l)).collect();
+                    all.into_iter().collect::<Option<Vec<_>>>()
+                }
+            } else {
+                let lit = string(
+                    input,
+                    "business_key",
+                    "\"order_id\" or [\"tenant_order\", \"line\"]",
+                )?;
+                key_path(cx, &lit).map(|p| vec![p])
+            };
+            set(
+                cx,
+                &mut self.seen,
+                &mut self.business_key,
+                "business_key",
+                key.span,
+                paths,
+            );
+        } else if la.peek(kw::name) {
+            let key: kw::name = input.parse()?;
+            input.parse::<Token![=]>()?;
+            let lit = string(input, "name", "\"charge_card\"")?;
+            let ok = if lit.value().is_empty() {
+                cx.error(lit.span(), "the tool name must not be empty");
+                None
+            } else {
+                Some(lit)
+            };
+            set(cx, &mut self.seen, &mut self.name, "name", key.span, ok);
+        } else if la.peek(kw::on_error) {
+            let key: kw::on_error = input.parse()?;
+            input.parse::<Token![=]>()?;
+            let lit = string(input, "on_error", "\"retryable\"")?;
+            let value = match lit.value().as_str() {
+                "retryable" => Some(OnError::Retryable),
+                "definitive" => Some(OnError::Definitive),
+                "unknown" => Some(OnError::Unknown),
+                other => {
+                    cx.error(
+                        lit.span(),
+                        format!("`{other}` is not a disposition: expected \"retryable\", \"definitive\" or \"unknown\""),
+                    );
+                    None
+                }
+            };
+            set(
+                cx,
+                &mut self.seen,
+                &mut self.on_error,
+                "on_error",
+                key.span,
+                value,
+            );
+        } else if la.peek(kw::context) {
+            let key: kw::context = input.parse()?;
+            input.parse::<Token![=]>()?;
+            let lit = string(input, "context", "\"ctx\"")?;
+            let value = match lit.parse::<Ident>() {
+                Ok(id) => Some(id),
+                Err(_) => {
+                    cx.error(
+                        lit.span(),
+                        "`context` names a parameter of the function, e.g. context = \"ctx\"",
+                    );
+                    None
+                }
+            };
+            set(
+                cx,
+                &mut self.seen,
+                &mut self.context,
+                "context",
+                key.span,
+                value,
+            );
+        } else if la.peek(Token![crate]) {
+            let key: Token![crate] = input.parse()?;
+            input.parse::<Token![=]>()?;
+            let lit = string(input, "crate", "\"::idempotency\"")?;
+            let value = match lit.parse::<syn::Path>() {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    cx.error(lit.span(), "`crate` takes the path of the idempotency crate, e.g. crate = \"::idempotency\"");
+                    None
+                }
+            };
+            set(
+                cx,
+                &mut self.seen,
+                &mut self.krate,
+                "crate",
+                key.span,
+                value,
+            );
+        } else if input.peek(Ident::peek_any) {
+            let key: Ident = input.call(Ident::parse_any)?;
+            return Err(syn::Error::new(
+                key.span(),
+                format!("unknown option `{key}`; valid options: {OPTIONS}"),
+            ));
+        } else {
+            return Err(la.error());
+        }
+        Ok(())
+    }
+
+    pub fn window_ms(&self) -> u64 {
+        self.window.as_ref().map_or(DEFAULT_WINDOW_MS, |w| w.value)
+    }
+
+    /// The runtime's path: `crate = "..."`, else `::idempotency`.
+    pub fn krate(&self) -> syn::Path {
+        match &self.krate {
+            Some(p) => p.value.clone(),
+            None => syn::parse_quote!(::idempotency),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use quote::quote;
+
+    fn parse(ts: TokenStream) -> (Options, Option<String>) {
+        let mut cx = Ctxt::default();
+        let o = Options::parse(&mut cx, ts);
+        (
+            o,
+            cx.check().err().map(|e| {
+                e.into_iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            }),
+        )
+    }
 
     #[test]
     fn durations() {
         assert_eq!(parse_duration("15m"), Ok(900_000));
+        assert_eq!(parse_duration("90s"), Ok(90_000));
         assert_eq!(parse_duration("500ms"), Ok(500));
+        assert_eq!(parse_duration("2h"), Ok(7_200_000));
         assert_eq!(parse_duration("1d"), Ok(86_400_000));
-        assert!(parse_duration("15x").is_err());
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("m").is_err());
-        assert!(parse_duration("99999999999999999999h").is_err());
-        assert!(parse_duration("9999999999999999d").is_err());
+        for bad in [
+            "15x",
+            "0s",
+            "",
+            "m",
+            "15",
+            " 15m",
+            "15 m",
+            "1.5h",
+            "-1s",
+            "99999999999999999999h",
+            "9999999999999999d",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn options() {
+        let (o, e) = parse(quote!(
+            window = "2h",
+            business_key = ["a", "b.c"],
+            name = "n",
+            on_error = "definitive",
+            timeout = "30s",
+            context = "ctx",
+            crate = "::idem"
+        ));
+        assert!(e.is_none(), "{e:?}");
+        assert_eq!(o.window_ms(), 7_200_000);
+        assert_eq!(o.business_key.map(|b| b.value.len()), Some(2));
+        assert_eq!(o.on_error.map(|o| o.value), Some(OnError::Definitive));
+        assert_eq!(o.timeout.map(|t| t.value), Some(30_000));
+        let (o, e) = parse(quote!());
+        assert!(e.is_none());
+        assert_eq!(o.window_ms(), DEFAULT_WINDOW_MS);
+    }
+
+    #[test]
+    fn errors_are_all_reported() {
+        let (_, e) = parse(quote!(
+            window = "15x",
+            colour = "red",
+            window = "1m",
+            business_key = "a, b",
+            on_error = "maybe"
+        ));
+        let e = e.unwrap_or_default();
+        assert!(e.contains("`15x` has no valid unit"), "{e}");
+        assert!(e.contains("unknown option `colour`"), "{e}");
+        assert!(e.contains("duplicate option `window`"), "{e}");
+        assert!(e.contains("written as a list"), "{e}");
+        assert!(e.contains("`maybe` is not a disposition"), "{e}");
+        let (_, e) = parse(quote!(window = 15));
+        assert!(e.unwrap_or_default().contains("`window` takes a string"));
     }
 
     proptest::proptest! {
@@ -228,7 +440,7 @@ mod tests {
         #[test]
         fn option_parser_never_panics(s in "[a-z_=\", \\[\\]0-9.:]{0,40}") {
             let mut cx = Ctxt::default();
-            if let Ok(ts) = s.parse::<proc_macro2::TokenStream>() {
+            if let Ok(ts) = s.parse::<TokenStream>() {
                 let _ = Options::parse(&mut cx, ts);
             }
         }

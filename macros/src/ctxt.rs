@@ -12,6 +12,11 @@ impl Ctxt {
         self.push(syn::Error::new(span, msg));
     }
 
+    /// An error covering all of `tokens` (first to last), like `syn::Error::new_spanned`.
+    pub fn spanned(&mut self, tokens: impl quote::ToTokens, msg: impl std::fmt::Display) {
+        self.push(syn::Error::new_spanned(tokens, msg));
+    }
+
     pub fn push(&mut self, e: syn::Error) {
         match &mut self.errors {
             Some(all) => all.combine(e),

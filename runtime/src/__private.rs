@@ -4,6 +4,7 @@ pub use crate::engine::{Failure, Idempotency, IdempotencyContext, Prepared, Tool
 pub use crate::error::Error;
 pub use crate::key::Caller;
 pub use crate::outcome::{Classify, ErrorPolicy, Outcome};
+pub use core::convert::From;
 pub use core::option::Option;
 pub use core::result::Result;
 pub use core::time::Duration;
@@ -17,4 +18,33 @@ pub use ::rmcp;
 #[cfg(feature = "rmcp")]
 pub mod mcp {
     pub use crate::mcp::{answer, refuse, IdempotentServer};
+}
+
+/// The arguments of a wrapped tool. Named in generated code with the argument type spelled out,
+/// so that a type without `Serialize` is reported at that type.
+#[diagnostic::on_unimplemented(
+    message = "the arguments of an idempotent tool must implement `serde::Serialize`: `{Self}` does not",
+    label = "the key is computed from the canonical JSON of `{Self}`",
+    note = "add `#[derive(serde::Serialize)]` to `{Self}`"
+)]
+pub trait Arguments: Serialize {}
+impl<A: Serialize + ?Sized> Arguments for A {}
+
+/// [`Prepared::call`] for arguments of type `A`.
+pub fn prepare_call<A: Arguments + ?Sized>(
+    caller: &Caller,
+    tool: &str,
+    args: &A,
+) -> Result<Prepared, Error> {
+    Prepared::call(caller, tool, args)
+}
+
+/// [`Prepared::business`] for arguments of type `A`.
+pub fn prepare_business<A: Arguments + ?Sized, B: Serialize + ?Sized>(
+    caller: &Caller,
+    tool: &str,
+    business_key: &B,
+    args: &A,
+) -> Result<Prepared, Error> {
+    Prepared::business(caller, tool, business_key, args)
 }

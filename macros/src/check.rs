@@ -1,0 +1,75 @@
+//! Rules that need more than one piece: the item as a whole (async, order with rmcp's `#[tool]`,
+//! applied twice, generics) before it is read, and the options against the function after.
+
+use syn::{GenericParam, ItemFn};
+
+use crate::ast::{is_attr, Function, Mode};
+use crate::attr::Options;
+use crate::ctxt::Ctxt;
+use crate::hint;
+
+/// Checks the raw item. `false` when it cannot be read further (not an `async fn`).
+pub fn item(cx: &mut Ctxt, item: &ItemFn) -> bool {
+    for a in item.attrs.iter().filter(|a| is_attr(a, "idempotent")) {
+        cx.spanned(a, "#[idempotent] is applied twice; keep one");
+    }
+    let sig = &item.sig;
+    if sig.asyncness.is_none() {
+        if crate::fallback::is_boxed_future(&sig.output) {
+            cx.error(
+                sig.fn_token.span,
+                "place #[idempotent] above #[tool]: below it, rmcp has already turned the async fn into a boxed future and generated the tool's annotations",
+            );
+        } else {
+            cx.error(
+                sig.fn_token.span,
+                "#[idempotent] wraps an `async fn`; make this function async",
+            );
+        }
+        return false;
+    }
+    if let Some(g) = sig
+        .generics
+        .params
+        .iter()
+        .find(|p| !matches!(p, GenericParam::Lifetime(_)))
+    {
+        cx.spanned(
+            g,
+            "#[idempotent] does not support generic functions: the key is computed from the canonical JSON of one concrete argument type",
+        );
+    }
+    if let Some(v) = &sig.variadic {
+        cx.spanned(v, "#[idempotent] does not support variadic functions");
+    }
+    true
+}
+
+/// Checks the options against the function read from the item.
+pub fn function(cx: &mut Ctxt, f: &Function, opts: &Options) {
+    if let Mode::Rmcp { tool } = f.mode {
+        if !cfg!(feature = "rmcp") {
+            cx.spanned(
+                &f.item.attrs[tool],
+                "#[idempotent] on an rmcp #[tool]: enable the `rmcp` feature of idempotency",
+            );
+        }
+        if let Some(c) = &opts.context {
+            cx.error(
+                c.span,
+                "`context` does not apply to rmcp tools: the engine and the caller come from `self` (idempotency::mcp::IdempotentServer) and the request",
+            );
+        }
+        hint::check_tool(cx, &f.item.attrs[tool]);
+    }
+    if let Some(keys) = &opts.business_key {
+        for (i, k) in keys.value.iter().enumerate() {
+            if keys.value[..i].iter().any(|prev| prev.text == k.text) {
+                cx.error(
+                    k.span,
+                    format!("`{}` is already part of the business key", k.text),
+                );
+            }
+        }
+    }
+}

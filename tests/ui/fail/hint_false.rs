@@ -1,0 +1,41 @@
+//! `idempotent_hint = false` beside #[idempotent] contradicts it.
+#![allow(dead_code)]
+use idempotency::mcp::{IdempotentServer, Identity};
+use idempotency::{idempotent, Caller, Error, Idempotency};
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::service::RequestContext;
+use rmcp::{schemars, tool, tool_router, RoleServer};
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, schemars::JsonSchema)]
+struct ChargeArgs {
+    amount: u64,
+}
+
+struct Payments {
+    engine: Idempotency,
+    identity: Identity,
+}
+
+impl IdempotentServer for Payments {
+    fn idempotency(&self) -> &Idempotency {
+        &self.engine
+    }
+    fn caller(&self, request: &RequestContext<RoleServer>) -> Result<Caller, Error> {
+        self.identity.resolve(request)
+    }
+}
+
+#[tool_router]
+impl Payments {
+    #[idempotent(on_error = "retryable")]
+    #[tool(
+        description = "Charge a card",
+        annotations(title = "Charge", idempotent_hint = false)
+    )]
+    async fn charge_card(&self, Parameters(args): Parameters<ChargeArgs>) -> Result<u64, String> {
+        Ok(args.amount)
+    }
+}
+
+fn main() {}

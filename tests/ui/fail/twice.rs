@@ -1,0 +1,29 @@
+//! #[idempotent] applied twice.
+#![allow(dead_code)]
+use idempotency::{idempotent, Caller, Error, Idempotency, IdempotencyContext};
+use serde::Serialize;
+
+struct Ctx(Idempotency);
+
+impl IdempotencyContext for Ctx {
+    fn idempotency(&self) -> &Idempotency {
+        &self.0
+    }
+    fn caller(&self) -> Result<Caller, Error> {
+        Ok(Caller::new("acme", "alice"))
+    }
+}
+
+#[derive(Serialize)]
+struct Args {
+    order_id: String,
+}
+
+#[idempotent(on_error = "retryable")]
+#[idempotent(on_error = "retryable")]
+async fn charge(ctx: &Ctx, args: Args) -> Result<u8, Error> {
+    let _ = (ctx, args);
+    Ok(1)
+}
+
+fn main() {}
