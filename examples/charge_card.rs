@@ -14,8 +14,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let transport = Transport::from_args()?;
     let (engine, store) = idempotency_examples::engine_from_env().await?;
     tracing::info!("charge_card server on {store}");
-    let delay = std::env::var("PROCESSOR_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let delay = std::env::var("PROCESSOR_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let processor = Arc::new(Processor::new(Duration::from_millis(delay)));
     let identity = Identity::stdio(idempotency_examples::stdio_caller());
-    idempotency_examples::serve(move || Payments::new(engine.clone(), identity.clone(), processor.clone()), transport).await
+    idempotency_examples::serve(
+        move || Payments::new(engine.clone(), identity.clone(), processor.clone()),
+        transport,
+    )
+    .await
 }

@@ -14,5 +14,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     tracing::info!("create_shipment server on {store}");
     let carrier = Arc::new(Carrier::default());
     let identity = Identity::stdio(idempotency_examples::stdio_caller());
-    idempotency_examples::serve(move || Shipping::new(engine.clone(), identity.clone(), carrier.clone()), transport).await
+    idempotency_examples::serve(
+        move || Shipping::new(engine.clone(), identity.clone(), carrier.clone()),
+        transport,
+    )
+    .await
 }

@@ -25,17 +25,26 @@ fn text(r: &CallToolResult) -> String {
 }
 
 fn replayed(r: &CallToolResult) -> bool {
-    r.meta.as_ref().and_then(|m| m.0.get(META_REPLAYED)).and_then(|v| v.as_bool()) == Some(true)
+    r.meta
+        .as_ref()
+        .and_then(|m| m.0.get(META_REPLAYED))
+        .and_then(|v| v.as_bool())
+        == Some(true)
 }
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let path = std::env::temp_dir().join(format!("idempotency-quickstart-{}.db", std::process::id()));
+    let path =
+        std::env::temp_dir().join(format!("idempotency-quickstart-{}.db", std::process::id()));
     let store = SqliteStore::open(&path).await?;
     println!("store: SQLite file {}", path.display());
     let engine = Idempotency::new(store);
     let processor = Arc::new(Processor::new(Duration::from_millis(1500)));
-    let server = Payments::new(engine, Identity::stdio(Caller::new("acme", "alice")), processor.clone());
+    let server = Payments::new(
+        engine,
+        Identity::stdio(Caller::new("acme", "alice")),
+        processor.clone(),
+    );
 
     // An MCP client and the server, connected in-process.
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
@@ -49,14 +58,23 @@ async fn main() -> Result<(), BoxError> {
     let tools = client.list_all_tools().await?;
     for t in &tools {
         let hint = t.annotations.as_ref().and_then(|a| a.idempotent_hint);
-        println!("tool {:<20} idempotentHint: {}", t.name, hint.map_or("-".to_string(), |h| h.to_string()));
+        println!(
+            "tool {:<20} idempotentHint: {}",
+            t.name,
+            hint.map_or("-".to_string(), |h| h.to_string())
+        );
     }
 
-    let args = serde_json::json!({"amount_cents": 4200, "currency": "EUR", "card_token": "tok_visa_4242"});
+    let args =
+        serde_json::json!({"amount_cents": 4200, "currency": "EUR", "card_token": "tok_visa_4242"});
     let call = || {
         let client = client.clone();
         let args = args.as_object().cloned().unwrap_or_default();
-        async move { client.call_tool(CallToolRequestParams::new("charge_card").with_arguments(args)).await }
+        async move {
+            client
+                .call_tool(CallToolRequestParams::new("charge_card").with_arguments(args))
+                .await
+        }
     };
 
     println!("\n1. the model calls charge_card (the processor takes 1.5 s)");
@@ -64,13 +82,20 @@ async fn main() -> Result<(), BoxError> {
     tokio::time::sleep(Duration::from_millis(300)).await;
     println!("2. the host times out and retries the same call while the first is running");
     let retry = call().await?;
-    println!("   -> isError={} {}", retry.is_error == Some(true), text(&retry));
+    println!(
+        "   -> isError={} {}",
+        retry.is_error == Some(true),
+        text(&retry)
+    );
     let first = first.await??;
     println!("   first call -> {}", text(&first));
     println!("3. a minute later the model repeats the call");
     let later = call().await?;
     println!("   -> replayed={} {}", replayed(&later), text(&later));
-    println!("   same content as the first answer: {}", later.content == first.content);
+    println!(
+        "   same content as the first answer: {}",
+        later.content == first.content
+    );
     let reference = first
         .meta
         .as_ref()

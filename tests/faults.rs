@@ -57,11 +57,17 @@ impl Classify for ChargeError {
 }
 
 fn current_ref() -> String {
-    idempotency::Call::current().map(|c| c.reference().to_string()).unwrap_or_default()
+    idempotency::Call::current()
+        .map(|c| c.reference().to_string())
+        .unwrap_or_default()
 }
 
 fn temp_path(name: &str) -> std::path::PathBuf {
-    let p = std::env::temp_dir().join(format!("idem-faults-{name}-{}-{}.db", std::process::id(), nanos()));
+    let p = std::env::temp_dir().join(format!(
+        "idem-faults-{name}-{}-{}.db",
+        std::process::id(),
+        nanos()
+    ));
     let _ = std::fs::remove_file(&p);
     p
 }
@@ -73,7 +79,10 @@ fn remove_db(path: &std::path::Path) {
 }
 
 fn nanos() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
 }
 
 fn database_url() -> Option<String> {
@@ -89,16 +98,26 @@ fn database_url() -> Option<String> {
 /// A fresh schema on the test database; returns a URL whose connections use it.
 async fn pg_schema(url: &str, label: &str) -> (String, String) {
     let schema = format!("idem_fault_{label}_{}", nanos() % 1_000_000_000);
-    let pool = sqlx::PgPool::connect(url).await.expect("connect to DATABASE_URL");
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&pool).await.expect("create schema");
+    let pool = sqlx::PgPool::connect(url)
+        .await
+        .expect("connect to DATABASE_URL");
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+        .execute(&pool)
+        .await
+        .expect("create schema");
     pool.close().await;
     let sep = if url.contains('?') { '&' } else { '?' };
-    (format!("{url}{sep}options=-c%20search_path%3D{schema}"), schema)
+    (
+        format!("{url}{sep}options=-c%20search_path%3D{schema}"),
+        schema,
+    )
 }
 
 async fn pg_drop(url: &str, schema: &str) {
     if let Ok(pool) = sqlx::PgPool::connect(url).await {
-        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&pool).await;
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+            .execute(&pool)
+            .await;
     }
 }
 
@@ -114,7 +133,9 @@ enum Db {
 impl Db {
     async fn open(target: &str) -> Db {
         if let Some(path) = target.strip_prefix("sqlite:") {
-            let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(path).create_if_missing(true)
+            let opts = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(path)
+                .create_if_missing(true)
                 .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
                 .busy_timeout(Duration::from_secs(5));
             let pool = sqlx::SqlitePool::connect_with(opts).await.expect("sqlite");
@@ -138,8 +159,16 @@ impl Db {
     async fn charge(&self, reference: &str) -> i64 {
         let sql = "INSERT INTO charges (reference, id) VALUES ($1, 1000 + (SELECT COUNT(*) FROM charges))";
         match self {
-            Db::Sqlite(p) => sqlx::query(sql).bind(reference).execute(p).await.map(|_| ()),
-            Db::Pg(p) => sqlx::query(sql).bind(reference).execute(p).await.map(|_| ()),
+            Db::Sqlite(p) => sqlx::query(sql)
+                .bind(reference)
+                .execute(p)
+                .await
+                .map(|_| ()),
+            Db::Pg(p) => sqlx::query(sql)
+                .bind(reference)
+                .execute(p)
+                .await
+                .map(|_| ()),
         }
         .expect("processor insert");
         self.find(reference).await.unwrap_or(-1)
@@ -148,8 +177,18 @@ impl Db {
     async fn find(&self, reference: &str) -> Option<i64> {
         let sql = "SELECT id FROM charges WHERE reference = $1";
         match self {
-            Db::Sqlite(p) => sqlx::query_scalar(sql).bind(reference).fetch_optional(p).await.ok().flatten(),
-            Db::Pg(p) => sqlx::query_scalar(sql).bind(reference).fetch_optional(p).await.ok().flatten(),
+            Db::Sqlite(p) => sqlx::query_scalar(sql)
+                .bind(reference)
+                .fetch_optional(p)
+                .await
+                .ok()
+                .flatten(),
+            Db::Pg(p) => sqlx::query_scalar(sql)
+                .bind(reference)
+                .fetch_optional(p)
+                .await
+                .ok()
+                .flatten(),
         }
     }
 
@@ -169,20 +208,31 @@ const LEASE: Duration = Duration::from_secs(2);
 /// environment names a target).
 #[tokio::test]
 async fn kill9_worker() {
-    let Ok(target) = std::env::var(WORKER_ENV) else { return };
+    let Ok(target) = std::env::var(WORKER_ENV) else {
+        return;
+    };
     let db = Db::open(&target).await;
     let engine = Idempotency::from_arc(Db::store(&target).await).with_lease(LEASE);
     let prepared = Prepared::call(&caller(), "charge_card", &4200u64).expect("key");
     let _: Outcome<Receipt, ChargeError> = engine
-        .execute(&spec(), &caller(), prepared, ErrorPolicy::classified(), async move {
-            let reference = current_ref();
-            let id = db.charge(&reference).await;
-            println!("CHARGED {reference}");
-            use std::io::Write;
-            let _ = std::io::stdout().flush();
-            tokio::time::sleep(Duration::from_secs(3600)).await; // killed here
-            Ok(Receipt { charge_id: id, reference })
-        })
+        .execute(
+            &spec(),
+            &caller(),
+            prepared,
+            ErrorPolicy::classified(),
+            async move {
+                let reference = current_ref();
+                let id = db.charge(&reference).await;
+                println!("CHARGED {reference}");
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+                tokio::time::sleep(Duration::from_secs(3600)).await; // killed here
+                Ok(Receipt {
+                    charge_id: id,
+                    reference,
+                })
+            },
+        )
         .await;
 }
 
@@ -218,25 +268,37 @@ async fn kill9_scenario(target: String) {
     // The repeat, with the worker dead and its lease still running: in flight, not re-run.
     let store = Db::store(&target).await;
     let clock = ManualClock::new(SystemClock.now());
-    let engine = Idempotency::from_arc(store.clone()).with_clock(clock.clone()).with_lease(LEASE);
+    let engine = Idempotency::from_arc(store.clone())
+        .with_clock(clock.clone())
+        .with_lease(LEASE);
     let repeat = || {
         let engine = engine.clone();
         let prepared = Prepared::call(&caller(), "charge_card", &4200u64).expect("key");
         async move {
             engine
-                .execute_raw::<Receipt, ChargeError, _>(&spec(), &caller(), prepared, ErrorPolicy::classified(), async {
-                    panic!("the repeat must not run the side effect")
-                })
+                .execute_raw::<Receipt, ChargeError, _>(
+                    &spec(),
+                    &caller(),
+                    prepared,
+                    ErrorPolicy::classified(),
+                    async { panic!("the repeat must not run the side effect") },
+                )
                 .await
         }
     };
     let r = repeat().await;
     match &r.result {
-        Err(Failure::Wrapper(e @ Error::InFlight { .. })) => assert!(e.to_string().contains(&reference)),
+        Err(Failure::Wrapper(e @ Error::InFlight { .. })) => {
+            assert!(e.to_string().contains(&reference))
+        }
         other => panic!("expected in flight, got {other:?}"),
     }
     let parsed: idempotency::Reference = reference.parse().expect("ref");
-    let st = engine.status(&caller(), parsed).await.expect("status").expect("found");
+    let st = engine
+        .status(&caller(), parsed)
+        .await
+        .expect("status")
+        .expect("found");
     assert_eq!(st.state, RecordState::InFlight);
 
     // Before the lease passes the reconciler leaves it alone; after, it asks the processor.
@@ -256,7 +318,11 @@ async fn kill9_scenario(target: String) {
                     Ok(match db.find(&reference).await {
                         Some(id) => Settlement::Completed(StoredResponse {
                             ok: true,
-                            body: serde_json::to_string(&Receipt { charge_id: id, reference }).map_err(|e| e.to_string())?,
+                            body: serde_json::to_string(&Receipt {
+                                charge_id: id,
+                                reference,
+                            })
+                            .map_err(|e| e.to_string())?,
                         }),
                         None => Settlement::Released,
                     })
@@ -274,7 +340,9 @@ async fn kill9_scenario(target: String) {
 
     let r = repeat().await;
     assert!(r.replayed);
-    let Ok(receipt) = r.result else { panic!("expected the settled receipt") };
+    let Ok(receipt) = r.result else {
+        panic!("expected the settled receipt")
+    };
     assert_eq!(receipt.reference, reference);
     assert_eq!(db.count().await, 1, "exactly one charge throughout");
 }
@@ -301,9 +369,14 @@ async fn kill9_between_claim_and_complete_postgres() {
 async fn postgres_outage_fails_closed_and_recovers() {
     let Some(url) = database_url() else { return };
     let (_, schema) = pg_schema(&url, "outage").await;
-    let proxy = Proxy::start("127.0.0.1:5432".parse().expect("addr")).await.expect("proxy");
+    let proxy = Proxy::start("127.0.0.1:5432".parse().expect("addr"))
+        .await
+        .expect("proxy");
     let mut opts: sqlx::postgres::PgConnectOptions = url.parse().expect("DATABASE_URL parses");
-    opts = opts.host("127.0.0.1").port(proxy.addr().port()).options([("search_path", schema.as_str())]);
+    opts = opts
+        .host("127.0.0.1")
+        .port(proxy.addr().port())
+        .options([("search_path", schema.as_str())]);
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(2))
@@ -320,13 +393,22 @@ async fn postgres_outage_fails_closed_and_recovers() {
         async move {
             let prepared = Prepared::call(&caller(), "charge_card", &amount).expect("key");
             engine
-                .execute_raw(&spec(), &caller(), prepared, ErrorPolicy::<ChargeError>::classified(), async move {
-                    charges.fetch_add(1, Ordering::SeqCst);
-                    if let Some(p) = cut.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                        p.cut(); // the database goes away after the side effect
-                    }
-                    Ok(Receipt { charge_id: amount as i64, reference: current_ref() })
-                })
+                .execute_raw(
+                    &spec(),
+                    &caller(),
+                    prepared,
+                    ErrorPolicy::<ChargeError>::classified(),
+                    async move {
+                        charges.fetch_add(1, Ordering::SeqCst);
+                        if let Some(p) = cut.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                            p.cut(); // the database goes away after the side effect
+                        }
+                        Ok(Receipt {
+                            charge_id: amount as i64,
+                            reference: current_ref(),
+                        })
+                    },
+                )
                 .await
         }
     };
@@ -341,7 +423,11 @@ async fn postgres_outage_fails_closed_and_recovers() {
             other => panic!("expected a fail-closed answer, got {other:?}"),
         }
     }
-    assert_eq!(charges.load(Ordering::SeqCst), 1, "no side effect ran without a claim");
+    assert_eq!(
+        charges.load(Ordering::SeqCst),
+        1,
+        "no side effect ran without a claim"
+    );
     proxy.restore();
     let mut recovered = false;
     for _ in 0..20 {
@@ -351,16 +437,26 @@ async fn postgres_outage_fails_closed_and_recovers() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(recovered, "calls succeed again when the database returns, same engine, same pool");
+    assert!(
+        recovered,
+        "calls succeed again when the database returns, same engine, same pool"
+    );
     assert_eq!(charges.load(Ordering::SeqCst), 2);
 
     // The database disappears after the side effect ran: the answer is "outcome unknown" with the ref.
     *cut_in_body.lock().unwrap_or_else(|e| e.into_inner()) = Some(proxy.clone());
     let r = call(6).await;
     match &r.result {
-        Err(Failure::Wrapper(e @ Error::OutcomeUnknown { reason: UnknownReason::NotRecorded(_), .. })) => {
+        Err(Failure::Wrapper(
+            e @ Error::OutcomeUnknown {
+                reason: UnknownReason::NotRecorded(_),
+                ..
+            },
+        )) => {
             assert!(!e.nothing_done());
-            assert!(e.to_string().contains(&r.reference.expect("ref").to_string()));
+            assert!(e
+                .to_string()
+                .contains(&r.reference.expect("ref").to_string()));
         }
         other => panic!("expected outcome unknown, got {other:?}"),
     }
@@ -369,7 +465,9 @@ async fn postgres_outage_fails_closed_and_recovers() {
     let mut answered = None;
     for _ in 0..20 {
         match call(6).await.result {
-            Err(Failure::Wrapper(Error::StoreUnavailable { .. })) => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(Failure::Wrapper(Error::StoreUnavailable { .. })) => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
             other => {
                 answered = Some(other);
                 break;
@@ -380,7 +478,11 @@ async fn postgres_outage_fails_closed_and_recovers() {
         Some(Err(Failure::Wrapper(Error::InFlight { .. } | Error::OutcomeUnknown { .. }))) => {}
         other => panic!("the repeat must be told in flight / unknown, got {other:?}"),
     }
-    assert_eq!(charges.load(Ordering::SeqCst), 3, "the repeat did not run the side effect again");
+    assert_eq!(
+        charges.load(Ordering::SeqCst),
+        3,
+        "the repeat did not run the side effect again"
+    );
     pg_drop(&url, &schema).await;
 }
 
@@ -396,12 +498,24 @@ async fn outbox_survives_a_crash_and_a_replay_sends_nothing_more() {
         async move {
             let prepared = Prepared::call(&caller(), "charge_card", &77u64).expect("key");
             engine
-                .execute(&spec(), &caller(), prepared, ErrorPolicy::<ChargeError>::classified(), async move {
-                    charges.fetch_add(1, Ordering::SeqCst);
-                    let call = idempotency::Call::current().expect("in body");
-                    call.enqueue("receipt_email", &serde_json::json!({"to": "alice@example.com"}))?;
-                    Ok(Receipt { charge_id: 1, reference: call.reference().to_string() })
-                })
+                .execute(
+                    &spec(),
+                    &caller(),
+                    prepared,
+                    ErrorPolicy::<ChargeError>::classified(),
+                    async move {
+                        charges.fetch_add(1, Ordering::SeqCst);
+                        let call = idempotency::Call::current().expect("in body");
+                        call.enqueue(
+                            "receipt_email",
+                            &serde_json::json!({"to": "alice@example.com"}),
+                        )?;
+                        Ok(Receipt {
+                            charge_id: 1,
+                            reference: call.reference().to_string(),
+                        })
+                    },
+                )
                 .await
         }
     };
@@ -411,7 +525,10 @@ async fn outbox_survives_a_crash_and_a_replay_sends_nothing_more() {
         // the process "crashes" here: charged, email not sent yet
     }
     let engine = Idempotency::new(SqliteStore::open(&path).await.expect("reopen"));
-    assert!(go(engine.clone()).await.replayed, "the replay does not enqueue another email");
+    assert!(
+        go(engine.clone()).await.replayed,
+        "the replay does not enqueue another email"
+    );
 
     // The mail service dedupes by reference; the first delivery is sent but its ack is lost.
     let sent: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -438,9 +555,21 @@ async fn outbox_survives_a_crash_and_a_replay_sends_nothing_more() {
     let dispatcher = Dispatcher::new(&engine, deliver).redeliver_after(Duration::ZERO);
     assert_eq!(dispatcher.run_once().await.expect("round 1"), 0);
     assert_eq!(dispatcher.run_once().await.expect("round 2"), 1);
-    assert_eq!(dispatcher.run_once().await.expect("round 3"), 0, "acknowledged: nothing left");
-    assert_eq!(attempts.load(Ordering::SeqCst), 2, "delivered at least once (twice here)");
-    assert_eq!(sent.lock().unwrap_or_else(|e| e.into_inner()).len(), 1, "one email per reference");
+    assert_eq!(
+        dispatcher.run_once().await.expect("round 3"),
+        0,
+        "acknowledged: nothing left"
+    );
+    assert_eq!(
+        attempts.load(Ordering::SeqCst),
+        2,
+        "delivered at least once (twice here)"
+    );
+    assert_eq!(
+        sent.lock().unwrap_or_else(|e| e.into_inner()).len(),
+        1,
+        "one email per reference"
+    );
     assert_eq!(charges.load(Ordering::SeqCst), 1);
     remove_db(&path);
 }
@@ -450,7 +579,9 @@ async fn outbox_survives_a_crash_and_a_replay_sends_nothing_more() {
 
 async fn contention_after_release(store: Arc<dyn Store>) {
     let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
-    let engine = Idempotency::from_arc(store).with_clock(clock.clone()).with_lease(Duration::from_secs(30));
+    let engine = Idempotency::from_arc(store)
+        .with_clock(clock.clone())
+        .with_lease(Duration::from_secs(30));
     let key = Prepared::call(&caller(), "charge_card", &9u64).expect("key");
     // A worker claims and dies (no completion).
     let req = idempotency::ClaimRequest {
@@ -461,12 +592,29 @@ async fn contention_after_release(store: Arc<dyn Store>) {
         now: clock.now(),
         lease_expires_at: clock.now() + Duration::from_secs(30),
     };
-    assert!(matches!(engine.store().claim(&req).await.expect("claim"), idempotency::Claim::New { .. }));
-    let released = || Reconciler::new(&engine, |_c: idempotency::Unsettled| async { Ok(Settlement::Released) }, WINDOW);
+    assert!(matches!(
+        engine.store().claim(&req).await.expect("claim"),
+        idempotency::Claim::New { .. }
+    ));
+    let released = || {
+        Reconciler::new(
+            &engine,
+            |_c: idempotency::Unsettled| async { Ok(Settlement::Released) },
+            WINDOW,
+        )
+    };
     clock.advance(Duration::from_secs(29));
-    assert_eq!(released().run_once().await.expect("round").examined, 0, "lease − 1 s: still live");
+    assert_eq!(
+        released().run_once().await.expect("round").examined,
+        0,
+        "lease − 1 s: still live"
+    );
     clock.advance(Duration::from_secs(1));
-    let at = engine.store().unsettled(clock.now(), 10).await.expect("unsettled");
+    let at = engine
+        .store()
+        .unsettled(clock.now(), 10)
+        .await
+        .expect("unsettled");
     assert_eq!(at.len(), 1, "at the lease's end it is due");
     clock.advance(Duration::from_secs(1));
     assert_eq!(released().run_once().await.expect("round").released, 1);
@@ -480,11 +628,20 @@ async fn contention_after_release(store: Arc<dyn Store>) {
                 barrier.wait().await;
                 let prepared = Prepared::call(&caller(), "charge_card", &9u64).expect("key");
                 engine
-                    .execute_raw(&spec(), &caller(), prepared, ErrorPolicy::<ChargeError>::classified(), async move {
-                        runs.fetch_add(1, Ordering::SeqCst);
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        Ok(Receipt { charge_id: 9, reference: current_ref() })
-                    })
+                    .execute_raw(
+                        &spec(),
+                        &caller(),
+                        prepared,
+                        ErrorPolicy::<ChargeError>::classified(),
+                        async move {
+                            runs.fetch_add(1, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            Ok(Receipt {
+                                charge_id: 9,
+                                reference: current_ref(),
+                            })
+                        },
+                    )
                     .await
             })
         })
@@ -497,7 +654,11 @@ async fn contention_after_release(store: Arc<dyn Store>) {
             other => panic!("{other:?}"),
         }
     }
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "exactly one of 32 takes the released claim over");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "exactly one of 32 takes the released claim over"
+    );
     assert!(ok >= 1);
 }
 
@@ -517,7 +678,10 @@ async fn released_claim_is_taken_over_by_exactly_one_of_32_sqlite() {
 async fn released_claim_is_taken_over_by_exactly_one_of_32_postgres() {
     let Some(url) = database_url() else { return };
     let (scoped, schema) = pg_schema(&url, "contention").await;
-    contention_after_release(Arc::new(PostgresStore::connect(&scoped).await.expect("store"))).await;
+    contention_after_release(Arc::new(
+        PostgresStore::connect(&scoped).await.expect("store"),
+    ))
+    .await;
     pg_drop(&url, &schema).await;
 }
 
@@ -531,25 +695,44 @@ async fn a_panic_before_the_side_effect_is_unknown_until_reconciled_then_runs_on
         tokio::spawn(async move {
             let prepared = Prepared::call(&caller(), "charge_card", &5u64).expect("key");
             engine
-                .execute_raw(&spec(), &caller(), prepared, ErrorPolicy::<ChargeError>::classified(), async move {
-                    if fail {
-                        panic!("bug before the processor call");
-                    }
-                    charges.fetch_add(1, Ordering::SeqCst);
-                    Ok(Receipt { charge_id: 5, reference: current_ref() })
-                })
+                .execute_raw(
+                    &spec(),
+                    &caller(),
+                    prepared,
+                    ErrorPolicy::<ChargeError>::classified(),
+                    async move {
+                        if fail {
+                            panic!("bug before the processor call");
+                        }
+                        charges.fetch_add(1, Ordering::SeqCst);
+                        Ok(Receipt {
+                            charge_id: 5,
+                            reference: current_ref(),
+                        })
+                    },
+                )
                 .await
         })
     };
     assert!(run(true).await.expect_err("panics").is_panic());
     let r = run(false).await.expect("no panic");
-    assert!(matches!(r.result, Err(Failure::Wrapper(Error::OutcomeUnknown { .. }))), "never silently re-runnable");
+    assert!(
+        matches!(
+            r.result,
+            Err(Failure::Wrapper(Error::OutcomeUnknown { .. }))
+        ),
+        "never silently re-runnable"
+    );
     assert_eq!(charges.load(Ordering::SeqCst), 0);
     // The processor has no record of the ref: the reconciler releases it; the next call runs once.
-    let report = Reconciler::new(&engine, |_c: idempotency::Unsettled| async { Ok(Settlement::Released) }, WINDOW)
-        .run_once()
-        .await
-        .expect("round");
+    let report = Reconciler::new(
+        &engine,
+        |_c: idempotency::Unsettled| async { Ok(Settlement::Released) },
+        WINDOW,
+    )
+    .run_once()
+    .await
+    .expect("round");
     assert_eq!(report.released, 1);
     assert!(run(false).await.expect("runs").result.is_ok());
     assert!(run(false).await.expect("replays").replayed);
@@ -559,37 +742,74 @@ async fn a_panic_before_the_side_effect_is_unknown_until_reconciled_then_runs_on
 #[tokio::test]
 async fn a_late_completion_after_settlement_is_rejected() {
     let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
-    let engine = Idempotency::new(MemoryStore::new()).with_clock(clock.clone()).with_lease(Duration::from_secs(1));
+    let engine = Idempotency::new(MemoryStore::new())
+        .with_clock(clock.clone())
+        .with_lease(Duration::from_secs(1));
     let gate = Arc::new(tokio::sync::Notify::new());
     let g2 = gate.clone();
     let e2 = engine.clone();
     let slow = tokio::spawn(async move {
         let prepared = Prepared::call(&caller(), "charge_card", &8u64).expect("key");
-        e2.execute(&spec(), &caller(), prepared, ErrorPolicy::<ChargeError>::classified(), async move {
-            g2.notified().await;
-            Ok(Receipt { charge_id: 111, reference: current_ref() })
-        })
+        e2.execute(
+            &spec(),
+            &caller(),
+            prepared,
+            ErrorPolicy::<ChargeError>::classified(),
+            async move {
+                g2.notified().await;
+                Ok(Receipt {
+                    charge_id: 111,
+                    reference: current_ref(),
+                })
+            },
+        )
         .await
     });
-    while engine.store().unsettled(clock.now() + Duration::from_secs(3600), 1).await.expect("u").is_empty() {
+    while engine
+        .store()
+        .unsettled(clock.now() + Duration::from_secs(3600), 1)
+        .await
+        .expect("u")
+        .is_empty()
+    {
         tokio::task::yield_now().await;
     }
     clock.advance(Duration::from_secs(5));
-    let settled = StoredResponse { ok: true, body: serde_json::to_string(&Receipt { charge_id: 222, reference: String::new() }).expect("json") };
-    let report = Reconciler::new(&engine, move |_c: idempotency::Unsettled| {
-        let s = settled.clone();
-        async move { Ok(Settlement::Completed(s)) }
-    }, WINDOW)
+    let settled = StoredResponse {
+        ok: true,
+        body: serde_json::to_string(&Receipt {
+            charge_id: 222,
+            reference: String::new(),
+        })
+        .expect("json"),
+    };
+    let report = Reconciler::new(
+        &engine,
+        move |_c: idempotency::Unsettled| {
+            let s = settled.clone();
+            async move { Ok(Settlement::Completed(s)) }
+        },
+        WINDOW,
+    )
     .run_once()
     .await
     .expect("round");
     assert_eq!(report.completed, 1);
     gate.notify_one();
-    slow.await.expect("join").result.expect("the worker's own answer");
+    slow.await
+        .expect("join")
+        .result
+        .expect("the worker's own answer");
     // The record keeps the reconciler's answer: the fencing token rejected the late write.
     let prepared = Prepared::call(&caller(), "charge_card", &8u64).expect("key");
     let r: Outcome<Receipt, ChargeError> = engine
-        .execute(&spec(), &caller(), prepared, ErrorPolicy::classified(), async { panic!("must replay") })
+        .execute(
+            &spec(),
+            &caller(),
+            prepared,
+            ErrorPolicy::classified(),
+            async { panic!("must replay") },
+        )
         .await;
     assert_eq!(r.result.expect("replay").charge_id, 222);
 }
@@ -601,41 +821,62 @@ async fn a_late_completion_after_settlement_is_rejected() {
 async fn bad_input_is_refused_before_anything_runs() {
     let engine = Idempotency::new(MemoryStore::new());
     let ran = Arc::new(AtomicUsize::new(0));
-    async fn attempt<A: Serialize>(engine: &Idempotency, who: &Caller, args: &A, ran: &Arc<AtomicUsize>) -> Result<(), Error> {
+    async fn attempt<A: Serialize>(
+        engine: &Idempotency,
+        who: &Caller,
+        args: &A,
+        ran: &Arc<AtomicUsize>,
+    ) -> Result<(), Error> {
         let prepared = Prepared::call(who, "charge_card", args)?;
         let ran = ran.clone();
         let out: Outcome<u8, ChargeError> = engine
-            .execute(&spec(), who, prepared, ErrorPolicy::classified(), async move {
-                ran.fetch_add(1, Ordering::SeqCst);
-                Ok(1)
-            })
+            .execute(
+                &spec(),
+                who,
+                prepared,
+                ErrorPolicy::classified(),
+                async move {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    Ok(1)
+                },
+            )
             .await;
-        out.result.map(|_| ()).map_err(|e| Error::InvalidCaller { reason: e.to_string() })
+        out.result.map(|_| ()).map_err(|e| Error::InvalidCaller {
+            reason: e.to_string(),
+        })
     }
     // 1 MB of arguments: keyed fine.
     let huge = "x".repeat(1 << 20);
-    attempt(&engine, &caller(), &serde_json::json!({"memo": huge}), &ran).await.expect("1 MB keys fine");
+    attempt(&engine, &caller(), &serde_json::json!({"memo": huge}), &ran)
+        .await
+        .expect("1 MB keys fine");
     // NaN (typed: serde_json's json! would already have turned it into null): a clear error.
     #[derive(Serialize)]
     struct Amount {
         amount: f64,
     }
-    let e = attempt(&engine, &caller(), &Amount { amount: f64::NAN }, &ran).await.expect_err("NaN refused");
+    let e = attempt(&engine, &caller(), &Amount { amount: f64::NAN }, &ran)
+        .await
+        .expect_err("NaN refused");
     assert!(e.to_string().contains("charge_card"), "{e}");
     // Deep nesting: refused, no stack overflow.
     let mut deep = serde_json::Value::Null;
     for _ in 0..5_000 {
         deep = serde_json::Value::Array(vec![deep]);
     }
-    let handle = std::thread::Builder::new().stack_size(64 << 20).spawn(move || {
-        let r = Prepared::call(&caller(), "charge_card", &deep).map(|_| ());
-        std::mem::forget(deep); // serde_json's recursive Drop is not what is under test
-        r
-    });
+    let handle = std::thread::Builder::new()
+        .stack_size(64 << 20)
+        .spawn(move || {
+            let r = Prepared::call(&caller(), "charge_card", &deep).map(|_| ());
+            std::mem::forget(deep); // serde_json's recursive Drop is not what is under test
+            r
+        });
     let r = handle.expect("thread").join().expect("no panic");
     assert!(r.is_err(), "deep nesting is a clear error");
     // An empty tenant: refused.
-    let e = attempt(&engine, &Caller::new("", "alice"), &1u8, &ran).await.expect_err("empty tenant");
+    let e = attempt(&engine, &Caller::new("", "alice"), &1u8, &ran)
+        .await
+        .expect_err("empty tenant");
     assert!(e.to_string().contains("tenant"), "{e}");
     assert_eq!(ran.load(Ordering::SeqCst), 1, "only the valid call ran");
 }
@@ -648,7 +889,10 @@ struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl std::io::Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(buf);
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -672,14 +916,29 @@ async fn tracing_names_ref_and_tool_but_not_arguments() {
     for _ in 0..2 {
         let prepared = Prepared::call(&caller(), "charge_card", &secret).expect("key");
         let out: Outcome<u8, ChargeError> = engine
-            .execute(&spec(), &caller(), prepared, ErrorPolicy::classified(), async { Ok(1) })
+            .execute(
+                &spec(),
+                &caller(),
+                prepared,
+                ErrorPolicy::classified(),
+                async { Ok(1) },
+            )
             .await;
         reference = out.reference;
     }
     let log = String::from_utf8_lossy(&buf.0.lock().unwrap_or_else(|e| e.into_inner())).to_string();
     let r = reference.expect("ref").to_string();
-    for needle in ["idempotency claim", "idempotency complete", "idempotency replay", "charge_card", r.as_str()] {
+    for needle in [
+        "idempotency claim",
+        "idempotency complete",
+        "idempotency replay",
+        "charge_card",
+        r.as_str(),
+    ] {
         assert!(log.contains(needle), "missing {needle:?} in:\n{log}");
     }
-    assert!(!log.contains("tok_SECRET_4242"), "raw arguments leaked into the logs:\n{log}");
+    assert!(
+        !log.contains("tok_SECRET_4242"),
+        "raw arguments leaked into the logs:\n{log}"
+    );
 }

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use idempotency::mcp::{status_router, IdempotentServer, Identity};
-use idempotency::{idempotent, idempotent_tools, Call, Caller, Classify, Disposition, Error, Idempotency};
+use idempotency::{
+    idempotent, idempotent_tools, Call, Caller, Classify, Disposition, Error, Idempotency,
+};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{ServerCapabilities, ServerConfig};
@@ -91,15 +93,23 @@ impl IdempotentServer for Payments {
 impl Payments {
     /// Charge a card. Safe to repeat: a repeat within 15 minutes returns the first receipt.
     #[idempotent(window = "15m")]
-    #[tool(description = "Charge a card. Repeating the same call within 15 minutes returns the first receipt instead of charging again.")]
-    async fn charge_card(&self, Parameters(args): Parameters<ChargeArgs>) -> Result<Receipt, ChargeError> {
+    #[tool(
+        description = "Charge a card. Repeating the same call within 15 minutes returns the first receipt instead of charging again."
+    )]
+    async fn charge_card(
+        &self,
+        Parameters(args): Parameters<ChargeArgs>,
+    ) -> Result<Receipt, ChargeError> {
         if args.card_token.starts_with("tok_declined") {
             return Err(ChargeError::Declined("insufficient funds".into()));
         }
         let reference = Call::current()
             .map(|c| c.reference().to_string())
             .ok_or(ChargeError::Unavailable)?;
-        Ok(self.processor.charge(&reference, args.amount_cents, &args.currency).await)
+        Ok(self
+            .processor
+            .charge(&reference, args.amount_cents, &args.currency)
+            .await)
     }
 
     /// Refund a charge (not wrapped: no idempotent hint).

@@ -76,7 +76,10 @@ pub fn bearer_table() -> HashMap<String, Caller> {
         .filter_map(|entry| {
             let (token, who) = entry.split_once('=')?;
             let (tenant, subject) = who.split_once(':')?;
-            Some((token.trim().to_owned(), Caller::new(tenant.trim(), subject.trim())))
+            Some((
+                token.trim().to_owned(),
+                Caller::new(tenant.trim(), subject.trim()),
+            ))
         })
         .collect()
 }
@@ -99,9 +102,12 @@ where
                 StreamableHttpServerConfig::default(),
             );
             let tokens = Arc::new(bearer_table());
-            let app = axum::Router::new()
-                .nest_service("/mcp", service)
-                .layer(axum::middleware::from_fn(move |req, next| authenticate(tokens.clone(), req, next)));
+            let app =
+                axum::Router::new()
+                    .nest_service("/mcp", service)
+                    .layer(axum::middleware::from_fn(move |req, next| {
+                        authenticate(tokens.clone(), req, next)
+                    }));
             let listener = tokio::net::TcpListener::bind(addr).await?;
             tracing::info!("listening on http://{}/mcp", listener.local_addr()?);
             axum::serve(listener, app).await?;

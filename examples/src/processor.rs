@@ -32,7 +32,10 @@ pub struct Processor {
 impl Processor {
     /// A processor that takes `delay` per charge (to make concurrent repeats visible).
     pub fn new(delay: Duration) -> Self {
-        Processor { delay, ..Default::default() }
+        Processor {
+            delay,
+            ..Default::default()
+        }
     }
 
     /// Charges once per reference: a second request with a known reference returns the first receipt.

@@ -74,12 +74,19 @@ impl IdempotentServer for Shipping {
 impl Shipping {
     /// Create a shipment for an order, once per order.
     #[idempotent(business_key = "order_id", window = "24h", on_error = "definitive")]
-    #[tool(description = "Create the shipment of an order. One shipment per order id: repeating it returns the same tracking number; the same order with different details is refused.")]
-    async fn create_shipment(&self, Parameters(args): Parameters<ShipmentArgs>) -> Result<Label, ShipmentError> {
+    #[tool(
+        description = "Create the shipment of an order. One shipment per order id: repeating it returns the same tracking number; the same order with different details is refused."
+    )]
+    async fn create_shipment(
+        &self,
+        Parameters(args): Parameters<ShipmentArgs>,
+    ) -> Result<Label, ShipmentError> {
         if args.address.trim().is_empty() {
             return Err(ShipmentError::BadAddress("empty address".into()));
         }
-        let reference = Call::current().map(|c| c.reference().to_string()).unwrap_or_default();
+        let reference = Call::current()
+            .map(|c| c.reference().to_string())
+            .unwrap_or_default();
         Ok(self.carrier.create_label(&reference, &args.order_id))
     }
 }

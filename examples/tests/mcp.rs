@@ -40,11 +40,19 @@ fn meta_str(r: &CallToolResult, key: &str) -> Option<String> {
 }
 
 fn replayed(r: &CallToolResult) -> bool {
-    r.meta.as_ref().and_then(|m| m.0.get(META_REPLAYED)).and_then(Value::as_bool) == Some(true)
+    r.meta
+        .as_ref()
+        .and_then(|m| m.0.get(META_REPLAYED))
+        .and_then(Value::as_bool)
+        == Some(true)
 }
 
 fn text(r: &CallToolResult) -> String {
-    r.content.iter().filter_map(|c| c.as_text().map(|t| t.text.clone())).collect::<Vec<_>>().join(" ")
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn payments(engine: &Idempotency, caller: Caller, processor: &Arc<Processor>) -> Payments {
@@ -58,7 +66,12 @@ fn charge_args() -> Value {
 #[tokio::test]
 async fn tools_list_shows_the_hint_exactly_on_wrapped_tools() {
     let engine = Idempotency::new(MemoryStore::new());
-    let client = connect(payments(&engine, Caller::new("acme", "alice"), &Arc::new(Processor::default()))).await;
+    let client = connect(payments(
+        &engine,
+        Caller::new("acme", "alice"),
+        &Arc::new(Processor::default()),
+    ))
+    .await;
     let tools = client.list_all_tools().await.unwrap();
     let mut seen = Vec::new();
     for t in &tools {
@@ -74,15 +87,22 @@ async fn tools_list_shows_the_hint_exactly_on_wrapped_tools() {
             ("refund".to_string(), None),
         ]
     );
-    let status = tools.iter().find(|t| t.name == "idempotency_status").unwrap();
-    assert_eq!(status.annotations.as_ref().and_then(|a| a.read_only_hint), Some(true));
+    let status = tools
+        .iter()
+        .find(|t| t.name == "idempotency_status")
+        .unwrap();
+    assert_eq!(
+        status.annotations.as_ref().and_then(|a| a.read_only_hint),
+        Some(true)
+    );
 }
 
 #[tokio::test]
 async fn concurrent_repeat_is_in_flight_and_the_processor_charges_once() {
     let engine = Idempotency::new(MemoryStore::new());
     let processor = Arc::new(Processor::new(Duration::from_millis(500)));
-    let client = Arc::new(connect(payments(&engine, Caller::new("acme", "alice"), &processor)).await);
+    let client =
+        Arc::new(connect(payments(&engine, Caller::new("acme", "alice"), &processor)).await);
     let c2 = client.clone();
     let first = tokio::spawn(async move { call(&c2, "charge_card", charge_args()).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -92,7 +112,11 @@ async fn concurrent_repeat_is_in_flight_and_the_processor_charges_once() {
     assert_eq!(second.is_error, Some(true));
     assert_eq!(meta_str(&second, META_STATUS).as_deref(), Some("in_flight"));
     let r = meta_str(&first, META_REF).unwrap();
-    assert!(text(&second).contains(&r), "the in-flight answer names the ref: {}", text(&second));
+    assert!(
+        text(&second).contains(&r),
+        "the in-flight answer names the ref: {}",
+        text(&second)
+    );
     assert!(text(&second).contains("idempotency_status"));
     assert_eq!(processor.charges(), 1);
 }
@@ -142,15 +166,38 @@ async fn a_declined_card_is_replayed_not_recharged() {
 async fn create_shipment_same_order_other_address_is_a_mismatch() {
     let engine = Idempotency::new(MemoryStore::new());
     let carrier = Arc::new(Carrier::default());
-    let client = connect(Shipping::new(engine, Identity::stdio(Caller::new("acme", "alice")), carrier.clone())).await;
-    let a = call(&client, "create_shipment", json!({"order_id": "o-77", "address": "1 Main St"})).await;
-    let b = call(&client, "create_shipment", json!({"order_id": "o-77", "address": "1 Main St", "weight_grams": 1000})).await;
+    let client = connect(Shipping::new(
+        engine,
+        Identity::stdio(Caller::new("acme", "alice")),
+        carrier.clone(),
+    ))
+    .await;
+    let a = call(
+        &client,
+        "create_shipment",
+        json!({"order_id": "o-77", "address": "1 Main St"}),
+    )
+    .await;
+    let b = call(
+        &client,
+        "create_shipment",
+        json!({"order_id": "o-77", "address": "1 Main St", "weight_grams": 1000}),
+    )
+    .await;
     assert_eq!(a.content, b.content, "defaulted weight is the same call");
     let tracking = a.structured_content.clone().unwrap()["tracking_number"].clone();
     assert_eq!(b.structured_content.unwrap()["tracking_number"], tracking);
-    let c = call(&client, "create_shipment", json!({"order_id": "o-77", "address": "9 Elm St"})).await;
+    let c = call(
+        &client,
+        "create_shipment",
+        json!({"order_id": "o-77", "address": "9 Elm St"}),
+    )
+    .await;
     assert_eq!(c.is_error, Some(true));
-    assert_eq!(meta_str(&c, META_STATUS).as_deref(), Some("payload_mismatch"));
+    assert_eq!(
+        meta_str(&c, META_STATUS).as_deref(),
+        Some("payload_mismatch")
+    );
     assert!(text(&c).contains(&meta_str(&a, META_REF).unwrap()));
     assert_eq!(carrier.labels(), 1);
 }
@@ -172,7 +219,8 @@ async fn a_child_process_stdio_server_replays_across_a_restart() {
     let db = temp_db("stdio");
     let spawn = || {
         let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_charge_card"));
-        cmd.env("IDEMPOTENCY_SQLITE", &db).env_remove("DATABASE_URL");
+        cmd.env("IDEMPOTENCY_SQLITE", &db)
+            .env_remove("DATABASE_URL");
         rmcp::transport::TokioChildProcess::new(cmd).expect("spawn charge_card")
     };
     let client = ().serve(spawn()).await.unwrap();
@@ -203,7 +251,11 @@ async fn over_http_two_bearer_identities_are_isolated() {
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     use rmcp::transport::StreamableHttpClientTransport;
     let db = temp_db("http");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_charge_card"))
         .args(["--http", &format!("127.0.0.1:{port}")])
         .env("IDEMPOTENCY_SQLITE", &db)
@@ -213,13 +265,17 @@ async fn over_http_two_bearer_identities_are_isolated() {
         .unwrap();
     let url = format!("http://127.0.0.1:{port}/mcp");
     for _ in 0..100 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let client_for = |token: &str| {
-        let cfg = StreamableHttpClientTransportConfig::with_uri(url.clone()).auth_header(token.to_owned());
+        let cfg = StreamableHttpClientTransportConfig::with_uri(url.clone())
+            .auth_header(token.to_owned());
         ().serve(StreamableHttpClientTransport::from_config(cfg))
     };
     let acme = client_for("acme-token").await.unwrap();
@@ -234,8 +290,14 @@ async fn over_http_two_bearer_identities_are_isolated() {
     let theirs = call(&globex, "idempotency_status", json!({"ref": r})).await;
     assert_eq!(theirs.structured_content.unwrap()["state"], "not_found");
     let g1 = call(&globex, "charge_card", charge_args()).await;
-    assert!(!replayed(&g1), "another tenant's identical call is its own charge");
-    assert_ne!(g1.structured_content.unwrap()["charge_id"], a1.structured_content.unwrap()["charge_id"]);
+    assert!(
+        !replayed(&g1),
+        "another tenant's identical call is its own charge"
+    );
+    assert_ne!(
+        g1.structured_content.unwrap()["charge_id"],
+        a1.structured_content.unwrap()["charge_id"]
+    );
     let _ = child.kill().await;
     remove_db(&db);
 }

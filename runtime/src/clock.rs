@@ -154,7 +154,10 @@ mod tests {
 
     #[test]
     fn displays_rfc3339() {
-        assert_eq!(Timestamp::from_millis(0).to_string(), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            Timestamp::from_millis(0).to_string(),
+            "1970-01-01T00:00:00.000Z"
+        );
         assert_eq!(
             Timestamp::from_millis(1_796_213_173_123).to_string(),
             "2026-12-02T12:06:13.123Z"
@@ -164,7 +167,13 @@ mod tests {
     #[test]
     fn arithmetic_saturates() {
         let t = Timestamp::from_millis(i64::MAX - 1);
-        assert_eq!(t + Duration::from_secs(10), Timestamp::from_millis(i64::MAX));
-        assert_eq!(Timestamp::from_millis(5).since(Timestamp::from_millis(9)), Duration::ZERO);
+        assert_eq!(
+            t + Duration::from_secs(10),
+            Timestamp::from_millis(i64::MAX)
+        );
+        assert_eq!(
+            Timestamp::from_millis(5).since(Timestamp::from_millis(9)),
+            Duration::ZERO
+        );
     }
 }

@@ -38,7 +38,9 @@ pub struct Idempotency {
 
 impl std::fmt::Debug for Idempotency {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Idempotency").field("lease", &self.lease).finish_non_exhaustive()
+        f.debug_struct("Idempotency")
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
     }
 }
 
@@ -133,7 +135,11 @@ impl Idempotency {
         Fut: Future<Output = Result<T, E>> + Send,
     {
         let span = tracing::debug_span!("idempotent_call", tool = spec.name);
-        tracing::Instrument::instrument(self.claim_and_run(spec, caller, prepared, policy, body), span).await
+        tracing::Instrument::instrument(
+            self.claim_and_run(spec, caller, prepared, policy, body),
+            span,
+        )
+        .await
     }
 
     async fn claim_and_run<T, E, Fut>(
@@ -162,41 +168,88 @@ impl Idempotency {
             Ok(c) => c,
             Err(source) => {
                 tracing::warn!(tool, error = %source, "idempotency claim failed; nothing was run");
-                return fail(Error::StoreUnavailable { tool: tool.into(), source }, None);
+                return fail(
+                    Error::StoreUnavailable {
+                        tool: tool.into(),
+                        source,
+                    },
+                    None,
+                );
             }
         };
         match claim {
             Claim::New { reference, token } => {
                 tracing::debug!(tool, %reference, "idempotency claim");
-                self.run(spec, prepared.key, reference, token, policy, body).await
+                self.run(spec, prepared.key, reference, token, policy, body)
+                    .await
             }
-            Claim::Completed { reference, response, .. } => {
+            Claim::Completed {
+                reference,
+                response,
+                ..
+            } => {
                 tracing::debug!(tool, %reference, ok = response.ok, "idempotency replay");
                 let result = if response.ok {
-                    serde_json::from_str::<T>(&response.body).map_err(|e| e.to_string())
-                        .map_err(|message| Failure::Wrapper(Error::Replay { tool: tool.into(), reference, message }))
+                    serde_json::from_str::<T>(&response.body)
+                        .map_err(|e| e.to_string())
+                        .map_err(|message| {
+                            Failure::Wrapper(Error::Replay {
+                                tool: tool.into(),
+                                reference,
+                                message,
+                            })
+                        })
                 } else {
                     match (policy.decode)(&response.body) {
                         Ok(e) => Err(Failure::Handler(e)),
-                        Err(message) => Err(Failure::Wrapper(Error::Replay { tool: tool.into(), reference, message })),
+                        Err(message) => Err(Failure::Wrapper(Error::Replay {
+                            tool: tool.into(),
+                            reference,
+                            message,
+                        })),
                     }
                 };
-                Outcome { result, replayed: true, reference: Some(reference) }
+                Outcome {
+                    result,
+                    replayed: true,
+                    reference: Some(reference),
+                }
             }
-            Claim::InFlight { reference, claimed_at, .. } => {
+            Claim::InFlight {
+                reference,
+                claimed_at,
+                ..
+            } => {
                 tracing::info!(tool, %reference, "idempotency in flight");
-                fail(Error::InFlight { tool: tool.into(), reference, since: claimed_at }, Some(reference))
+                fail(
+                    Error::InFlight {
+                        tool: tool.into(),
+                        reference,
+                        since: claimed_at,
+                    },
+                    Some(reference),
+                )
             }
             Claim::Unknown { reference, .. } => {
                 tracing::info!(tool, %reference, "idempotency outcome unknown (repeat)");
                 fail(
-                    Error::OutcomeUnknown { tool: tool.into(), reference, reason: UnknownReason::Earlier },
+                    Error::OutcomeUnknown {
+                        tool: tool.into(),
+                        reference,
+                        reason: UnknownReason::Earlier,
+                    },
                     Some(reference),
                 )
             }
             Claim::Mismatch { reference } => {
                 tracing::info!(tool, %reference, "idempotency payload mismatch");
-                fail(Error::PayloadMismatch { tool: tool.into(), reference }, Some(reference))
+                fail(
+                    Error::PayloadMismatch {
+                        tool: tool.into(),
+                        reference,
+                    },
+                    Some(reference),
+                )
             }
         }
     }
@@ -235,7 +288,13 @@ impl Idempotency {
         };
         let finished = self.drive(spec, key, token, reference, &mut running).await;
         drop(running);
-        let unknown = |reason| Failure::Wrapper(Error::OutcomeUnknown { tool: tool.into(), reference, reason });
+        let unknown = |reason| {
+            Failure::Wrapper(Error::OutcomeUnknown {
+                tool: tool.into(),
+                reference,
+                reason,
+            })
+        };
         let result = match finished {
             Finished::TimedOut(after) => {
                 tracing::warn!(tool, %reference, ?after, "idempotency timeout: outcome unknown");
@@ -257,7 +316,11 @@ impl Idempotency {
                 }
                 Err(e) => {
                     self.settle_unknown(&mut guard).await;
-                    Err(Failure::Wrapper(Error::Unstorable { tool: tool.into(), reference, message: e.to_string() }))
+                    Err(Failure::Wrapper(Error::Unstorable {
+                        tool: tool.into(),
+                        reference,
+                        message: e.to_string(),
+                    }))
                 }
             },
             Finished::Done(Err(err)) => match (policy.classify)(&err) {
@@ -281,7 +344,11 @@ impl Idempotency {
                     }
                     Err(message) => {
                         self.settle_unknown(&mut guard).await;
-                        Err(Failure::Wrapper(Error::Unstorable { tool: tool.into(), reference, message }))
+                        Err(Failure::Wrapper(Error::Unstorable {
+                            tool: tool.into(),
+                            reference,
+                            message,
+                        }))
                     }
                 },
                 Disposition::Unknown => {
@@ -292,7 +359,11 @@ impl Idempotency {
                 }
             },
         };
-        Outcome { result, replayed: false, reference: Some(reference) }
+        Outcome {
+            result,
+            replayed: false,
+            reference: Some(reference),
+        }
     }
 
     async fn drive<Fut: Future>(
@@ -348,7 +419,9 @@ impl Idempotency {
             expires_at: now + spec.window,
             outbox: &outbox,
         };
-        let Some(store) = guard.store.take() else { return Ok(()) };
+        let Some(store) = guard.store.take() else {
+            return Ok(());
+        };
         match store.complete(&completion).await {
             Ok(()) => {
                 tracing::debug!(tool = spec.name, reference = %guard.reference, "idempotency complete");
@@ -372,7 +445,10 @@ impl Idempotency {
 
     async fn settle_unknown(&self, guard: &mut ClaimGuard) {
         if let Some(store) = guard.store.take() {
-            if let Err(e) = store.mark_unknown(guard.key, guard.token, self.clock.now()).await {
+            if let Err(e) = store
+                .mark_unknown(guard.key, guard.token, self.clock.now())
+                .await
+            {
                 tracing::error!(tool = guard.tool, reference = %guard.reference, error = %e,
                     "idempotency could not mark the outcome unknown; the claim stays in flight until reconciled");
             }
@@ -381,7 +457,11 @@ impl Idempotency {
 }
 
 fn fail<T, E>(e: Error, reference: Option<Reference>) -> Outcome<T, Failure<E>> {
-    Outcome { result: Err(Failure::Wrapper(e)), replayed: false, reference }
+    Outcome {
+        result: Err(Failure::Wrapper(e)),
+        replayed: false,
+        reference,
+    }
 }
 
 /// An error from an idempotent call: the handler's own (run now or replayed), or the wrapper's.
@@ -441,7 +521,9 @@ struct ClaimGuard {
 
 impl Drop for ClaimGuard {
     fn drop(&mut self) {
-        let Some(store) = self.store.take() else { return };
+        let Some(store) = self.store.take() else {
+            return;
+        };
         let started = self.started.load(Ordering::Relaxed);
         let (key, token, reference, tool) = (self.key, self.token, self.reference, self.tool);
         let now = self.clock.now();
@@ -460,7 +542,9 @@ impl Drop for ClaimGuard {
             Ok(h) => {
                 h.spawn(settle);
             }
-            Err(_) => tracing::error!(tool, %reference, "idempotency call dropped outside a Tokio runtime; the reconciler will see its lease expire"),
+            Err(_) => {
+                tracing::error!(tool, %reference, "idempotency call dropped outside a Tokio runtime; the reconciler will see its lease expire")
+            }
         }
     }
 }
@@ -504,7 +588,10 @@ impl Call {
     pub fn enqueue(&self, topic: impl Into<String>, payload: &impl Serialize) -> Result<(), Error> {
         let payload = canonical_json(payload)?;
         let mut q = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
-        q.push(OutboxMessage { topic: topic.into(), payload });
+        q.push(OutboxMessage {
+            topic: topic.into(),
+            payload,
+        });
         Ok(())
     }
 
@@ -539,8 +626,16 @@ pub struct ToolSpec {
 
 impl ToolSpec {
     #[doc(hidden)]
-    pub const fn __wrapped(name: &'static str, window: Duration, timeout: Option<Duration>) -> Self {
-        ToolSpec { name, window, timeout }
+    pub const fn __wrapped(
+        name: &'static str,
+        window: Duration,
+        timeout: Option<Duration>,
+    ) -> Self {
+        ToolSpec {
+            name,
+            window,
+            timeout,
+        }
     }
 
     /// The tool's name (part of the key).
@@ -575,9 +670,16 @@ pub struct Prepared {
 
 impl Prepared {
     /// The key of a call keyed by all its arguments.
-    pub fn call<A: Serialize + ?Sized>(caller: &Caller, tool: &str, args: &A) -> Result<Self, Error> {
+    pub fn call<A: Serialize + ?Sized>(
+        caller: &Caller,
+        tool: &str,
+        args: &A,
+    ) -> Result<Self, Error> {
         Key::for_call(caller, tool, args)
-            .map(|key| Prepared { key, fingerprint: None })
+            .map(|key| Prepared {
+                key,
+                fingerprint: None,
+            })
             .map_err(|e| e.with_tool(tool))
     }
 
@@ -588,9 +690,13 @@ impl Prepared {
         business_key: &B,
         args: &A,
     ) -> Result<Self, Error> {
-        let key = Key::for_business_key(caller, tool, business_key).map_err(|e| e.with_tool(tool))?;
+        let key =
+            Key::for_business_key(caller, tool, business_key).map_err(|e| e.with_tool(tool))?;
         let fingerprint = Fingerprint::of(args).map_err(|e| e.with_tool(tool))?;
-        Ok(Prepared { key, fingerprint: Some(fingerprint) })
+        Ok(Prepared {
+            key,
+            fingerprint: Some(fingerprint),
+        })
     }
 }
 

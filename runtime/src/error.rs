@@ -36,7 +36,9 @@ impl std::fmt::Display for UnknownReason {
             UnknownReason::Handler(m) => write!(f, "{m}"),
             UnknownReason::Panicked => f.write_str("the handler failed while it was running"),
             UnknownReason::Cancelled => f.write_str("the call was cancelled while it was running"),
-            UnknownReason::NotRecorded(m) => write!(f, "it ran but its answer could not be recorded ({m})"),
+            UnknownReason::NotRecorded(m) => {
+                write!(f, "it ran but its answer could not be recorded ({m})")
+            }
             UnknownReason::Earlier => f.write_str("an earlier identical call did not report back"),
         }
     }
@@ -189,7 +191,9 @@ mod tests {
     use crate::key::{Caller, Key};
 
     fn r() -> Reference {
-        Key::for_call(&Caller::new("a", "b"), "t", &1).unwrap().reference(1)
+        Key::for_call(&Caller::new("a", "b"), "t", &1)
+            .unwrap()
+            .reference(1)
     }
 
     #[test]
@@ -200,16 +204,27 @@ mod tests {
             since: Timestamp::from_millis(0),
         };
         let s = in_flight.to_string();
-        assert!(s.contains(&r().to_string()) && s.contains("Do not submit it again") && s.contains(STATUS_TOOL), "{s}");
+        assert!(
+            s.contains(&r().to_string())
+                && s.contains("Do not submit it again")
+                && s.contains(STATUS_TOOL),
+            "{s}"
+        );
         let unknown = Error::OutcomeUnknown {
             tool: "charge_card".into(),
             reference: r(),
             reason: UnknownReason::TimedOut(Duration::from_secs(30)),
         };
         let s = unknown.to_string();
-        assert!(s.contains("unknown") && s.contains("30 s") && s.contains("Do not retry"), "{s}");
+        assert!(
+            s.contains("unknown") && s.contains("30 s") && s.contains("Do not retry"),
+            "{s}"
+        );
         assert!(!unknown.nothing_done());
-        let mismatch = Error::PayloadMismatch { tool: "ship".into(), reference: r() };
+        let mismatch = Error::PayloadMismatch {
+            tool: "ship".into(),
+            reference: r(),
+        };
         assert!(mismatch.to_string().contains("different arguments"));
         assert!(mismatch.nothing_done());
     }

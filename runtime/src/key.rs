@@ -341,7 +341,10 @@ mod tests {
         // The seed's encoding lets these two different callers collide.
         let a = Caller::new("acme|alice", "x");
         let b = Caller::new("acme", "alice|x");
-        assert_eq!(naive(&a.tenant, &a.subject, "t", "{}"), naive(&b.tenant, &b.subject, "t", "{}"));
+        assert_eq!(
+            naive(&a.tenant, &a.subject, "t", "{}"),
+            naive(&b.tenant, &b.subject, "t", "{}")
+        );
         assert_ne!(
             Key::for_call(&a, "t", &json!({})).unwrap(),
             Key::for_call(&b, "t", &json!({})).unwrap()
@@ -382,10 +385,14 @@ mod tests {
     #[test]
     fn key_order_and_number_spelling_do_not_matter() {
         let c = Caller::new("acme", "alice");
-        let a: serde_json::Value = serde_json::from_str(r#"{"amount":100,"currency":"EUR"}"#).unwrap();
+        let a: serde_json::Value =
+            serde_json::from_str(r#"{"amount":100,"currency":"EUR"}"#).unwrap();
         let b: serde_json::Value =
             serde_json::from_str(" {\n \"currency\" : \"EUR\", \"amount\": 1e2 }").unwrap();
-        assert_eq!(Key::for_call(&c, "charge", &a).unwrap(), Key::for_call(&c, "charge", &b).unwrap());
+        assert_eq!(
+            Key::for_call(&c, "charge", &a).unwrap(),
+            Key::for_call(&c, "charge", &b).unwrap()
+        );
         assert_ne!(
             Key::for_call(&c, "charge", &json!({"amount": 101, "currency": "EUR"})).unwrap(),
             Key::for_call(&c, "charge", &a).unwrap()
@@ -414,7 +421,9 @@ mod tests {
         let k = Key::for_call(&Caller::new("a", "b"), "t", &json!({})).unwrap();
         let s = k.to_string();
         assert_eq!(s.len(), 64);
-        assert!(s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        assert!(s
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
     }
 
     #[test]
@@ -426,7 +435,16 @@ mod tests {
         assert_eq!(s.parse::<Reference>().unwrap(), r);
         assert!(r.matches(&k));
         assert_eq!(&k.to_string()[..16], &s[..16]);
-        for bad in ["", "abc", "3f9a0c1b2d4e5f60", "3f9a0c1b2d4e5f60-", "3f9a0c1b2d4e5f6g-1", "3f9a0c1b2d4e5f60-0", "3f9a0c1b2d4e5f60-x", "3f9a0c1b2d4e5f60-99999999999"] {
+        for bad in [
+            "",
+            "abc",
+            "3f9a0c1b2d4e5f60",
+            "3f9a0c1b2d4e5f60-",
+            "3f9a0c1b2d4e5f6g-1",
+            "3f9a0c1b2d4e5f60-0",
+            "3f9a0c1b2d4e5f60-x",
+            "3f9a0c1b2d4e5f60-99999999999",
+        ] {
             assert!(bad.parse::<Reference>().is_err(), "{bad}");
         }
         let (lo, hi) = r.key_range();

@@ -58,28 +58,30 @@ mod clock;
 mod engine;
 mod error;
 mod key;
+#[cfg(feature = "rmcp")]
+pub mod mcp;
 mod outcome;
 pub mod reconcile;
 mod record;
 pub mod store;
-#[cfg(feature = "rmcp")]
-pub mod mcp;
 
 #[doc(hidden)]
 pub mod __private;
 
 pub use canonical::{canonical_json, CanonicalError};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
-pub use engine::{Call, Failure, Idempotency, IdempotencyContext, Prepared, ToolSpec, DEFAULT_LEASE};
+pub use engine::{
+    Call, Failure, Idempotency, IdempotencyContext, Prepared, ToolSpec, DEFAULT_LEASE,
+};
 pub use error::{Error, UnknownReason, STATUS_TOOL};
 pub use key::{Caller, Fingerprint, Key, Reference, ReferenceParseError};
 pub use outcome::{Classify, Disposition, ErrorPolicy, Outcome};
 pub use record::{RecordState, RecordStatus, StoredResponse};
-pub use store::{
-    BoxFuture, Claim, ClaimRequest, Completion, OutboxEntry, OutboxMessage, Settlement, Store, StoreError,
-    Token, Unsettled, DEFAULT_RETENTION,
-};
 pub use store::memory::MemoryStore;
+pub use store::{
+    BoxFuture, Claim, ClaimRequest, Completion, OutboxEntry, OutboxMessage, Settlement, Store,
+    StoreError, Token, Unsettled, DEFAULT_RETENTION,
+};
 
 /// The `#[idempotent]` attribute: see the crate documentation and README.
 pub use idempotency_macros::{idempotent, idempotent_tools};

@@ -90,7 +90,10 @@ impl Reconciler {
     pub async fn run_once(&self) -> Result<ReconcileReport, StoreError> {
         let now = self.clock.now();
         let claims = self.store.unsettled(now, self.batch).await?;
-        let mut report = ReconcileReport { examined: claims.len(), ..Default::default() };
+        let mut report = ReconcileReport {
+            examined: claims.len(),
+            ..Default::default()
+        };
         for claim in &claims {
             let settlement = match self.reconcile.reconcile(claim).await {
                 Ok(s) => s,
@@ -101,7 +104,11 @@ impl Reconciler {
                 }
             };
             let now = self.clock.now();
-            match self.store.settle(claim.key, claim.token, &settlement, now, self.window).await {
+            match self
+                .store
+                .settle(claim.key, claim.token, &settlement, now, self.window)
+                .await
+            {
                 Ok(()) => {
                     tracing::info!(tool = %claim.tool, reference = %claim.reference, settlement = ?kind(&settlement), "idempotency reconcile");
                     match settlement {
@@ -110,7 +117,11 @@ impl Reconciler {
                         Settlement::Unknown => report.unknown += 1,
                     }
                 }
-                Err(e @ (StoreError::Fenced { .. } | StoreError::WrongState { .. } | StoreError::NotFound)) => {
+                Err(
+                    e @ (StoreError::Fenced { .. }
+                    | StoreError::WrongState { .. }
+                    | StoreError::NotFound),
+                ) => {
                     tracing::info!(reference = %claim.reference, error = %e, "idempotency reconcile: already settled elsewhere");
                     report.skipped += 1;
                 }
@@ -179,7 +190,10 @@ where
 
     /// One round; returns how many messages were delivered and acknowledged.
     pub async fn run_once(&self) -> Result<usize, StoreError> {
-        let due = self.store.outbox_fetch(self.clock.now(), self.redeliver_after, self.batch).await?;
+        let due = self
+            .store
+            .outbox_fetch(self.clock.now(), self.redeliver_after, self.batch)
+            .await?;
         let mut delivered = 0;
         for m in due {
             let (id, reference, topic) = (m.id, m.reference, m.topic.clone());
@@ -188,7 +202,9 @@ where
                     self.store.outbox_ack(id).await?;
                     delivered += 1;
                 }
-                Err(e) => tracing::warn!(%reference, topic, error = %e, "idempotency outbox delivery failed; will redeliver"),
+                Err(e) => {
+                    tracing::warn!(%reference, topic, error = %e, "idempotency outbox delivery failed; will redeliver")
+                }
             }
         }
         Ok(delivered)

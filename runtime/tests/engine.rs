@@ -65,7 +65,10 @@ impl Processor {
         let reference = idempotency::Call::current()
             .map(|c| c.reference().to_string())
             .unwrap_or_default();
-        Receipt { charge: n, reference }
+        Receipt {
+            charge: n,
+            reference,
+        }
     }
     fn count(&self) -> usize {
         self.0.load(Ordering::SeqCst)
@@ -97,9 +100,13 @@ async fn charge(w: &World, amount: u64) -> Outcome<Receipt, ChargeError> {
     let p = w.processor.clone();
     let prepared = Prepared::call(&w.caller, "charge_card", &amount).unwrap();
     w.engine
-        .execute(&spec(), &w.caller, prepared, ErrorPolicy::classified(), async move {
-            Ok::<_, ChargeError>(p.charge())
-        })
+        .execute(
+            &spec(),
+            &w.caller,
+            prepared,
+            ErrorPolicy::classified(),
+            async move { Ok::<_, ChargeError>(p.charge()) },
+        )
         .await
 }
 
@@ -112,9 +119,17 @@ async fn a_repeat_replays_the_stored_answer() {
     assert!(!first.replayed && second.replayed);
     let (a, b) = (first.result.unwrap(), second.result.unwrap());
     assert_eq!(a, b);
-    assert_eq!(a.reference, first.reference.unwrap().to_string(), "the body saw its own ref");
+    assert_eq!(
+        a.reference,
+        first.reference.unwrap().to_string(),
+        "the body saw its own ref"
+    );
     charge(&w, 101).await.result.unwrap();
-    assert_eq!(w.processor.count(), 2, "a different amount is a different call");
+    assert_eq!(
+        w.processor.count(),
+        2,
+        "a different amount is a different call"
+    );
 }
 
 #[tokio::test]
@@ -145,10 +160,16 @@ async fn a_slow_first_call_does_not_expire_before_it_finishes() {
     let prepared = Prepared::call(&w.caller, "charge_card", &7u64).unwrap();
     let out: Outcome<Receipt, ChargeError> = w
         .engine
-        .execute(&spec(), &w.caller, prepared, ErrorPolicy::classified(), async move {
-            clock.advance(Duration::from_secs(20 * 60)); // twenty minutes at the processor
-            Ok(p.charge())
-        })
+        .execute(
+            &spec(),
+            &w.caller,
+            prepared,
+            ErrorPolicy::classified(),
+            async move {
+                clock.advance(Duration::from_secs(20 * 60)); // twenty minutes at the processor
+                Ok(p.charge())
+            },
+        )
         .await;
     out.result.unwrap();
     w.clock.advance(Duration::from_secs(10 * 60)); // 30 min after the claim, 10 after completion
@@ -165,10 +186,16 @@ async fn a_concurrent_repeat_is_told_in_flight_with_the_ref() {
         let p = w2.processor.clone();
         let prepared = Prepared::call(&w2.caller, "charge_card", &100u64).unwrap();
         w2.engine
-            .execute(&spec(), &w2.caller, prepared, ErrorPolicy::<ChargeError>::classified(), async move {
-                g2.notified().await;
-                Ok(p.charge())
-            })
+            .execute(
+                &spec(),
+                &w2.caller,
+                prepared,
+                ErrorPolicy::<ChargeError>::classified(),
+                async move {
+                    g2.notified().await;
+                    Ok(p.charge())
+                },
+            )
             .await
     });
     while w.store.is_empty() {
@@ -177,9 +204,18 @@ async fn a_concurrent_repeat_is_told_in_flight_with_the_ref() {
     let prepared = Prepared::call(&w.caller, "charge_card", &100u64).unwrap();
     let second: Outcome<Receipt, idempotency::Failure<ChargeError>> = w
         .engine
-        .execute_raw(&spec(), &w.caller, prepared, ErrorPolicy::classified(), async {
-            Ok(Receipt { charge: 999, reference: String::new() })
-        })
+        .execute_raw(
+            &spec(),
+            &w.caller,
+            prepared,
+            ErrorPolicy::classified(),
+            async {
+                Ok(Receipt {
+                    charge: 999,
+                    reference: String::new(),
+                })
+            },
+        )
         .await;
     gate.notify_one();
     let first = first.await.unwrap();
@@ -204,14 +240,24 @@ async fn business_key_with_other_arguments_is_a_mismatch() {
     let w = world();
     let run = |address: &'static str| {
         let p = w.processor.clone();
-        let args = Ship { order_id: "o-1", address };
-        let prepared = Prepared::business(&w.caller, "create_shipment", &args.order_id, &args).unwrap();
+        let args = Ship {
+            order_id: "o-1",
+            address,
+        };
+        let prepared =
+            Prepared::business(&w.caller, "create_shipment", &args.order_id, &args).unwrap();
         let spec = ToolSpec::__wrapped("create_shipment", WINDOW, None);
         let engine = w.engine.clone();
         let caller = w.caller.clone();
         async move {
             engine
-                .execute_raw(&spec, &caller, prepared, ErrorPolicy::<ChargeError>::classified(), async move { Ok(p.charge()) })
+                .execute_raw(
+                    &spec,
+                    &caller,
+                    prepared,
+                    ErrorPolicy::<ChargeError>::classified(),
+                    async move { Ok(p.charge()) },
+                )
                 .await
         }
     };
@@ -233,10 +279,16 @@ async fn failing(w: &World, err: fn() -> ChargeError) -> Outcome<Receipt, Charge
     let p = w.processor.clone();
     let prepared = Prepared::call(&w.caller, "charge_card", &5u64).unwrap();
     w.engine
-        .execute(&spec(), &w.caller, prepared, ErrorPolicy::classified(), async move {
-            p.charge();
-            Err(err())
-        })
+        .execute(
+            &spec(),
+            &w.caller,
+            prepared,
+            ErrorPolicy::classified(),
+            async move {
+                p.charge();
+                Err(err())
+            },
+        )
         .await
 }
 
@@ -246,14 +298,24 @@ async fn retryable_errors_release_the_claim_under_the_same_ref() {
     let a = failing(&w, || ChargeError::Down).await;
     assert_eq!(a.result.unwrap_err(), ChargeError::Down);
     let b = failing(&w, || ChargeError::Down).await;
-    assert_eq!(w.processor.count(), 2, "a retryable error lets the repeat run");
+    assert_eq!(
+        w.processor.count(),
+        2,
+        "a retryable error lets the repeat run"
+    );
     assert_eq!(a.reference, b.reference, "same operation, same ref");
 }
 
 #[tokio::test]
 async fn definitive_errors_are_replayed() {
     let w = world();
-    assert_eq!(failing(&w, || ChargeError::Declined).await.result.unwrap_err(), ChargeError::Declined);
+    assert_eq!(
+        failing(&w, || ChargeError::Declined)
+            .await
+            .result
+            .unwrap_err(),
+        ChargeError::Declined
+    );
     let b = failing(&w, || ChargeError::Down).await;
     assert!(b.replayed);
     assert_eq!(b.result.unwrap_err(), ChargeError::Declined);
@@ -265,16 +327,26 @@ async fn unknown_errors_keep_the_claim_and_say_so() {
     let w = world();
     let a = failing(&w, || ChargeError::Timeout).await;
     match a.result.unwrap_err() {
-        ChargeError::Wrapper(m) => assert!(m.contains("unknown") && m.contains("processor timed out"), "{m}"),
+        ChargeError::Wrapper(m) => assert!(
+            m.contains("unknown") && m.contains("processor timed out"),
+            "{m}"
+        ),
         e => panic!("{e:?}"),
     }
     let b = failing(&w, || ChargeError::Declined).await;
     match b.result.unwrap_err() {
-        ChargeError::Wrapper(m) => assert!(m.contains("unknown") && m.contains("Do not retry"), "{m}"),
+        ChargeError::Wrapper(m) => {
+            assert!(m.contains("unknown") && m.contains("Do not retry"), "{m}")
+        }
         e => panic!("{e:?}"),
     }
     assert_eq!(w.processor.count(), 1);
-    let st = w.engine.status(&w.caller, a.reference.unwrap()).await.unwrap().unwrap();
+    let st = w
+        .engine
+        .status(&w.caller, a.reference.unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(st.state, RecordState::Unknown);
 }
 
@@ -289,23 +361,38 @@ async fn a_timeout_is_an_unknown_outcome_and_the_repeat_does_not_run() {
         let caller = w.caller.clone();
         async move {
             engine
-                .execute_raw(&spec, &caller, prepared, ErrorPolicy::<ChargeError>::classified(), async move {
-                    p.charge();
-                    tokio::time::sleep(Duration::from_secs(3600)).await;
-                    Ok(Receipt { charge: 0, reference: String::new() })
-                })
+                .execute_raw(
+                    &spec,
+                    &caller,
+                    prepared,
+                    ErrorPolicy::<ChargeError>::classified(),
+                    async move {
+                        p.charge();
+                        tokio::time::sleep(Duration::from_secs(3600)).await;
+                        Ok(Receipt {
+                            charge: 0,
+                            reference: String::new(),
+                        })
+                    },
+                )
                 .await
         }
     };
     let first = run().await;
     match first.result {
-        Err(idempotency::Failure::Wrapper(Error::OutcomeUnknown { reason: UnknownReason::TimedOut(d), .. })) => {
+        Err(idempotency::Failure::Wrapper(Error::OutcomeUnknown {
+            reason: UnknownReason::TimedOut(d),
+            ..
+        })) => {
             assert_eq!(d, Duration::from_secs(30))
         }
         r => panic!("{r:?}"),
     }
     let second = run().await;
-    assert!(matches!(second.result, Err(idempotency::Failure::Wrapper(Error::OutcomeUnknown { .. }))));
+    assert!(matches!(
+        second.result,
+        Err(idempotency::Failure::Wrapper(Error::OutcomeUnknown { .. }))
+    ));
     assert_eq!(w.processor.count(), 1);
 }
 
@@ -317,17 +404,29 @@ async fn a_panic_after_start_leaves_the_outcome_unknown() {
         let p = w2.processor.clone();
         let prepared = Prepared::call(&w2.caller, "charge_card", &3u64).unwrap();
         w2.engine
-            .execute(&spec(), &w2.caller, prepared, ErrorPolicy::<ChargeError>::classified(), async move {
-                p.charge();
-                if p.count() > 0 {
-                    panic!("bug after the side effect");
-                }
-                Ok(Receipt { charge: 0, reference: String::new() })
-            })
+            .execute(
+                &spec(),
+                &w2.caller,
+                prepared,
+                ErrorPolicy::<ChargeError>::classified(),
+                async move {
+                    p.charge();
+                    if p.count() > 0 {
+                        panic!("bug after the side effect");
+                    }
+                    Ok(Receipt {
+                        charge: 0,
+                        reference: String::new(),
+                    })
+                },
+            )
             .await
     })
     .await;
-    assert!(joined.unwrap_err().is_panic(), "the panic propagates to the caller");
+    assert!(
+        joined.unwrap_err().is_panic(),
+        "the panic propagates to the caller"
+    );
     let again = charge(&w, 3).await;
     assert!(matches!(again.result, Err(ChargeError::Wrapper(ref m)) if m.contains("unknown")));
     assert_eq!(w.processor.count(), 1);
@@ -340,19 +439,29 @@ async fn a_dropped_call_tells_the_truth() {
     let p = w.processor.clone();
     let prepared = Prepared::call(&w.caller, "charge_card", &9u64).unwrap();
     let spec = spec();
-    let fut = w.engine.execute(&spec, &w.caller, prepared, ErrorPolicy::<ChargeError>::classified(), async move {
-        p.charge();
-        std::future::pending::<()>().await;
-        Ok(Receipt { charge: 0, reference: String::new() })
-    });
+    let fut = w.engine.execute(
+        &spec,
+        &w.caller,
+        prepared,
+        ErrorPolicy::<ChargeError>::classified(),
+        async move {
+            p.charge();
+            std::future::pending::<()>().await;
+            Ok(Receipt {
+                charge: 0,
+                reference: String::new(),
+            })
+        },
+    );
     let _ = tokio::time::timeout(Duration::from_millis(20), fut).await;
     let key = prepared.key;
     let r = key.reference(1);
     let state = settle_state(&w, r).await;
     assert_eq!(state, RecordState::Unknown);
-    assert!(matches!(charge(&w, 9).await.result, Err(ChargeError::Wrapper(ref m)) if m.contains("unknown")));
+    assert!(
+        matches!(charge(&w, 9).await.result, Err(ChargeError::Wrapper(ref m)) if m.contains("unknown"))
+    );
     assert_eq!(w.processor.count(), 1);
-
 }
 
 async fn settle_state(w: &World, r: idempotency::Reference) -> RecordState {
@@ -373,7 +482,12 @@ async fn status_is_tenant_scoped() {
     let r = out.reference.unwrap();
     assert!(w.engine.status(&w.caller, r).await.unwrap().is_some());
     let same_tenant_other_user = Caller::new("acme", "bob");
-    assert!(w.engine.status(&same_tenant_other_user, r).await.unwrap().is_some());
+    assert!(w
+        .engine
+        .status(&same_tenant_other_user, r)
+        .await
+        .unwrap()
+        .is_some());
     let other_tenant = Caller::new("globex", "alice");
     assert!(w.engine.status(&other_tenant, r).await.unwrap().is_none());
 }
@@ -388,18 +502,28 @@ async fn follow_on_work_is_written_with_the_completion_and_not_twice() {
         let caller = w.caller.clone();
         async move {
             engine
-                .execute(&spec(), &caller, prepared, ErrorPolicy::<ChargeError>::classified(), async move {
-                    let receipt = p.charge();
-                    let call = idempotency::Call::current().expect("inside the body");
-                    call.enqueue("receipt_email", &serde_json::json!({"to": "a@example.com"}))?;
-                    Ok(receipt)
-                })
+                .execute(
+                    &spec(),
+                    &caller,
+                    prepared,
+                    ErrorPolicy::<ChargeError>::classified(),
+                    async move {
+                        let receipt = p.charge();
+                        let call = idempotency::Call::current().expect("inside the body");
+                        call.enqueue("receipt_email", &serde_json::json!({"to": "a@example.com"}))?;
+                        Ok(receipt)
+                    },
+                )
                 .await
         }
     };
     let first = go().await;
     go().await;
-    let msgs = w.store.outbox_fetch(w.clock.now(), Duration::from_secs(60), 10).await.unwrap();
+    let msgs = w
+        .store
+        .outbox_fetch(w.clock.now(), Duration::from_secs(60), 10)
+        .await
+        .unwrap();
     assert_eq!(msgs.len(), 1);
     assert_eq!(Some(msgs[0].reference), first.reference);
     assert_eq!(msgs[0].topic, "receipt_email");

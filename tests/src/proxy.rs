@@ -32,7 +32,9 @@ impl Proxy {
                 }
                 let mut stop = cut2.subscribe();
                 tokio::spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(upstream).await else { return };
+                    let Ok(mut outbound) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
                     tokio::select! {
                         _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
                         _ = stop.recv() => {}
@@ -40,7 +42,12 @@ impl Proxy {
                 });
             }
         });
-        Ok(Proxy { addr, up, cut, task })
+        Ok(Proxy {
+            addr,
+            up,
+            cut,
+            task,
+        })
     }
 
     /// Where clients connect.

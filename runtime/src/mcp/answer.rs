@@ -35,7 +35,10 @@ pub fn answer<T: Serialize, E: Display>(
     let result = match outcome.result {
         Ok(value) => {
             let value = serde_json::to_value(&value).map_err(|e| {
-                ErrorData::internal_error("the tool's answer could not be serialised", Some(json!({"reason": e.to_string()})))
+                ErrorData::internal_error(
+                    "the tool's answer could not be serialised",
+                    Some(json!({"reason": e.to_string()})),
+                )
             })?;
             CallToolResult::structured(value)
         }
@@ -64,5 +67,8 @@ fn status_of(e: &Error) -> &'static str {
 pub fn refuse(e: Error) -> Result<CallToolResult, ErrorData> {
     let mut meta = Map::new();
     meta.insert(META_STATUS.into(), Value::String(status_of(&e).into()));
-    Ok(CallToolResult::error(vec![ContentBlock::text(e.to_string())]).with_meta(Some(MetaObject(meta))))
+    Ok(
+        CallToolResult::error(vec![ContentBlock::text(e.to_string())])
+            .with_meta(Some(MetaObject(meta))),
+    )
 }

@@ -31,7 +31,9 @@ impl Identity {
     /// Calls that arrive without HTTP parts (stdio) are made by `caller`; HTTP calls still need
     /// their own [`Caller`].
     pub fn stdio(caller: Caller) -> Self {
-        Identity { stdio: Some(caller) }
+        Identity {
+            stdio: Some(caller),
+        }
     }
 
     /// The caller of `request`.
@@ -42,7 +44,9 @@ impl Identity {
             });
         }
         self.stdio.clone().ok_or_else(|| Error::InvalidCaller {
-            reason: "this request has no HTTP identity and the server has no configured stdio identity".into(),
+            reason:
+                "this request has no HTTP identity and the server has no configured stdio identity"
+                    .into(),
         })
     }
 }

@@ -2,7 +2,9 @@ use std::sync::Arc;
 
 use rmcp::handler::server::router::tool::{ToolRoute, ToolRouter};
 use rmcp::handler::server::tool::ToolCallContext;
-use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+use rmcp::model::{
+    CallToolResponse, CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations,
+};
 use serde_json::{json, Value};
 
 use super::IdempotentServer;
@@ -64,8 +66,15 @@ async fn run<S: IdempotentServer>(ctx: ToolCallContext<'_, S>) -> CallToolResult
         Ok(c) => c,
         Err(e) => return text_error(e.to_string()),
     };
-    let Some(raw) = ctx.arguments.as_ref().and_then(|a| a.get("ref")).and_then(Value::as_str) else {
-        return text_error(format!("{STATUS_TOOL} needs a `ref` argument: the reference an earlier answer named."));
+    let Some(raw) = ctx
+        .arguments
+        .as_ref()
+        .and_then(|a| a.get("ref"))
+        .and_then(Value::as_str)
+    else {
+        return text_error(format!(
+            "{STATUS_TOOL} needs a `ref` argument: the reference an earlier answer named."
+        ));
     };
     let reference: Reference = match raw.parse() {
         Ok(r) => r,

@@ -155,7 +155,11 @@ impl Store for MemoryStore {
                     let expired = row.state == RecordState::Completed
                         && row.expires_at.is_none_or(|e| req.now >= e);
                     if row.state == RecordState::Released || expired {
-                        let generation = if expired { row.generation + 1 } else { row.generation };
+                        let generation = if expired {
+                            row.generation + 1
+                        } else {
+                            row.generation
+                        };
                         *row = fresh(generation, row.token + 1);
                         Claim::New {
                             reference: req.key.reference(generation),
@@ -218,7 +222,12 @@ impl Store for MemoryStore {
         Box::pin(async move { out })
     }
 
-    fn release(&self, key: Key, token: Token, now: Timestamp) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn release(
+        &self,
+        key: Key,
+        token: Token,
+        now: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
         let out = self.fenced(key, token, |row, _| {
             row.state = RecordState::Released;
             row.completed_at = Some(now);
@@ -227,17 +236,31 @@ impl Store for MemoryStore {
         Box::pin(async move { out })
     }
 
-    fn mark_unknown(&self, key: Key, token: Token, _now: Timestamp) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn mark_unknown(
+        &self,
+        key: Key,
+        token: Token,
+        _now: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
         let out = self.fenced(key, token, |row, _| row.state = RecordState::Unknown);
         Box::pin(async move { out })
     }
 
-    fn renew(&self, key: Key, token: Token, lease_expires_at: Timestamp) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn renew(
+        &self,
+        key: Key,
+        token: Token,
+        lease_expires_at: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
         let out = self.fenced(key, token, |row, _| row.lease_expires_at = lease_expires_at);
         Box::pin(async move { out })
     }
 
-    fn status<'a>(&'a self, tenant: &'a str, reference: Reference) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
+    fn status<'a>(
+        &'a self,
+        tenant: &'a str,
+        reference: Reference,
+    ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
         let out = {
             let inner = self.lock();
             let (lo, hi) = reference.key_range();
@@ -280,7 +303,11 @@ impl Store for MemoryStore {
         Box::pin(async move { Ok(n) })
     }
 
-    fn unsettled(&self, now: Timestamp, limit: u32) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
+    fn unsettled(
+        &self,
+        now: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
         let out = {
             let inner = self.lock();
             let mut v: Vec<Unsettled> = inner
@@ -348,7 +375,12 @@ impl Store for MemoryStore {
         Box::pin(async move { out })
     }
 
-    fn outbox_fetch(&self, now: Timestamp, redeliver_after: Duration, limit: u32) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
+    fn outbox_fetch(
+        &self,
+        now: Timestamp,
+        redeliver_after: Duration,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
         let out = {
             let mut inner = self.lock();
             let mut v = Vec::new();
