@@ -1,8 +1,12 @@
--- idempotency records: one row per key. Fixed-width columns first (alignment), then the
--- variable ones. No secondary index: claims, completions and status lookups all go through the
--- primary key (status by reference is a range scan on its prefix), and a completion can stay a
--- HOT update. Purge and the reconciler scan in bounded batches.
-CREATE TABLE IF NOT EXISTS idempotency_records (
+-- One row per key. Fixed-width columns first, so the row needs no alignment padding; then the
+-- variable ones. Times are milliseconds since the Unix epoch (the engine's clock), states are
+-- RecordState::code (0 in flight, 1 completed, 2 unknown, 3 released).
+--
+-- No secondary index on purpose: claims, completions and fenced updates go through the primary
+-- key, a status lookup by reference is a range scan of the key prefix, and with no other index a
+-- completion can stay a HOT update. Purge and the reconciler's scan read the table sequentially
+-- and stop at their batch limit; they run in the background, not per request.
+CREATE TABLE idempotency_records (
     token            BIGINT   NOT NULL,
     claimed_at       BIGINT   NOT NULL,
     lease_expires_at BIGINT   NOT NULL,
@@ -18,8 +22,10 @@ CREATE TABLE IF NOT EXISTS idempotency_records (
     response         TEXT
 );
 
-CREATE TABLE IF NOT EXISTS idempotency_outbox (
-    id          BIGSERIAL PRIMARY KEY,
+-- Follow-on messages written with a completion, keyed by the operation (key + generation).
+-- Identities are never reused, so a late acknowledgement cannot delete another message.
+CREATE TABLE idempotency_outbox (
+    id          BIGINT  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     visible_at  BIGINT  NOT NULL,
     generation  INTEGER NOT NULL,
     attempts    INTEGER NOT NULL DEFAULT 0,

@@ -1,5 +1,9 @@
--- idempotency records: one row per key, clustered on the key (WITHOUT ROWID), no secondary index.
-CREATE TABLE IF NOT EXISTS idempotency_records (
+-- One row per key, stored in the primary-key b-tree itself (WITHOUT ROWID), no secondary index:
+-- claims, completions and status lookups (a range scan of the key prefix) use the key; purge and
+-- the reconciler's scan read the table and stop at their batch limit. Times are milliseconds
+-- since the Unix epoch, states are RecordState::code (0 in flight, 1 completed, 2 unknown,
+-- 3 released).
+CREATE TABLE idempotency_records (
     key              BLOB    NOT NULL PRIMARY KEY,
     tenant           TEXT    NOT NULL,
     tool             TEXT    NOT NULL,
@@ -15,7 +19,9 @@ CREATE TABLE IF NOT EXISTS idempotency_records (
     response         TEXT
 ) WITHOUT ROWID;
 
-CREATE TABLE IF NOT EXISTS idempotency_outbox (
+-- Follow-on messages written with a completion. AUTOINCREMENT: ids are never reused, so a late
+-- acknowledgement cannot delete another message.
+CREATE TABLE idempotency_outbox (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
     key         BLOB    NOT NULL,
     generation  INTEGER NOT NULL,

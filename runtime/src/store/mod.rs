@@ -30,10 +30,12 @@ use crate::record::{RecordState, RecordStatus, StoredResponse};
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod purger;
 #[cfg(feature = "_sql")]
 mod sql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+pub use purger::spawn_purger;
 
 /// A boxed, `Send` future: what the [`Store`] methods return, so the trait stays object-safe
 /// (`Arc<dyn Store>`).
@@ -225,18 +227,37 @@ pub trait Store: Send + Sync + 'static {
     fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// Gives the claim back: nothing was done, a repeat may run (fenced, in flight only).
-    fn release(&self, key: Key, token: Token, now: Timestamp) -> BoxFuture<'_, Result<(), StoreError>>;
+    fn release(
+        &self,
+        key: Key,
+        token: Token,
+        now: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
 
     /// Marks the claim's outcome unknown (fenced, in flight only).
-    fn mark_unknown(&self, key: Key, token: Token, now: Timestamp) -> BoxFuture<'_, Result<(), StoreError>>;
+    fn mark_unknown(
+        &self,
+        key: Key,
+        token: Token,
+        now: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
 
     /// Extends an in-flight claim's lease (fenced), so a long body is not taken for a dead worker.
-    fn renew(&self, key: Key, token: Token, lease_expires_at: Timestamp) -> BoxFuture<'_, Result<(), StoreError>>;
+    fn renew(
+        &self,
+        key: Key,
+        token: Token,
+        lease_expires_at: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
 
     /// The operation named by `reference`, if it belongs to `tenant` (another tenant's reference
     /// is `None`, exactly like one that does not exist). A reference whose generation has been
     /// superseded is `None` too.
-    fn status<'a>(&'a self, tenant: &'a str, reference: Reference) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>>;
+    fn status<'a>(
+        &'a self,
+        tenant: &'a str,
+        reference: Reference,
+    ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>>;
 
     /// Deletes up to `limit` completed or released records whose `expires_at` is before
     /// `older_than`; returns how many went. In-flight and unknown records are never purged.
@@ -244,7 +265,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Up to `limit` claims to reconcile: in flight with `lease_expires_at <= now`, or unknown;
     /// oldest claim first.
-    fn unsettled(&self, now: Timestamp, limit: u32) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>>;
+    fn unsettled(
+        &self,
+        now: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>>;
 
     /// Settles an unsettled claim (fenced by `token`, which it then bumps, so the original worker's
     /// late completion is rejected). `Completed` answers repeats until `now + window`.

@@ -1,12 +1,21 @@
-//! [`PostgresStore`]: what users run when one machine is not enough. Every replica of the server
+//! [`PostgresStore`]: what to run when one machine is not enough. Every replica of the server
 //! shares one database; the primary key makes exactly one replica win each claim.
+//!
+//! Every call is one statement, so one round trip: a claim inserts, takes over, or reads the
+//! record in a single statement; a completion is a single `UPDATE` (with its outbox messages, a
+//! single statement that updates and inserts). Only a rejected update reads the row again, to
+//! say why.
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::query::Query;
+use sqlx::{Postgres, Row};
 
-use super::sql::{self, fenced_failure, unavailable, Migration, RecordRow, MIGRATIONS_TABLE};
+use super::sql::{
+    self, db_error, migration_failed, pending, raced, why_fenced, Migration, RecordRow,
+    CLAIM_ATTEMPTS, FENCE_ATTEMPTS,
+};
 use super::{
     BoxFuture, Claim, ClaimRequest, Completion, OutboxEntry, Settlement, Store, StoreError, Token,
     Unsettled,
@@ -21,169 +30,279 @@ const MIGRATIONS: &[Migration] = &[Migration {
     sql: include_str!("../../migrations/postgres/0001_records.sql"),
 }];
 
-/// How often a claim retries when a concurrent insert committed after its snapshot (rare).
-const CLAIM_ATTEMPTS: usize = 5;
+/// The pool size [`PostgresStore::connect`] uses.
+const POOL_SIZE: u32 = 10;
 
-// One statement: insert, or take over a released / window-expired row, or return the row as it is.
+/// Two-key advisory lock for migrations: a constant ("idmp") and the schema, so stores in
+/// different schemas of one database migrate independently.
+const MIGRATION_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(1768189296, hashtext(coalesce(current_schema(), '')))";
+
+/// The claim, in one statement. `cur` reads the row from the statement's snapshot. Only when
+/// there is none, or it is one a claim takes over (released; completed and `now >= expires_at`),
+/// does `ins` insert; on conflict it takes the row over if it still qualifies (token + 1,
+/// generation + 1 only for an expired window). A repeat of a live record therefore writes
+/// nothing and takes no row lock (a lock would give the repeat a transaction id and a WAL flush
+/// at commit: 0.245 ms instead of 0.111 ms per repeat, measured with pgbench). The final SELECT
+/// returns the claimed row, or the row as it was.
+///
+/// Zero rows come back when a conflicting row was committed after the snapshot (READ COMMITTED):
+/// the claim runs again, as it does when the row it read was taken over concurrently.
 const CLAIM: &str = "\
-WITH ins AS (
+WITH cur AS (
+    SELECT generation, state, fingerprint, claimed_at, lease_expires_at,
+           completed_at, expires_at, ok, response
+    FROM idempotency_records WHERE key = $1
+), ins AS (
     INSERT INTO idempotency_records AS r
-        (key, tenant, tool, generation, state, fingerprint, token, claimed_at, lease_expires_at)
-    VALUES ($1, $2, $3, 1, 0, $4, 1, $5, $6)
+        (token, claimed_at, lease_expires_at, generation, state, key, tenant, tool, fingerprint)
+    SELECT 1, $5, $6, 1, 0, $1, $2, $3, $4
+    WHERE NOT EXISTS (
+        SELECT 1 FROM cur WHERE cur.state IN (0, 2) OR (cur.state = 1 AND cur.expires_at > $5))
     ON CONFLICT (key) DO UPDATE SET
+        token = r.token + 1,
+        claimed_at = EXCLUDED.claimed_at,
+        lease_expires_at = EXCLUDED.lease_expires_at,
         generation = CASE WHEN r.state = 3 THEN r.generation ELSE r.generation + 1 END,
-        state = 0, tenant = EXCLUDED.tenant, tool = EXCLUDED.tool, fingerprint = EXCLUDED.fingerprint,
-        token = r.token + 1, claimed_at = EXCLUDED.claimed_at, lease_expires_at = EXCLUDED.lease_expires_at,
+        state = 0,
+        tenant = EXCLUDED.tenant,
+        tool = EXCLUDED.tool,
+        fingerprint = EXCLUDED.fingerprint,
         completed_at = NULL, expires_at = NULL, ok = NULL, response = NULL
-    WHERE r.state = 3 OR (r.state = 1 AND r.expires_at <= EXCLUDED.claimed_at)
-    RETURNING true AS fresh, generation::BIGINT AS generation, state, fingerprint, token, claimed_at,
-              lease_expires_at, completed_at, expires_at, ok, response
+    WHERE r.state = 3 OR (r.state = 1 AND (r.expires_at IS NULL OR r.expires_at <= $5))
+    RETURNING generation, token
 )
-SELECT * FROM ins
+SELECT true, token, generation, 0::SMALLINT, NULL::BYTEA, 0::BIGINT, 0::BIGINT,
+       NULL::BIGINT, NULL::BIGINT, NULL::BOOLEAN, NULL::TEXT
+FROM ins
 UNION ALL
-SELECT false, generation::BIGINT, state, fingerprint, token, claimed_at, lease_expires_at,
+SELECT false, 0::BIGINT, generation, state, fingerprint, claimed_at, lease_expires_at,
        completed_at, expires_at, ok, response
-FROM idempotency_records WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM ins)";
+FROM cur WHERE NOT EXISTS (SELECT 1 FROM ins)";
 
-const ROW_NOW: &str = "SELECT generation::BIGINT, token, state FROM idempotency_records WHERE key = $1";
+const COMPLETE: &str = "\
+UPDATE idempotency_records SET state = 1, ok = $3, response = $4, completed_at = $5, expires_at = $6
+WHERE key = $1 AND token = $2 AND state = 0";
 
-/// A [`Store`] on PostgreSQL.
+/// A completion with outbox messages: one statement, so one transaction and one round trip. It
+/// inserts as many rows as there are messages, or none when the update was fenced.
+const COMPLETE_WITH_OUTBOX: &str = "\
+WITH done AS (
+    UPDATE idempotency_records SET state = 1, ok = $3, response = $4, completed_at = $5, expires_at = $6
+    WHERE key = $1 AND token = $2 AND state = 0
+    RETURNING generation
+)
+INSERT INTO idempotency_outbox (visible_at, generation, key, topic, payload)
+SELECT $5, done.generation, $1, m.topic, m.payload
+FROM done CROSS JOIN unnest($7::TEXT[], $8::TEXT[]) WITH ORDINALITY AS m(topic, payload, n)
+ORDER BY m.n";
+
+const ROW_NOW: &str = "SELECT generation, token, state FROM idempotency_records WHERE key = $1";
+
+type PgQuery = Query<'static, Postgres, PgArguments>;
+
+/// A [`Store`] on PostgreSQL, for servers with several replicas.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), idempotency::StoreError> {
 /// use idempotency::{store::postgres::PostgresStore, Idempotency};
-/// let store = PostgresStore::connect("postgres://app@db/app").await?;
+/// let store = PostgresStore::connect("postgres://app@db.internal/app").await?;
 /// let engine = Idempotency::new(store);
-/// # Ok(()) }
+/// # let _ = engine; Ok(()) }
 /// ```
+///
+/// ## Plans
+///
+/// sqlx prepares each statement once per connection and PostgreSQL may then switch it to a
+/// generic plan. A generic plan made while `idempotency_records` was empty (and analysed) is a
+/// sequential scan, and it stays one as the table grows. The connections this store opens
+/// therefore run with `enable_seqscan = off` and `jit = off` ([`PostgresStore::tune`]): every
+/// lookup it makes has a primary-key plan, so generic plans use the index whatever the table's
+/// size when they were made, while purge and the reconciler's scan, which have no index to use,
+/// still scan. (`plan_cache_mode = force_custom_plan` would also do, but planning the claim on
+/// every call costs about 0.1 ms, doubling a repeat's latency.)
 #[derive(Clone, Debug)]
 pub struct PostgresStore {
     pool: PgPool,
 }
 
 impl PostgresStore {
-    /// Connects to `url` (a pool of up to 32 connections) and runs the migrations.
-    ///
-    /// Every connection plans each statement for its parameters (`plan_cache_mode =
-    /// force_custom_plan`): a prepared statement first planned while the table was empty can
-    /// otherwise keep a sequential-scan plan as the table grows.
+    /// Connects to `url` (a pool of 10 connections, tuned by [`PostgresStore::tune`]) and runs the
+    /// migrations.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let opts: PgConnectOptions = url
-            .parse()
-            .map_err(|e: sqlx::Error| StoreError::Unavailable(format!("DATABASE_URL is not a PostgreSQL URL: {e}").into()))?;
+        let options: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| {
+            StoreError::Unavailable(
+                format!("the PostgreSQL connection URL is not usable: {e}").into(),
+            )
+        })?;
+        Self::connect_with(options).await
+    }
+
+    /// Like [`PostgresStore::connect`], from connection options (say, with a `search_path`).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), idempotency::StoreError> {
+    /// use idempotency::store::postgres::PostgresStore;
+    /// use sqlx::postgres::PgConnectOptions;
+    /// let options = PgConnectOptions::new().host("db.internal").database("app")
+    ///     .options([("search_path", "idempotency")]);
+    /// let store = PostgresStore::connect_with(options).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub async fn connect_with(options: PgConnectOptions) -> Result<Self, StoreError> {
         let pool = PgPoolOptions::new()
-            .max_connections(32)
+            .max_connections(POOL_SIZE)
             .acquire_timeout(Duration::from_secs(5))
-            .connect_with(Self::tune(opts))
+            .connect_with(Self::tune(options))
             .await
-            .map_err(unavailable)?;
+            .map_err(db_error)?;
         Self::from_pool(pool).await
     }
 
-    /// The connection options this store recommends (adds `plan_cache_mode = force_custom_plan`).
-    pub fn tune(opts: PgConnectOptions) -> PgConnectOptions {
-        opts.options([("plan_cache_mode", "force_custom_plan")])
+    /// Adds the session settings this store's statements are planned for: `enable_seqscan = off`
+    /// (a lookup never falls back to a sequential scan, even with a generic plan made on an empty
+    /// table) and `jit = off`. Use it on the options of a pool you build yourself for
+    /// [`PostgresStore::from_pool`]; keep that pool for the store, as the settings apply to every
+    /// statement on its connections.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use idempotency::store::postgres::PostgresStore;
+    /// let options = "postgres://app@db.internal/app".parse()?;
+    /// let pool = sqlx::postgres::PgPoolOptions::new()
+    ///     .max_connections(32)
+    ///     .connect_with(PostgresStore::tune(options))
+    ///     .await?;
+    /// let store = PostgresStore::from_pool(pool).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub fn tune(options: PgConnectOptions) -> PgConnectOptions {
+        options.options([("enable_seqscan", "off"), ("jit", "off")])
     }
 
-    /// A store on an existing pool (the application's own); runs the migrations.
+    /// A store on an existing pool; runs the migrations. Build the pool's options with
+    /// [`PostgresStore::tune`] (a warning is logged if its connections are not tuned).
     pub async fn from_pool(pool: PgPool) -> Result<Self, StoreError> {
         let store = PostgresStore { pool };
         store.migrate().await?;
+        let seqscan: String = sqlx::query_scalar("SELECT current_setting('enable_seqscan')")
+            .fetch_one(&store.pool)
+            .await
+            .map_err(db_error)?;
+        if seqscan != "off" {
+            tracing::warn!(
+                "PostgresStore: this pool's connections run with enable_seqscan = on; a statement first planned \
+                 while the records table was empty can keep a sequential-scan plan as it grows. Build the pool \
+                 from PostgresStore::tune(options)."
+            );
+        }
         Ok(store)
     }
 
-    /// The pool.
+    /// The connection pool.
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
 
-    /// Applies the embedded migrations this build knows, under an advisory lock so replicas
-    /// starting together do not race, recording them in `idempotency_migrations`. Refuses a
-    /// database migrated by a newer build.
+    /// Applies the migrations this build embeds that the database lacks, in one transaction under
+    /// an advisory lock (replicas starting together apply them once), and records them in the
+    /// library's own `idempotency_migrations` table. Refuses a database that records a migration
+    /// this build does not know. The constructors call it; running it again changes nothing.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let mig = |e: sqlx::Error| StoreError::Migration(e.to_string());
-        let mut tx = self.pool.begin().await.map_err(unavailable)?;
-        sqlx::query("SELECT pg_advisory_xact_lock(7306189431907655)").execute(&mut *tx).await.map_err(mig)?;
-        sqlx::raw_sql(
-            "CREATE TABLE IF NOT EXISTS idempotency_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-        )
-        .execute(&mut *tx)
-        .await
-        .map_err(mig)?;
-        let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM idempotency_migrations ORDER BY version")
-            .fetch_all(&mut *tx)
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        sqlx::query(MIGRATION_LOCK)
+            .execute(&mut *tx)
             .await
             .map_err(mig)?;
-        let known = MIGRATIONS.iter().map(|m| m.version).max().unwrap_or(0);
-        if let Some(newer) = applied.iter().find(|v| **v > known) {
-            return Err(StoreError::Migration(format!(
-                "{MIGRATIONS_TABLE} records version {newer}, newer than this build knows ({known}); upgrade the library or use another schema"
-            )));
-        }
-        for m in MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
-            sqlx::raw_sql(m.sql).execute(&mut *tx).await.map_err(mig)?;
-            sqlx::query("INSERT INTO idempotency_migrations (version, description) VALUES ($1, $2)")
-                .bind(m.version)
-                .bind(m.description)
-                .execute(&mut *tx)
+        let exists: Option<String> =
+            sqlx::query_scalar("SELECT to_regclass('idempotency_migrations')::TEXT")
+                .fetch_one(&mut *tx)
                 .await
                 .map_err(mig)?;
+        if exists.is_none() {
+            sqlx::query(
+                "CREATE TABLE idempotency_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+                 checksum BYTEA NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+            )
+            .execute(&mut *tx)
+            .await
+            .map_err(mig)?;
+        }
+        let applied: Vec<(i64, Vec<u8>)> =
+            sqlx::query_as("SELECT version, checksum FROM idempotency_migrations ORDER BY version")
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(mig)?;
+        for m in pending(MIGRATIONS, &applied, "this schema")? {
+            sqlx::raw_sql(m.sql)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| migration_failed(m, e))?;
+            sqlx::query("INSERT INTO idempotency_migrations (version, description, checksum) VALUES ($1, $2, $3)")
+                .bind(m.version)
+                .bind(m.description)
+                .bind(m.checksum())
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| migration_failed(m, e))?;
         }
         tx.commit().await.map_err(mig)
     }
 
     async fn row_now(&self, key: &Key) -> Result<Option<(i64, i64, i16)>, StoreError> {
-        let row = sqlx::query(ROW_NOW).bind(&key.as_bytes()[..]).fetch_optional(&self.pool).await.map_err(unavailable)?;
-        row.map(|r| Ok((r.try_get(0).map_err(unavailable)?, r.try_get(1).map_err(unavailable)?, r.try_get(2).map_err(unavailable)?)))
-            .transpose()
+        let row: Option<(i32, i64, i16)> = sqlx::query_as(ROW_NOW)
+            .bind(&key.as_bytes()[..])
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(row.map(|(g, t, s)| (i64::from(g), t, s)))
     }
 
-    async fn fenced(&self, key: Key, token: Token, rows: u64, allowed: &[RecordState]) -> Result<(), StoreError> {
-        if rows == 1 {
-            return Ok(());
+    /// Runs a fenced update; when it changes nothing, reads the row to say why.
+    async fn fenced(
+        &self,
+        key: Key,
+        token: Token,
+        allowed: &[RecordState],
+        what: &str,
+        query: impl Fn() -> PgQuery + Send,
+    ) -> Result<(), StoreError> {
+        for _ in 0..FENCE_ATTEMPTS {
+            let done = query().execute(&self.pool).await.map_err(db_error)?;
+            if done.rows_affected() > 0 {
+                return Ok(());
+            }
+            why_fenced(&key, token, self.row_now(&key).await?, allowed)?;
         }
-        Err(fenced_failure(&key, token, self.row_now(&key).await?, allowed))
+        Err(raced(what, FENCE_ATTEMPTS))
     }
 }
 
-fn record_row(r: &PgRow, offset: usize) -> Result<RecordRow, sqlx::Error> {
+fn record_row(r: &PgRow, at: usize) -> Result<RecordRow, sqlx::Error> {
     Ok(RecordRow {
-        generation: r.try_get(offset)?,
-        state: r.try_get(offset + 1)?,
-        fingerprint: r.try_get(offset + 2)?,
-        token: r.try_get(offset + 3)?,
-        claimed_at: r.try_get(offset + 4)?,
-        lease_expires_at: r.try_get(offset + 5)?,
-        completed_at: r.try_get(offset + 6)?,
-        expires_at: r.try_get(offset + 7)?,
-        ok: r.try_get(offset + 8)?,
-        response: r.try_get(offset + 9)?,
+        generation: i64::from(r.try_get::<i32, _>(at)?),
+        state: r.try_get(at + 1)?,
+        fingerprint: r.try_get(at + 2)?,
+        claimed_at: r.try_get(at + 3)?,
+        lease_expires_at: r.try_get(at + 4)?,
+        completed_at: r.try_get(at + 5)?,
+        expires_at: r.try_get(at + 6)?,
+        ok: r.try_get(at + 7)?,
+        response: r.try_get(at + 8)?,
     })
 }
 
-async fn write_outbox(tx: &mut Transaction<'_, Postgres>, c: &Completion<'_>, generation: i32) -> Result<(), sqlx::Error> {
-    for m in c.outbox {
-        sqlx::query("INSERT INTO idempotency_outbox (visible_at, generation, key, topic, payload) VALUES ($1, $2, $3, $4, $5)")
-            .bind(c.now.as_millis())
-            .bind(generation)
-            .bind(&c.key.as_bytes()[..])
-            .bind(&m.topic)
-            .bind(&m.payload)
-            .execute(&mut **tx)
-            .await?;
-    }
-    Ok(())
+fn bytes(key: &Key) -> &[u8] {
+    &key.as_bytes()[..]
 }
-
-const COMPLETE: &str = "UPDATE idempotency_records SET state = 1, ok = $3, response = $4, completed_at = $5, expires_at = $6 \
-     WHERE key = $1 AND token = $2 AND state = 0";
 
 impl Store for PostgresStore {
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(async move {
             for _ in 0..CLAIM_ATTEMPTS {
                 let row = sqlx::query(CLAIM)
-                    .bind(&req.key.as_bytes()[..])
+                    .bind(bytes(&req.key))
                     .bind(req.tenant)
                     .bind(req.tool)
                     .bind(req.fingerprint.as_ref().map(|f| &f.as_bytes()[..]))
@@ -191,106 +310,122 @@ impl Store for PostgresStore {
                     .bind(req.lease_expires_at.as_millis())
                     .fetch_optional(&self.pool)
                     .await
-                    .map_err(unavailable)?;
-                // No row: the conflicting row was committed after this statement's snapshot.
+                    .map_err(db_error)?;
                 let Some(row) = row else { continue };
-                let fresh: bool = row.try_get(0).map_err(unavailable)?;
-                let rec = record_row(&row, 1).map_err(unavailable)?;
-                if fresh {
-                    return Ok(Claim::New { reference: rec.reference(&req.key)?, token: Token(rec.token) });
+                let claimed: bool = row.try_get(0).map_err(db_error)?;
+                let rec = record_row(&row, 2).map_err(db_error)?;
+                if claimed {
+                    let reference = req.key.reference(sql::generation_of(rec.generation)?);
+                    let token: i64 = row.try_get(1).map_err(db_error)?;
+                    return Ok(Claim::New {
+                        reference,
+                        token: Token(token),
+                    });
                 }
-                match rec.existing_claim(&req.key, &req.fingerprint) {
-                    Err(StoreError::Unavailable(_)) => continue,
-                    other => return other,
+                if let Some(answer) = rec.existing_claim(&req.key, &req.fingerprint, req.now)? {
+                    return Ok(answer);
                 }
             }
-            Err(StoreError::Unavailable("the claim kept racing with concurrent writers; try again".into()))
+            Err(raced("the claim", CLAIM_ATTEMPTS))
         })
     }
 
     fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let bind = |q: sqlx::query::Query<'a, Postgres, sqlx::postgres::PgArguments>| {
-                q.bind(&c.key.as_bytes()[..])
-                    .bind(c.token.0)
-                    .bind(c.response.ok)
-                    .bind(&c.response.body)
-                    .bind(c.now.as_millis())
-                    .bind(c.expires_at.as_millis())
-            };
-            if c.outbox.is_empty() {
-                let done = bind(sqlx::query(COMPLETE)).execute(&self.pool).await.map_err(unavailable)?;
-                return self.fenced(c.key, c.token, done.rows_affected(), &[RecordState::InFlight]).await;
-            }
-            let mut tx = self.pool.begin().await.map_err(unavailable)?;
-            let generation: Option<i32> = sqlx::query_scalar(
-                "UPDATE idempotency_records SET state = 1, ok = $3, response = $4, completed_at = $5, expires_at = $6 \
-                 WHERE key = $1 AND token = $2 AND state = 0 RETURNING generation",
+            let topics: Vec<&str> = c.outbox.iter().map(|m| m.topic.as_str()).collect();
+            let payloads: Vec<&str> = c.outbox.iter().map(|m| m.payload.as_str()).collect();
+            self.fenced(
+                c.key,
+                c.token,
+                &[RecordState::InFlight],
+                "the completion",
+                || {
+                    let sql = if c.outbox.is_empty() {
+                        COMPLETE
+                    } else {
+                        COMPLETE_WITH_OUTBOX
+                    };
+                    let q = sqlx::query(sql)
+                        .bind(bytes(&c.key))
+                        .bind(c.token.0)
+                        .bind(c.response.ok)
+                        .bind(c.response.body.as_str())
+                        .bind(c.now.as_millis())
+                        .bind(c.expires_at.as_millis());
+                    if c.outbox.is_empty() {
+                        q
+                    } else {
+                        q.bind(&topics).bind(&payloads)
+                    }
+                },
             )
-            .bind(&c.key.as_bytes()[..])
-            .bind(c.token.0)
-            .bind(c.response.ok)
-            .bind(&c.response.body)
-            .bind(c.now.as_millis())
-            .bind(c.expires_at.as_millis())
-            .fetch_optional(&mut *tx)
             .await
-            .map_err(unavailable)?;
-            let Some(generation) = generation else {
-                drop(tx);
-                return self.fenced(c.key, c.token, 0, &[RecordState::InFlight]).await;
-            };
-            write_outbox(&mut tx, c, generation).await.map_err(unavailable)?;
-            tx.commit().await.map_err(unavailable)
         })
     }
 
-    fn release(&self, key: Key, token: Token, now: Timestamp) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            let done = sqlx::query(
-                "UPDATE idempotency_records SET state = 3, completed_at = $3, expires_at = $3 WHERE key = $1 AND token = $2 AND state = 0",
+    fn release(
+        &self,
+        key: Key,
+        token: Token,
+        now: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.fenced(
+            key,
+            token,
+            &[RecordState::InFlight],
+            "the release",
+            move || {
+                sqlx::query(
+                    "UPDATE idempotency_records SET state = 3, completed_at = $3, expires_at = $3 \
+                 WHERE key = $1 AND token = $2 AND state = 0",
+                )
+                .bind(bytes(&key))
+                .bind(token.0)
+                .bind(now.as_millis())
+            },
+        ))
+    }
+
+    fn mark_unknown(
+        &self,
+        key: Key,
+        token: Token,
+        _now: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.fenced(key, token, &[RecordState::InFlight], "marking the outcome unknown", move || {
+            sqlx::query("UPDATE idempotency_records SET state = 2 WHERE key = $1 AND token = $2 AND state = 0")
+                .bind(bytes(&key))
+                .bind(token.0)
+        }))
+    }
+
+    fn renew(
+        &self,
+        key: Key,
+        token: Token,
+        lease_expires_at: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.fenced(key, token, &[RecordState::InFlight], "the lease renewal", move || {
+            sqlx::query(
+                "UPDATE idempotency_records SET lease_expires_at = $3 WHERE key = $1 AND token = $2 AND state = 0",
             )
-            .bind(&key.as_bytes()[..])
+            .bind(bytes(&key))
             .bind(token.0)
-            .bind(now.as_millis())
-            .execute(&self.pool)
-            .await
-            .map_err(unavailable)?;
-            self.fenced(key, token, done.rows_affected(), &[RecordState::InFlight]).await
-        })
+            .bind(lease_expires_at.as_millis())
+        }))
     }
 
-    fn mark_unknown(&self, key: Key, token: Token, _now: Timestamp) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            let done = sqlx::query("UPDATE idempotency_records SET state = 2 WHERE key = $1 AND token = $2 AND state = 0")
-                .bind(&key.as_bytes()[..])
-                .bind(token.0)
-                .execute(&self.pool)
-                .await
-                .map_err(unavailable)?;
-            self.fenced(key, token, done.rows_affected(), &[RecordState::InFlight]).await
-        })
-    }
-
-    fn renew(&self, key: Key, token: Token, lease_expires_at: Timestamp) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            let done = sqlx::query("UPDATE idempotency_records SET lease_expires_at = $3 WHERE key = $1 AND token = $2 AND state = 0")
-                .bind(&key.as_bytes()[..])
-                .bind(token.0)
-                .bind(lease_expires_at.as_millis())
-                .execute(&self.pool)
-                .await
-                .map_err(unavailable)?;
-            self.fenced(key, token, done.rows_affected(), &[RecordState::InFlight]).await
-        })
-    }
-
-    fn status<'a>(&'a self, tenant: &'a str, reference: Reference) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
+    fn status<'a>(
+        &'a self,
+        tenant: &'a str,
+        reference: Reference,
+    ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
         Box::pin(async move {
             let (lo, hi) = reference.key_range();
             let row = sqlx::query(
-                "SELECT tool, generation::BIGINT, state, fingerprint, token, claimed_at, lease_expires_at, completed_at, expires_at, ok, response \
-                 FROM idempotency_records WHERE key BETWEEN $1 AND $2 AND tenant = $3 AND generation = $4 LIMIT 1",
+                "SELECT tool, generation, state, fingerprint, claimed_at, lease_expires_at, completed_at, \
+                 expires_at, ok, response FROM idempotency_records \
+                 WHERE key BETWEEN $1 AND $2 AND tenant = $3 AND generation = $4 ORDER BY key LIMIT 1",
             )
             .bind(&lo[..])
             .bind(&hi[..])
@@ -298,53 +433,51 @@ impl Store for PostgresStore {
             .bind(i64::from(reference.generation()))
             .fetch_optional(&self.pool)
             .await
-            .map_err(unavailable)?;
+            .map_err(db_error)?;
             let Some(row) = row else { return Ok(None) };
-            let tool: String = row.try_get(0).map_err(unavailable)?;
-            record_row(&row, 1).map_err(unavailable)?.status(reference, tool).map(Some)
+            let tool: String = row.try_get(0).map_err(db_error)?;
+            record_row(&row, 1)
+                .map_err(db_error)?
+                .status(reference, tool)
+                .map(Some)
         })
     }
 
+    /// A sequential scan that stops after `limit` matches; the outer conditions are checked again
+    /// on each row as it is deleted, so a row a claim took over meanwhile is left alone.
     fn purge(&self, older_than: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(async move {
             let done = sqlx::query(
-                "DELETE FROM idempotency_records WHERE key IN \
-                 (SELECT key FROM idempotency_records WHERE state IN (1, 3) AND expires_at < $1 LIMIT $2)",
+                "DELETE FROM idempotency_records \
+                 WHERE key = ANY (ARRAY(SELECT key FROM idempotency_records \
+                                        WHERE state IN (1, 3) AND expires_at < $1 LIMIT $2)) \
+                   AND state IN (1, 3) AND expires_at < $1",
             )
             .bind(older_than.as_millis())
             .bind(i64::from(limit))
             .execute(&self.pool)
             .await
-            .map_err(unavailable)?;
+            .map_err(db_error)?;
             Ok(done.rows_affected())
         })
     }
 
-    fn unsettled(&self, now: Timestamp, limit: u32) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
+    fn unsettled(
+        &self,
+        now: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
         Box::pin(async move {
-            let rows = sqlx::query(
-                "SELECT key, generation::BIGINT, tenant, tool, state, token, claimed_at FROM idempotency_records \
+            let rows: Vec<sql::UnsettledRow<i32>> = sqlx::query_as(
+                "SELECT key, generation, tenant, tool, state, token, claimed_at FROM idempotency_records \
                  WHERE state = 2 OR (state = 0 AND lease_expires_at <= $1) ORDER BY claimed_at, key LIMIT $2",
             )
             .bind(now.as_millis())
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await
-            .map_err(unavailable)?;
-            rows.iter()
-                .map(|r| {
-                    let key: Vec<u8> = r.try_get(0).map_err(unavailable)?;
-                    sql::unsettled(
-                        &key,
-                        r.try_get(1).map_err(unavailable)?,
-                        r.try_get(2).map_err(unavailable)?,
-                        r.try_get(3).map_err(unavailable)?,
-                        r.try_get(4).map_err(unavailable)?,
-                        r.try_get(5).map_err(unavailable)?,
-                        r.try_get(6).map_err(unavailable)?,
-                    )
-                })
-                .collect()
+            .map_err(db_error)?;
+            rows.into_iter().map(sql::unsettled).collect()
         })
     }
 
@@ -356,54 +489,67 @@ impl Store for PostgresStore {
         now: Timestamp,
         window: Duration,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            let (state, ok, body, expires) = match settlement {
-                Settlement::Completed(r) => (1i16, Some(r.ok), Some(r.body.as_str()), Some((now + window).as_millis())),
-                Settlement::Released => (3, None, None, Some(now.as_millis())),
-                Settlement::Unknown => (2, None, None, None),
-            };
-            let completed = if state == 2 { None } else { Some(now.as_millis()) };
-            let done = sqlx::query(
-                "UPDATE idempotency_records SET token = token + 1, state = $3, ok = $4, response = $5, completed_at = $6, expires_at = $7 \
-                 WHERE key = $1 AND token = $2 AND state IN (0, 2)",
+        let (state, ok, body, completed, expires) = match settlement {
+            Settlement::Completed(r) => (
+                RecordState::Completed,
+                Some(r.ok),
+                Some(r.body.as_str()),
+                Some(now.as_millis()),
+                Some((now + window).as_millis()),
+            ),
+            Settlement::Released => (
+                RecordState::Released,
+                None,
+                None,
+                Some(now.as_millis()),
+                Some(now.as_millis()),
+            ),
+            Settlement::Unknown => (RecordState::Unknown, None, None, None, None),
+        };
+        let allowed = &[RecordState::InFlight, RecordState::Unknown];
+        Box::pin(self.fenced(key, token, allowed, "the settlement", move || {
+            sqlx::query(
+                "UPDATE idempotency_records SET token = token + 1, state = $3, ok = $4, response = $5, \
+                 completed_at = $6, expires_at = $7 WHERE key = $1 AND token = $2 AND state IN (0, 2)",
             )
-            .bind(&key.as_bytes()[..])
+            .bind(bytes(&key))
             .bind(token.0)
-            .bind(state)
+            .bind(state.code())
             .bind(ok)
             .bind(body)
             .bind(completed)
             .bind(expires)
-            .execute(&self.pool)
-            .await
-            .map_err(unavailable)?;
-            self.fenced(key, token, done.rows_affected(), &[RecordState::InFlight, RecordState::Unknown]).await
-        })
+        }))
     }
 
-    fn outbox_fetch(&self, now: Timestamp, redeliver_after: Duration, limit: u32) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
+    fn outbox_fetch(
+        &self,
+        now: Timestamp,
+        redeliver_after: Duration,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
         Box::pin(async move {
-            let rows = sqlx::query(
+            let rows: Vec<(i64, Vec<u8>, i32, String, String, i32)> = sqlx::query_as(
                 "UPDATE idempotency_outbox SET attempts = attempts + 1, visible_at = $2 WHERE id IN \
                  (SELECT id FROM idempotency_outbox WHERE visible_at <= $1 ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
-                 RETURNING id, key, generation::BIGINT, topic, payload, attempts - 1",
+                 RETURNING id, key, generation, topic, payload, attempts - 1",
             )
             .bind(now.as_millis())
             .bind((now + redeliver_after).as_millis())
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await
-            .map_err(unavailable)?;
+            .map_err(db_error)?;
             let mut out = rows
-                .iter()
-                .map(|r| {
-                    let key: Vec<u8> = r.try_get(1).map_err(unavailable)?;
+                .into_iter()
+                .map(|(id, key, generation, topic, payload, attempts)| {
                     Ok(OutboxEntry {
-                        id: r.try_get(0).map_err(unavailable)?,
-                        reference: sql::key_of(&key)?.reference(sql::u32_gen(r.try_get(2).map_err(unavailable)?)?),
-                        topic: r.try_get(3).map_err(unavailable)?,
-                        payload: r.try_get(4).map_err(unavailable)?,
-                        attempts: r.try_get(5).map_err(unavailable)?,
+                        id,
+                        reference: sql::key_of(&key)?
+                            .reference(sql::generation_of(i64::from(generation))?),
+                        topic,
+                        payload,
+                        attempts,
                     })
                 })
                 .collect::<Result<Vec<_>, StoreError>>()?;
@@ -414,7 +560,11 @@ impl Store for PostgresStore {
 
     fn outbox_ack(&self, id: i64) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
-            sqlx::query("DELETE FROM idempotency_outbox WHERE id = $1").bind(id).execute(&self.pool).await.map_err(unavailable)?;
+            sqlx::query("DELETE FROM idempotency_outbox WHERE id = $1")
+                .bind(id)
+                .execute(&self.pool)
+                .await
+                .map_err(db_error)?;
             Ok(())
         })
     }

@@ -1,31 +1,128 @@
-//! What the SQL stores share: reading a record row back into the store's answers, the
-//! migrations list, and error mapping. The SQL itself stays in each backend's file.
+//! What the SQL stores share: the migrations bookkeeping, reading record rows back into the
+//! store's answers (the decisions are `MemoryStore`'s, line for line), and error mapping. The SQL
+//! itself stays in each backend's file.
+
+use sha2::{Digest, Sha256};
 
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, Key, Reference};
 use crate::record::{RecordState, RecordStatus, StoredResponse};
-use crate::store::{Claim, StoreError, Unsettled, Token};
+use crate::store::{Claim, StoreError, Token, Unsettled};
 
-/// A migration: its version and its SQL (several statements).
+/// The library's own migrations table (never the application's `_sqlx_migrations`).
+pub(crate) const MIGRATIONS_TABLE: &str = "idempotency_migrations";
+
+/// How often a claim runs again when a concurrent writer changed the row under it (rare: a
+/// conflicting insert committed after the statement's snapshot, or a concurrent takeover).
+pub(crate) const CLAIM_ATTEMPTS: usize = 5;
+
+/// How often a fenced update runs again when its follow-up read finds the row in a state the
+/// update should have matched (the row was purged and claimed again in between).
+pub(crate) const FENCE_ATTEMPTS: usize = 3;
+
+/// An embedded migration: its version, a description and its SQL (several statements).
+#[derive(Debug)]
 pub(crate) struct Migration {
     pub version: i64,
     pub description: &'static str,
     pub sql: &'static str,
 }
 
-/// The name of the library's own migrations table (never the application's `_sqlx_migrations`).
-pub(crate) const MIGRATIONS_TABLE: &str = "idempotency_migrations";
-
-pub(crate) fn unavailable(e: sqlx::Error) -> StoreError {
-    StoreError::Unavailable(Box::new(e))
+impl Migration {
+    /// sha256 of the SQL with line endings normalised, so a CRLF checkout does not look edited.
+    pub fn checksum(&self) -> Vec<u8> {
+        let mut h = Sha256::new();
+        for part in self.sql.split('\r') {
+            h.update(part.as_bytes());
+        }
+        h.finalize().to_vec()
+    }
 }
 
-/// The columns of a record row that decide a claim and a status.
+/// The migrations of `known` that a database recording `applied` (version, checksum) still
+/// needs, in order. Refuses a database that records a version this build does not know (it was
+/// migrated by a newer build) or a known version whose SQL has changed since it was applied.
+pub(crate) fn pending<'m>(
+    known: &'m [Migration],
+    applied: &[(i64, Vec<u8>)],
+    place: &str,
+) -> Result<Vec<&'m Migration>, StoreError> {
+    let newest = known.iter().map(|m| m.version).max().unwrap_or(0);
+    for (version, checksum) in applied {
+        match known.iter().find(|m| m.version == *version) {
+            None => {
+                return Err(StoreError::Migration(format!(
+                    "{place} records migration {version} in {MIGRATIONS_TABLE}, which this build of the idempotency \
+                     crate does not know (it knows 1 to {newest}): a newer build migrated it. Upgrade this server, \
+                     or give it its own {place}"
+                )))
+            }
+            Some(m) if m.checksum() != *checksum => {
+                return Err(StoreError::Migration(format!(
+                    "migration {version} ({}) recorded in {MIGRATIONS_TABLE} differs from the one this build embeds; \
+                     applied migrations must not change",
+                    m.description
+                )))
+            }
+            Some(_) => {}
+        }
+    }
+    let mut todo: Vec<&Migration> = known
+        .iter()
+        .filter(|m| !applied.iter().any(|(v, _)| *v == m.version))
+        .collect();
+    todo.sort_by_key(|m| m.version);
+    Ok(todo)
+}
+
+/// A migration statement failed: say which one.
+pub(crate) fn migration_failed(m: &Migration, e: sqlx::Error) -> StoreError {
+    StoreError::Migration(format!(
+        "migration {} ({}) failed: {e}",
+        m.version, m.description
+    ))
+}
+
+/// A database error: undecodable values are [`StoreError::Corrupt`], everything else
+/// [`StoreError::Unavailable`].
+pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
+    match e {
+        sqlx::Error::ColumnDecode { .. }
+        | sqlx::Error::Decode(_)
+        | sqlx::Error::ColumnNotFound(_) => StoreError::Corrupt(e.to_string()),
+        e => StoreError::Unavailable(Box::new(e)),
+    }
+}
+
+/// A store call that kept losing races with concurrent writers.
+pub(crate) fn raced(what: &str, attempts: usize) -> StoreError {
+    StoreError::Unavailable(
+        format!("{what} kept racing with concurrent writers ({attempts} attempts); nothing was changed, try again").into(),
+    )
+}
+
+pub(crate) fn key_of(bytes: &[u8]) -> Result<Key, StoreError> {
+    Key::from_slice(bytes)
+        .ok_or_else(|| StoreError::Corrupt(format!("a key is {} bytes long, not 32", bytes.len())))
+}
+
+pub(crate) fn generation_of(g: i64) -> Result<u32, StoreError> {
+    u32::try_from(g)
+        .ok()
+        .filter(|g| *g >= 1)
+        .ok_or_else(|| StoreError::Corrupt(format!("generation {g} is out of range")))
+}
+
+pub(crate) fn state_of(code: i16) -> Result<RecordState, StoreError> {
+    RecordState::from_code(code)
+        .ok_or_else(|| StoreError::Corrupt(format!("unknown record state {code}")))
+}
+
+/// The columns of a record row that decide a claim and answer a status.
 pub(crate) struct RecordRow {
     pub generation: i64,
     pub state: i16,
     pub fingerprint: Option<Vec<u8>>,
-    pub token: i64,
     pub claimed_at: i64,
     pub lease_expires_at: i64,
     pub completed_at: Option<i64>,
@@ -34,61 +131,74 @@ pub(crate) struct RecordRow {
     pub response: Option<String>,
 }
 
-fn generation(g: i64) -> Result<u32, StoreError> {
-    u32::try_from(g).map_err(|_| StoreError::Corrupt(format!("generation {g} is out of range")))
-}
-
-fn state(code: i16) -> Result<RecordState, StoreError> {
-    RecordState::from_code(code).ok_or_else(|| StoreError::Corrupt(format!("unknown record state {code}")))
-}
-
 impl RecordRow {
-    pub fn reference(&self, key: &Key) -> Result<Reference, StoreError> {
-        Ok(key.reference(generation(self.generation)?))
-    }
-
     fn response(&self) -> Option<StoredResponse> {
         match (&self.response, self.ok) {
-            (Some(body), Some(ok)) => Some(StoredResponse { ok, body: body.clone() }),
+            (Some(body), Some(ok)) => Some(StoredResponse {
+                ok,
+                body: body.clone(),
+            }),
             _ => None,
         }
     }
 
-    /// The answer to a claim that did not insert or take over the row (see the table in
-    /// `store/mod.rs`; `MemoryStore` is the reference).
-    pub fn existing_claim(&self, key: &Key, fingerprint: &Option<Fingerprint>) -> Result<Claim, StoreError> {
-        let reference = self.reference(key)?;
-        let stored_fp = match &self.fingerprint {
-            Some(b) => Some(Fingerprint::from_slice(b).ok_or_else(|| StoreError::Corrupt("fingerprint is not 32 bytes".into()))?),
+    /// The answer to a claim that found this row and did not insert or take it over; `None`
+    /// when the row is one a claim takes over (released, or completed with its window passed at
+    /// `now`): the takeover lost a race with a concurrent writer, so the caller claims again.
+    pub fn existing_claim(
+        &self,
+        key: &Key,
+        fingerprint: &Option<Fingerprint>,
+        now: Timestamp,
+    ) -> Result<Option<Claim>, StoreError> {
+        let reference = key.reference(generation_of(self.generation)?);
+        let state = state_of(self.state)?;
+        let expired =
+            state == RecordState::Completed && self.expires_at.is_none_or(|e| now.as_millis() >= e);
+        if state == RecordState::Released || expired {
+            return Ok(None);
+        }
+        let stored = match &self.fingerprint {
+            Some(b) => Some(Fingerprint::from_slice(b).ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "the fingerprint of ref {reference} is not 32 bytes"
+                ))
+            })?),
             None => None,
         };
-        if let (Some(a), Some(b)) = (&stored_fp, fingerprint) {
-            if a != b {
-                return Ok(Claim::Mismatch { reference });
-            }
+        if matches!((&stored, fingerprint), (Some(a), Some(b)) if a != b) {
+            return Ok(Some(Claim::Mismatch { reference }));
         }
-        Ok(match state(self.state)? {
+        Ok(Some(match state {
             RecordState::InFlight => Claim::InFlight {
                 reference,
                 claimed_at: Timestamp::from_millis(self.claimed_at),
                 lease_expires_at: Timestamp::from_millis(self.lease_expires_at),
             },
-            RecordState::Unknown => Claim::Unknown { reference, since: Timestamp::from_millis(self.claimed_at) },
-            RecordState::Completed => match (self.response(), self.completed_at) {
-                (Some(response), Some(at)) => Claim::Completed { reference, response, completed_at: Timestamp::from_millis(at) },
-                _ => return Err(StoreError::Corrupt(format!("ref {reference} is completed without an answer"))),
+            RecordState::Unknown => Claim::Unknown {
+                reference,
+                since: Timestamp::from_millis(self.claimed_at),
             },
-            // A released or expired row is always taken over by the claim statement; seeing one
-            // here means it changed between the two halves of the statement: try again.
-            RecordState::Released => return Err(StoreError::Unavailable("the record changed during the claim; retry".into())),
-        })
+            _ => match (self.response(), self.completed_at) {
+                (Some(response), Some(at)) => Claim::Completed {
+                    reference,
+                    response,
+                    completed_at: Timestamp::from_millis(at),
+                },
+                _ => {
+                    return Err(StoreError::Corrupt(format!(
+                        "ref {reference} is completed without an answer"
+                    )))
+                }
+            },
+        }))
     }
 
     pub fn status(&self, reference: Reference, tool: String) -> Result<RecordStatus, StoreError> {
         Ok(RecordStatus {
             reference,
             tool,
-            state: state(self.state)?,
+            state: state_of(self.state)?,
             claimed_at: Timestamp::from_millis(self.claimed_at),
             lease_expires_at: Timestamp::from_millis(self.lease_expires_at),
             completed_at: self.completed_at.map(Timestamp::from_millis),
@@ -98,43 +208,99 @@ impl RecordRow {
     }
 }
 
-/// Why a fenced update changed nothing, from the row as it is now (`None`: no row).
-pub(crate) fn fenced_failure(key: &Key, token: Token, now: Option<(i64, i64, i16)>, allowed: &[RecordState]) -> StoreError {
-    match now {
-        None => StoreError::NotFound,
-        Some((generation, current, code)) => {
-            let reference = key.reference(u32::try_from(generation).unwrap_or(0));
-            if current != token.0 {
-                StoreError::Fenced { reference }
-            } else {
-                let st = RecordState::from_code(code);
-                match st {
-                    Some(s) if !allowed.contains(&s) => StoreError::WrongState { reference, state: s.as_str() },
-                    Some(_) => StoreError::Unavailable("the record changed during the update; retry".into()),
-                    None => StoreError::Corrupt(format!("unknown record state {code}")),
-                }
-            }
-        }
+/// Why a fenced update changed nothing, from the row as a follow-up read found it (`None`: no
+/// row): `Err` with the answer, or `Ok(())` when the row now matches what the update required
+/// (it was purged and claimed again in between), so the update should run again.
+pub(crate) fn why_fenced(
+    key: &Key,
+    token: Token,
+    row: Option<(i64, i64, i16)>,
+    allowed: &[RecordState],
+) -> Result<(), StoreError> {
+    let Some((generation, current, code)) = row else {
+        return Err(StoreError::NotFound);
+    };
+    let reference = key.reference(generation_of(generation)?);
+    if current != token.0 {
+        return Err(StoreError::Fenced { reference });
     }
+    let state = state_of(code)?;
+    if !allowed.contains(&state) {
+        return Err(StoreError::WrongState {
+            reference,
+            state: state.as_str(),
+        });
+    }
+    Ok(())
 }
 
-pub(crate) fn unsettled(key: &[u8], generation_: i64, tenant: String, tool: String, code: i16, token: i64, claimed_at: i64) -> Result<Unsettled, StoreError> {
-    let key = Key::from_slice(key).ok_or_else(|| StoreError::Corrupt("key is not 32 bytes".into()))?;
+/// An unsettled row as read: key, generation, tenant, tool, state, token, claimed_at.
+pub(crate) type UnsettledRow<G> = (Vec<u8>, G, String, String, i16, i64, i64);
+
+/// An unsettled row read back.
+pub(crate) fn unsettled<G: Into<i64>>(row: UnsettledRow<G>) -> Result<Unsettled, StoreError> {
+    let (key, generation, tenant, tool, code, token, claimed_at) = row;
+    let key = key_of(&key)?;
     Ok(Unsettled {
         key,
-        reference: key.reference(generation(generation_)?),
+        reference: key.reference(generation_of(generation.into())?),
         tenant,
         tool,
-        state: state(code)?,
+        state: state_of(code)?,
         token: Token(token),
         claimed_at: Timestamp::from_millis(claimed_at),
     })
 }
 
-pub(crate) fn key_of(bytes: &[u8]) -> Result<Key, StoreError> {
-    Key::from_slice(bytes).ok_or_else(|| StoreError::Corrupt("key is not 32 bytes".into()))
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-pub(crate) fn u32_gen(g: i64) -> Result<u32, StoreError> {
-    generation(g)
+    // The SQL of both stores spells the state codes as literals.
+    #[test]
+    fn state_codes_match_the_sql() {
+        assert_eq!(RecordState::InFlight.code(), 0);
+        assert_eq!(RecordState::Completed.code(), 1);
+        assert_eq!(RecordState::Unknown.code(), 2);
+        assert_eq!(RecordState::Released.code(), 3);
+    }
+
+    #[test]
+    fn unknown_or_edited_migrations_are_refused() {
+        const KNOWN: &[Migration] = &[
+            Migration {
+                version: 1,
+                description: "one",
+                sql: "CREATE TABLE a (x INT);\n",
+            },
+            Migration {
+                version: 2,
+                description: "two",
+                sql: "CREATE TABLE b (x INT);\n",
+            },
+        ];
+        let sum = |i: usize| KNOWN[i].checksum();
+        let todo = pending(KNOWN, &[(1, sum(0))], "schema").unwrap();
+        assert_eq!(todo.iter().map(|m| m.version).collect::<Vec<_>>(), vec![2]);
+        assert!(pending(KNOWN, &[(1, sum(0)), (2, sum(1))], "schema")
+            .unwrap()
+            .is_empty());
+        let err = pending(KNOWN, &[(1, sum(0)), (3, vec![0])], "schema")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("migration 3") && err.contains("newer build"),
+            "{err}"
+        );
+        let err = pending(KNOWN, &[(1, vec![0])], "schema")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("differs"), "{err}");
+        let crlf = Migration {
+            version: 1,
+            description: "one",
+            sql: "CREATE TABLE a (x INT);\r\n",
+        };
+        assert_eq!(crlf.checksum(), sum(0));
+    }
 }

@@ -1,13 +1,20 @@
 //! [`SqliteStore`]: the embedded default. One file, so a repeat after a server restart is still
-//! recognised (an in-memory store would forget, and charge twice). WAL mode, a 5 s busy timeout.
+//! recognised (an in-memory store would forget, and run the side effect again).
 
 use std::path::Path;
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
-use sqlx::Row;
+use sqlx::query::Query;
+use sqlx::sqlite::{
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
+};
+use sqlx::{Connection, Row, Sqlite};
 
-use super::sql::{self, fenced_failure, unavailable, Migration, RecordRow, MIGRATIONS_TABLE};
+use super::sql::{
+    self, db_error, migration_failed, pending, raced, why_fenced, Migration, RecordRow,
+    CLAIM_ATTEMPTS, FENCE_ATTEMPTS,
+};
 use super::{
     BoxFuture, Claim, ClaimRequest, Completion, OutboxEntry, Settlement, Store, StoreError, Token,
     Unsettled,
@@ -22,32 +29,45 @@ const MIGRATIONS: &[Migration] = &[Migration {
     sql: include_str!("../../migrations/sqlite/0001_records.sql"),
 }];
 
-const CLAIM_ATTEMPTS: usize = 5;
+/// The pool size [`SqliteStore::open`] uses: readers run side by side in WAL mode; writers
+/// take turns on the file's lock.
+const POOL_SIZE: u32 = 4;
 
+const SELECT_ROW: &str = "\
+SELECT generation, state, fingerprint, claimed_at, lease_expires_at, completed_at, expires_at, ok, response
+FROM idempotency_records WHERE key = $1";
+
+/// Inserts, or takes over a released / window-expired row; returns a row only when this claim won.
 const UPSERT: &str = "\
 INSERT INTO idempotency_records
     (key, tenant, tool, generation, state, fingerprint, token, claimed_at, lease_expires_at)
 VALUES ($1, $2, $3, 1, 0, $4, 1, $5, $6)
 ON CONFLICT (key) DO UPDATE SET
-    generation = CASE WHEN idempotency_records.state = 3 THEN idempotency_records.generation ELSE idempotency_records.generation + 1 END,
-    state = 0, tenant = excluded.tenant, tool = excluded.tool, fingerprint = excluded.fingerprint,
-    token = idempotency_records.token + 1, claimed_at = excluded.claimed_at,
+    token = token + 1,
+    claimed_at = excluded.claimed_at,
     lease_expires_at = excluded.lease_expires_at,
+    generation = CASE WHEN state = 3 THEN generation ELSE generation + 1 END,
+    state = 0,
+    tenant = excluded.tenant,
+    tool = excluded.tool,
+    fingerprint = excluded.fingerprint,
     completed_at = NULL, expires_at = NULL, ok = NULL, response = NULL
-WHERE idempotency_records.state = 3
-   OR (idempotency_records.state = 1 AND idempotency_records.expires_at <= excluded.claimed_at)
+WHERE state = 3 OR (state = 1 AND (expires_at IS NULL OR expires_at <= excluded.claimed_at))
 RETURNING generation, token";
 
-const SELECT_ROW: &str = "SELECT generation, state, fingerprint, token, claimed_at, lease_expires_at, completed_at, expires_at, ok, response \
-     FROM idempotency_records WHERE key = $1";
+const COMPLETE: &str = "\
+UPDATE idempotency_records SET state = 1, ok = $3, response = $4, completed_at = $5, expires_at = $6
+WHERE key = $1 AND token = $2 AND state = 0";
 
-/// A [`Store`] in a SQLite file.
+type SqliteQuery = Query<'static, Sqlite, SqliteArguments>;
+
+/// A [`Store`] in a SQLite file: survives restarts, serves one machine.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), idempotency::StoreError> {
 /// use idempotency::{store::sqlite::SqliteStore, Idempotency};
 /// let engine = Idempotency::new(SqliteStore::open("idempotency.db").await?);
-/// # Ok(()) }
+/// # let _ = engine; Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
@@ -55,21 +75,38 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens (creating it if needed) the database file at `path`, in WAL mode with a 5 s busy
-    /// timeout, and runs the migrations.
+    /// Opens the database file at `path` (creating it if needed) with
+    /// [`SqliteStore::connect_options`], in a pool of 4 connections, and runs the migrations.
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        let opts = SqliteConnectOptions::new()
+        let pool = SqlitePoolOptions::new()
+            .max_connections(POOL_SIZE)
+            .connect_with(Self::connect_options(path))
+            .await
+            .map_err(db_error)?;
+        Self::from_pool(pool).await
+    }
+
+    /// The options [`SqliteStore::open`] uses: create the file if missing, WAL journal,
+    /// `synchronous = NORMAL` (a commit survives a crash of the process; a power loss may lose
+    /// the last commits, never corrupt the file), a 5 s busy timeout. For a pool you build yourself.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use idempotency::store::sqlite::SqliteStore;
+    /// let pool = sqlx::sqlite::SqlitePoolOptions::new()
+    ///     .max_connections(8)
+    ///     .connect_with(SqliteStore::connect_options("idempotency.db"))
+    ///     .await?;
+    /// let store = SqliteStore::from_pool(pool).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub fn connect_options(path: impl AsRef<Path>) -> SqliteConnectOptions {
+        SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(5));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(opts)
-            .await
-            .map_err(unavailable)?;
-        Self::from_pool(pool).await
+            .busy_timeout(Duration::from_secs(5))
     }
 
     /// A store on an existing pool; runs the migrations.
@@ -79,92 +116,142 @@ impl SqliteStore {
         Ok(store)
     }
 
-    /// The pool.
+    /// The connection pool.
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
 
-    /// Applies the embedded migrations this build knows, recording them in
-    /// `idempotency_migrations`; refuses a file migrated by a newer build.
+    /// Applies the migrations this build embeds that the file lacks, in one `BEGIN IMMEDIATE`
+    /// transaction (it holds the file's write lock, so processes opening one file together apply
+    /// them once), and records them in the library's own `idempotency_migrations` table. Refuses
+    /// a file that records a migration this build does not know. The constructors call it;
+    /// running it again changes nothing.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let mig = |e: sqlx::Error| StoreError::Migration(e.to_string());
-        let mut conn = self.pool.acquire().await.map_err(unavailable)?;
-        // IMMEDIATE takes the write lock up front: two processes opening one file apply once.
-        sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut *conn).await.map_err(mig)?;
-        let result = async {
-            sqlx::raw_sql(
-                "CREATE TABLE IF NOT EXISTS idempotency_migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
-            )
-            .execute(&mut *conn)
-            .await
-            .map_err(mig)?;
-            let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM idempotency_migrations ORDER BY version")
-                .fetch_all(&mut *conn)
+        let mut conn = self.pool.acquire().await.map_err(db_error)?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(mig)?;
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS idempotency_migrations (version INTEGER PRIMARY KEY, \
+             description TEXT NOT NULL, checksum BLOB NOT NULL, \
+             applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))",
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(mig)?;
+        let applied: Vec<(i64, Vec<u8>)> =
+            sqlx::query_as("SELECT version, checksum FROM idempotency_migrations ORDER BY version")
+                .fetch_all(&mut *tx)
                 .await
                 .map_err(mig)?;
-            let known = MIGRATIONS.iter().map(|m| m.version).max().unwrap_or(0);
-            if let Some(newer) = applied.iter().find(|v| **v > known) {
-                return Err(StoreError::Migration(format!(
-                    "{MIGRATIONS_TABLE} records version {newer}, newer than this build knows ({known}); upgrade the library or use another file"
-                )));
-            }
-            for m in MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
-                sqlx::raw_sql(m.sql).execute(&mut *conn).await.map_err(mig)?;
-                sqlx::query("INSERT INTO idempotency_migrations (version, description) VALUES ($1, $2)")
-                    .bind(m.version)
-                    .bind(m.description)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(mig)?;
-            }
-            Ok(())
+        for m in pending(MIGRATIONS, &applied, "this database file")? {
+            sqlx::raw_sql(m.sql)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| migration_failed(m, e))?;
+            sqlx::query("INSERT INTO idempotency_migrations (version, description, checksum) VALUES ($1, $2, $3)")
+                .bind(m.version)
+                .bind(m.description)
+                .bind(m.checksum())
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| migration_failed(m, e))?;
         }
-        .await;
-        let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
-        sqlx::raw_sql(end).execute(&mut *conn).await.map_err(mig)?;
-        result
+        tx.commit().await.map_err(mig)
     }
 
     async fn row_now(&self, key: &Key) -> Result<Option<(i64, i64, i16)>, StoreError> {
-        let row = sqlx::query("SELECT generation, token, state FROM idempotency_records WHERE key = $1")
-            .bind(&key.as_bytes()[..])
+        sqlx::query_as("SELECT generation, token, state FROM idempotency_records WHERE key = $1")
+            .bind(bytes(key))
             .fetch_optional(&self.pool)
             .await
-            .map_err(unavailable)?;
-        row.map(|r| Ok((r.try_get(0).map_err(unavailable)?, r.try_get(1).map_err(unavailable)?, r.try_get(2).map_err(unavailable)?)))
-            .transpose()
+            .map_err(db_error)
     }
 
-    async fn fenced(&self, key: Key, token: Token, rows: u64, allowed: &[RecordState]) -> Result<(), StoreError> {
-        if rows == 1 {
-            return Ok(());
+    /// Runs a fenced update; when it changes nothing, reads the row to say why.
+    async fn fenced(
+        &self,
+        key: Key,
+        token: Token,
+        allowed: &[RecordState],
+        what: &str,
+        query: impl Fn() -> SqliteQuery + Send,
+    ) -> Result<(), StoreError> {
+        for _ in 0..FENCE_ATTEMPTS {
+            let done = query().execute(&self.pool).await.map_err(db_error)?;
+            if done.rows_affected() > 0 {
+                return Ok(());
+            }
+            why_fenced(&key, token, self.row_now(&key).await?, allowed)?;
         }
-        Err(fenced_failure(&key, token, self.row_now(&key).await?, allowed))
+        Err(raced(what, FENCE_ATTEMPTS))
+    }
+
+    /// A completion with outbox messages: the update and the inserts in one transaction.
+    async fn complete_with_outbox(&self, c: &Completion<'_>) -> Result<bool, StoreError> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(db_error)?;
+        let generation: Option<i64> = sqlx::query_scalar(
+            "UPDATE idempotency_records SET state = 1, ok = $3, response = $4, completed_at = $5, expires_at = $6 \
+             WHERE key = $1 AND token = $2 AND state = 0 RETURNING generation",
+        )
+        .bind(bytes(&c.key))
+        .bind(c.token.0)
+        .bind(c.response.ok)
+        .bind(c.response.body.as_str())
+        .bind(c.now.as_millis())
+        .bind(c.expires_at.as_millis())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let Some(generation) = generation else {
+            return Ok(false);
+        };
+        for m in c.outbox {
+            sqlx::query("INSERT INTO idempotency_outbox (key, generation, topic, payload, visible_at) VALUES ($1, $2, $3, $4, $5)")
+                .bind(bytes(&c.key))
+                .bind(generation)
+                .bind(m.topic.as_str())
+                .bind(m.payload.as_str())
+                .bind(c.now.as_millis())
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(true)
     }
 }
 
-fn record_row(r: &SqliteRow, offset: usize) -> Result<RecordRow, sqlx::Error> {
+fn record_row(r: &SqliteRow) -> Result<RecordRow, sqlx::Error> {
     Ok(RecordRow {
-        generation: r.try_get(offset)?,
-        state: r.try_get(offset + 1)?,
-        fingerprint: r.try_get(offset + 2)?,
-        token: r.try_get(offset + 3)?,
-        claimed_at: r.try_get(offset + 4)?,
-        lease_expires_at: r.try_get(offset + 5)?,
-        completed_at: r.try_get(offset + 6)?,
-        expires_at: r.try_get(offset + 7)?,
-        ok: r.try_get(offset + 8)?,
-        response: r.try_get(offset + 9)?,
+        generation: r.try_get(0)?,
+        state: r.try_get(1)?,
+        fingerprint: r.try_get(2)?,
+        claimed_at: r.try_get(3)?,
+        lease_expires_at: r.try_get(4)?,
+        completed_at: r.try_get(5)?,
+        expires_at: r.try_get(6)?,
+        ok: r.try_get(7)?,
+        response: r.try_get(8)?,
     })
 }
 
+fn bytes(key: &Key) -> &[u8] {
+    &key.as_bytes()[..]
+}
+
 impl Store for SqliteStore {
+    /// The upsert first: a fresh claim, and a takeover, is that one statement. When it returns
+    /// nothing the row exists and is not one to take over, so a read answers (each answer comes
+    /// from one consistent read; a row that changed between the two makes the claim run again).
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(async move {
-            let key = &req.key.as_bytes()[..];
             for _ in 0..CLAIM_ATTEMPTS {
-                let won = sqlx::query(UPSERT)
-                    .bind(key)
+                let won: Option<(i64, i64)> = sqlx::query_as(UPSERT)
+                    .bind(bytes(&req.key))
                     .bind(req.tenant)
                     .bind(req.tool)
                     .bind(req.fingerprint.as_ref().map(|f| &f.as_bytes()[..]))
@@ -172,105 +259,129 @@ impl Store for SqliteStore {
                     .bind(req.lease_expires_at.as_millis())
                     .fetch_optional(&self.pool)
                     .await
-                    .map_err(unavailable)?;
-                if let Some(row) = won {
-                    let generation: i64 = row.try_get(0).map_err(unavailable)?;
-                    let token: i64 = row.try_get(1).map_err(unavailable)?;
-                    return Ok(Claim::New { reference: req.key.reference(sql::u32_gen(generation)?), token: Token(token) });
+                    .map_err(db_error)?;
+                if let Some((generation, token)) = won {
+                    let reference = req.key.reference(sql::generation_of(generation)?);
+                    return Ok(Claim::New {
+                        reference,
+                        token: Token(token),
+                    });
                 }
-                let Some(row) = sqlx::query(SELECT_ROW).bind(key).fetch_optional(&self.pool).await.map_err(unavailable)? else {
-                    continue; // purged between the two statements
-                };
-                match record_row(&row, 0).map_err(unavailable)?.existing_claim(&req.key, &req.fingerprint) {
-                    Err(StoreError::Unavailable(_)) => continue,
-                    other => return other,
+                let row = sqlx::query(SELECT_ROW)
+                    .bind(bytes(&req.key))
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(db_error)?;
+                if let Some(row) = row {
+                    let rec = record_row(&row).map_err(db_error)?;
+                    if let Some(answer) = rec.existing_claim(&req.key, &req.fingerprint, req.now)? {
+                        return Ok(answer);
+                    }
                 }
             }
-            Err(StoreError::Unavailable("the claim kept racing with concurrent writers; try again".into()))
+            Err(raced("the claim", CLAIM_ATTEMPTS))
         })
     }
 
     fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let mut tx = self.pool.begin().await.map_err(unavailable)?;
-            let generation: Option<i64> = sqlx::query_scalar(
-                "UPDATE idempotency_records SET state = 1, ok = $3, response = $4, completed_at = $5, expires_at = $6 \
-                 WHERE key = $1 AND token = $2 AND state = 0 RETURNING generation",
-            )
-            .bind(&c.key.as_bytes()[..])
-            .bind(c.token.0)
-            .bind(c.response.ok)
-            .bind(&c.response.body)
-            .bind(c.now.as_millis())
-            .bind(c.expires_at.as_millis())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(unavailable)?;
-            let Some(generation) = generation else {
-                drop(tx);
-                return self.fenced(c.key, c.token, 0, &[RecordState::InFlight]).await;
-            };
-            for m in c.outbox {
-                sqlx::query("INSERT INTO idempotency_outbox (key, generation, topic, payload, visible_at) VALUES ($1, $2, $3, $4, $5)")
-                    .bind(&c.key.as_bytes()[..])
-                    .bind(generation)
-                    .bind(&m.topic)
-                    .bind(&m.payload)
-                    .bind(c.now.as_millis())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(unavailable)?;
+            if c.outbox.is_empty() {
+                return self
+                    .fenced(
+                        c.key,
+                        c.token,
+                        &[RecordState::InFlight],
+                        "the completion",
+                        || {
+                            sqlx::query(COMPLETE)
+                                .bind(bytes(&c.key))
+                                .bind(c.token.0)
+                                .bind(c.response.ok)
+                                .bind(c.response.body.as_str())
+                                .bind(c.now.as_millis())
+                                .bind(c.expires_at.as_millis())
+                        },
+                    )
+                    .await;
             }
-            tx.commit().await.map_err(unavailable)
+            for _ in 0..FENCE_ATTEMPTS {
+                if self.complete_with_outbox(c).await? {
+                    return Ok(());
+                }
+                why_fenced(
+                    &c.key,
+                    c.token,
+                    self.row_now(&c.key).await?,
+                    &[RecordState::InFlight],
+                )?;
+            }
+            Err(raced("the completion", FENCE_ATTEMPTS))
         })
     }
 
-    fn release(&self, key: Key, token: Token, now: Timestamp) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            let done = sqlx::query(
-                "UPDATE idempotency_records SET state = 3, completed_at = $3, expires_at = $3 WHERE key = $1 AND token = $2 AND state = 0",
+    fn release(
+        &self,
+        key: Key,
+        token: Token,
+        now: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.fenced(
+            key,
+            token,
+            &[RecordState::InFlight],
+            "the release",
+            move || {
+                sqlx::query(
+                    "UPDATE idempotency_records SET state = 3, completed_at = $3, expires_at = $3 \
+                 WHERE key = $1 AND token = $2 AND state = 0",
+                )
+                .bind(bytes(&key))
+                .bind(token.0)
+                .bind(now.as_millis())
+            },
+        ))
+    }
+
+    fn mark_unknown(
+        &self,
+        key: Key,
+        token: Token,
+        _now: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.fenced(key, token, &[RecordState::InFlight], "marking the outcome unknown", move || {
+            sqlx::query("UPDATE idempotency_records SET state = 2 WHERE key = $1 AND token = $2 AND state = 0")
+                .bind(bytes(&key))
+                .bind(token.0)
+        }))
+    }
+
+    fn renew(
+        &self,
+        key: Key,
+        token: Token,
+        lease_expires_at: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.fenced(key, token, &[RecordState::InFlight], "the lease renewal", move || {
+            sqlx::query(
+                "UPDATE idempotency_records SET lease_expires_at = $3 WHERE key = $1 AND token = $2 AND state = 0",
             )
-            .bind(&key.as_bytes()[..])
+            .bind(bytes(&key))
             .bind(token.0)
-            .bind(now.as_millis())
-            .execute(&self.pool)
-            .await
-            .map_err(unavailable)?;
-            self.fenced(key, token, done.rows_affected(), &[RecordState::InFlight]).await
-        })
+            .bind(lease_expires_at.as_millis())
+        }))
     }
 
-    fn mark_unknown(&self, key: Key, token: Token, _now: Timestamp) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            let done = sqlx::query("UPDATE idempotency_records SET state = 2 WHERE key = $1 AND token = $2 AND state = 0")
-                .bind(&key.as_bytes()[..])
-                .bind(token.0)
-                .execute(&self.pool)
-                .await
-                .map_err(unavailable)?;
-            self.fenced(key, token, done.rows_affected(), &[RecordState::InFlight]).await
-        })
-    }
-
-    fn renew(&self, key: Key, token: Token, lease_expires_at: Timestamp) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            let done = sqlx::query("UPDATE idempotency_records SET lease_expires_at = $3 WHERE key = $1 AND token = $2 AND state = 0")
-                .bind(&key.as_bytes()[..])
-                .bind(token.0)
-                .bind(lease_expires_at.as_millis())
-                .execute(&self.pool)
-                .await
-                .map_err(unavailable)?;
-            self.fenced(key, token, done.rows_affected(), &[RecordState::InFlight]).await
-        })
-    }
-
-    fn status<'a>(&'a self, tenant: &'a str, reference: Reference) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
+    fn status<'a>(
+        &'a self,
+        tenant: &'a str,
+        reference: Reference,
+    ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
         Box::pin(async move {
             let (lo, hi) = reference.key_range();
             let row = sqlx::query(
-                "SELECT tool, generation, state, fingerprint, token, claimed_at, lease_expires_at, completed_at, expires_at, ok, response \
-                 FROM idempotency_records WHERE key BETWEEN $1 AND $2 AND tenant = $3 AND generation = $4 LIMIT 1",
+                "SELECT generation, state, fingerprint, claimed_at, lease_expires_at, completed_at, \
+                 expires_at, ok, response, tool FROM idempotency_records \
+                 WHERE key BETWEEN $1 AND $2 AND tenant = $3 AND generation = $4 ORDER BY key LIMIT 1",
             )
             .bind(&lo[..])
             .bind(&hi[..])
@@ -278,31 +389,41 @@ impl Store for SqliteStore {
             .bind(i64::from(reference.generation()))
             .fetch_optional(&self.pool)
             .await
-            .map_err(unavailable)?;
+            .map_err(db_error)?;
             let Some(row) = row else { return Ok(None) };
-            let tool: String = row.try_get(0).map_err(unavailable)?;
-            record_row(&row, 1).map_err(unavailable)?.status(reference, tool).map(Some)
+            let tool: String = row.try_get(9).map_err(db_error)?;
+            record_row(&row)
+                .map_err(db_error)?
+                .status(reference, tool)
+                .map(Some)
         })
     }
 
+    /// A scan that stops after `limit` matches (writers are serialised, so nothing changes the
+    /// rows between the scan and the delete).
     fn purge(&self, older_than: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(async move {
             let done = sqlx::query(
                 "DELETE FROM idempotency_records WHERE key IN \
-                 (SELECT key FROM idempotency_records WHERE state IN (1, 3) AND expires_at < $1 LIMIT $2)",
+                 (SELECT key FROM idempotency_records WHERE state IN (1, 3) AND expires_at < $1 LIMIT $2) \
+                 AND state IN (1, 3) AND expires_at < $1",
             )
             .bind(older_than.as_millis())
             .bind(i64::from(limit))
             .execute(&self.pool)
             .await
-            .map_err(unavailable)?;
+            .map_err(db_error)?;
             Ok(done.rows_affected())
         })
     }
 
-    fn unsettled(&self, now: Timestamp, limit: u32) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
+    fn unsettled(
+        &self,
+        now: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
         Box::pin(async move {
-            let rows = sqlx::query(
+            let rows: Vec<sql::UnsettledRow<i64>> = sqlx::query_as(
                 "SELECT key, generation, tenant, tool, state, token, claimed_at FROM idempotency_records \
                  WHERE state = 2 OR (state = 0 AND lease_expires_at <= $1) ORDER BY claimed_at, key LIMIT $2",
             )
@@ -310,21 +431,8 @@ impl Store for SqliteStore {
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await
-            .map_err(unavailable)?;
-            rows.iter()
-                .map(|r| {
-                    let key: Vec<u8> = r.try_get(0).map_err(unavailable)?;
-                    sql::unsettled(
-                        &key,
-                        r.try_get(1).map_err(unavailable)?,
-                        r.try_get(2).map_err(unavailable)?,
-                        r.try_get(3).map_err(unavailable)?,
-                        r.try_get(4).map_err(unavailable)?,
-                        r.try_get(5).map_err(unavailable)?,
-                        r.try_get(6).map_err(unavailable)?,
-                    )
-                })
-                .collect()
+            .map_err(db_error)?;
+            rows.into_iter().map(sql::unsettled).collect()
         })
     }
 
@@ -336,34 +444,47 @@ impl Store for SqliteStore {
         now: Timestamp,
         window: Duration,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            let (state, ok, body, expires) = match settlement {
-                Settlement::Completed(r) => (1i16, Some(r.ok), Some(r.body.as_str()), Some((now + window).as_millis())),
-                Settlement::Released => (3, None, None, Some(now.as_millis())),
-                Settlement::Unknown => (2, None, None, None),
-            };
-            let completed = if state == 2 { None } else { Some(now.as_millis()) };
-            let done = sqlx::query(
-                "UPDATE idempotency_records SET token = token + 1, state = $3, ok = $4, response = $5, completed_at = $6, expires_at = $7 \
-                 WHERE key = $1 AND token = $2 AND state IN (0, 2)",
+        let (state, ok, body, completed, expires) = match settlement {
+            Settlement::Completed(r) => (
+                RecordState::Completed,
+                Some(r.ok),
+                Some(r.body.as_str()),
+                Some(now.as_millis()),
+                Some((now + window).as_millis()),
+            ),
+            Settlement::Released => (
+                RecordState::Released,
+                None,
+                None,
+                Some(now.as_millis()),
+                Some(now.as_millis()),
+            ),
+            Settlement::Unknown => (RecordState::Unknown, None, None, None, None),
+        };
+        let allowed = &[RecordState::InFlight, RecordState::Unknown];
+        Box::pin(self.fenced(key, token, allowed, "the settlement", move || {
+            sqlx::query(
+                "UPDATE idempotency_records SET token = token + 1, state = $3, ok = $4, response = $5, \
+                 completed_at = $6, expires_at = $7 WHERE key = $1 AND token = $2 AND state IN (0, 2)",
             )
-            .bind(&key.as_bytes()[..])
+            .bind(bytes(&key))
             .bind(token.0)
-            .bind(state)
+            .bind(state.code())
             .bind(ok)
             .bind(body)
             .bind(completed)
             .bind(expires)
-            .execute(&self.pool)
-            .await
-            .map_err(unavailable)?;
-            self.fenced(key, token, done.rows_affected(), &[RecordState::InFlight, RecordState::Unknown]).await
-        })
+        }))
     }
 
-    fn outbox_fetch(&self, now: Timestamp, redeliver_after: Duration, limit: u32) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
+    fn outbox_fetch(
+        &self,
+        now: Timestamp,
+        redeliver_after: Duration,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
         Box::pin(async move {
-            let rows = sqlx::query(
+            let rows: Vec<(i64, Vec<u8>, i64, String, String, i32)> = sqlx::query_as(
                 "UPDATE idempotency_outbox SET attempts = attempts + 1, visible_at = $2 WHERE id IN \
                  (SELECT id FROM idempotency_outbox WHERE visible_at <= $1 ORDER BY id LIMIT $3) \
                  RETURNING id, key, generation, topic, payload, attempts - 1",
@@ -373,18 +494,16 @@ impl Store for SqliteStore {
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await
-            .map_err(unavailable)?;
+            .map_err(db_error)?;
             let mut out = rows
-                .iter()
-                .map(|r| {
-                    let key: Vec<u8> = r.try_get(1).map_err(unavailable)?;
-                    let attempts: i64 = r.try_get(5).map_err(unavailable)?;
+                .into_iter()
+                .map(|(id, key, generation, topic, payload, attempts)| {
                     Ok(OutboxEntry {
-                        id: r.try_get(0).map_err(unavailable)?,
-                        reference: sql::key_of(&key)?.reference(sql::u32_gen(r.try_get(2).map_err(unavailable)?)?),
-                        topic: r.try_get(3).map_err(unavailable)?,
-                        payload: r.try_get(4).map_err(unavailable)?,
-                        attempts: i32::try_from(attempts).unwrap_or(i32::MAX),
+                        id,
+                        reference: sql::key_of(&key)?.reference(sql::generation_of(generation)?),
+                        topic,
+                        payload,
+                        attempts,
                     })
                 })
                 .collect::<Result<Vec<_>, StoreError>>()?;
@@ -395,7 +514,11 @@ impl Store for SqliteStore {
 
     fn outbox_ack(&self, id: i64) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
-            sqlx::query("DELETE FROM idempotency_outbox WHERE id = $1").bind(id).execute(&self.pool).await.map_err(unavailable)?;
+            sqlx::query("DELETE FROM idempotency_outbox WHERE id = $1")
+                .bind(id)
+                .execute(&self.pool)
+                .await
+                .map_err(db_error)?;
             Ok(())
         })
     }

@@ -1,0 +1,687 @@
+//! The stores against the seed's raw SQL: `INSERT … ON CONFLICT (key) DO NOTHING RETURNING` then
+//! `UPDATE … SET response = $2 WHERE key = $1` (a repeat: the insert, then a `SELECT`), on a
+//! comparable raw table through the SAME pool. Figures from an empty table (analysed while empty,
+//! so generic plans are made on it) and from a full one.
+//!
+//! ```text
+//! cargo bench -p idempotency-tests --bench stores
+//! ```
+//!
+//! Environment: `DATABASE_URL` (the PostgreSQL part is skipped without it), `BENCH_ROWS` (rows
+//! in the full table, 100000), `BENCH_SAMPLES` (latency samples per figure, 2000), `BENCH_SECS`
+//! (seconds per throughput figure, 4), `BENCH_CLIENTS` (concurrent clients and pool size, 32).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use idempotency::store::postgres::PostgresStore;
+use idempotency::store::sqlite::SqliteStore;
+use idempotency::{Caller, Claim, ClaimRequest, Completion, Key, Store, StoredResponse, Timestamp};
+use idempotency_tests::pg::{unique_name, TestSchema};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::sqlite::SqlitePoolOptions;
+use sqlx::{PgPool, SqlitePool};
+
+/// A 70-byte JSON answer, like a charge receipt.
+const RESPONSE: &str = r#"{"charge_id":"ch_3PqR8sT2uV4wX5yZ6a7b","amount":4200,"currency":"EUR"}"#;
+const TENANT: &str = "acme";
+const TOOL: &str = "charge_card";
+const WINDOW: Duration = Duration::from_secs(900);
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Config {
+    rows: u64,
+    samples: usize,
+    secs: f64,
+    clients: usize,
+}
+
+fn key(n: u64) -> Key {
+    Key::for_call(&Caller::new(TENANT, "bench"), TOOL, &n).expect("key")
+}
+
+fn now() -> Timestamp {
+    Timestamp::from_millis(1_796_000_000_000)
+}
+
+type Op = Arc<dyn Fn(u64) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// A fresh call or a repeat, through the `Store` trait.
+fn store_fresh(store: Arc<dyn Store>) -> Op {
+    Arc::new(move |n| {
+        let store = store.clone();
+        Box::pin(async move {
+            let req = ClaimRequest {
+                key: key(n),
+                tenant: TENANT,
+                tool: TOOL,
+                fingerprint: None,
+                now: now(),
+                lease_expires_at: now() + Duration::from_secs(30),
+            };
+            let Claim::New { token, .. } = store.claim(&req).await.expect("claim") else {
+                panic!("key {n} was not fresh")
+            };
+            let response = StoredResponse {
+                ok: true,
+                body: RESPONSE.into(),
+            };
+            let c = Completion {
+                key: req.key,
+                token,
+                response: &response,
+                now: now(),
+                expires_at: now() + WINDOW,
+                outbox: &[],
+            };
+            store.complete(&c).await.expect("complete");
+        })
+    })
+}
+
+fn store_repeat(store: Arc<dyn Store>) -> Op {
+    Arc::new(move |n| {
+        let store = store.clone();
+        Box::pin(async move {
+            let req = ClaimRequest {
+                key: key(n),
+                tenant: TENANT,
+                tool: TOOL,
+                fingerprint: None,
+                now: now(),
+                lease_expires_at: now() + Duration::from_secs(30),
+            };
+            let answer = store.claim(&req).await.expect("claim");
+            assert!(
+                matches!(answer, Claim::Completed { .. }),
+                "key {n}: {answer:?}"
+            );
+        })
+    })
+}
+
+const RAW_PG: &str =
+    "CREATE TABLE raw_records (key BYTEA PRIMARY KEY, tenant TEXT NOT NULL, tool TEXT NOT NULL, \
+                      created_at BIGINT NOT NULL, response TEXT)";
+const RAW_SQLITE: &str =
+    "CREATE TABLE raw_records (key BLOB PRIMARY KEY, tenant TEXT NOT NULL, tool TEXT NOT NULL, \
+                          created_at INTEGER NOT NULL, response TEXT) WITHOUT ROWID";
+const RAW_CLAIM: &str =
+    "INSERT INTO raw_records (key, tenant, tool, created_at) VALUES ($1, $2, $3, $4) \
+                         ON CONFLICT (key) DO NOTHING RETURNING key";
+const RAW_COMPLETE: &str = "UPDATE raw_records SET response = $2 WHERE key = $1";
+const RAW_READ: &str = "SELECT response FROM raw_records WHERE key = $1";
+
+macro_rules! raw_ops {
+    ($fresh:ident, $repeat:ident, $pool:ty) => {
+        fn $fresh(pool: $pool) -> Op {
+            Arc::new(move |n| {
+                let pool = pool.clone();
+                Box::pin(async move {
+                    let k = key(n);
+                    let won: Option<Vec<u8>> = sqlx::query_scalar(RAW_CLAIM)
+                        .bind(&k.as_bytes()[..])
+                        .bind(TENANT)
+                        .bind(TOOL)
+                        .bind(now().as_millis())
+                        .fetch_optional(&pool)
+                        .await
+                        .expect("raw claim");
+                    assert!(won.is_some(), "key {n} was not fresh");
+                    sqlx::query(RAW_COMPLETE)
+                        .bind(&k.as_bytes()[..])
+                        .bind(RESPONSE)
+                        .execute(&pool)
+                        .await
+                        .expect("raw complete");
+                })
+            })
+        }
+
+        fn $repeat(pool: $pool) -> Op {
+            Arc::new(move |n| {
+                let pool = pool.clone();
+                Box::pin(async move {
+                    let k = key(n);
+                    let won: Option<Vec<u8>> = sqlx::query_scalar(RAW_CLAIM)
+                        .bind(&k.as_bytes()[..])
+                        .bind(TENANT)
+                        .bind(TOOL)
+                        .bind(now().as_millis())
+                        .fetch_optional(&pool)
+                        .await
+                        .expect("raw claim");
+                    assert!(won.is_none());
+                    let response: Option<String> = sqlx::query_scalar(RAW_READ)
+                        .bind(&k.as_bytes()[..])
+                        .fetch_one(&pool)
+                        .await
+                        .expect("raw read");
+                    assert!(response.is_some());
+                })
+            })
+        }
+    };
+}
+
+raw_ops!(pg_raw_fresh, pg_raw_repeat, PgPool);
+raw_ops!(sqlite_raw_fresh, sqlite_raw_repeat, SqlitePool);
+
+/// Fresh keys for one side (each side has its own table, so both use the same key sequence).
+struct Keys {
+    next: AtomicU64,
+}
+
+impl Keys {
+    fn new() -> Arc<Keys> {
+        Arc::new(Keys {
+            next: AtomicU64::new(0),
+        })
+    }
+    fn take(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+    fn issued(&self) -> u64 {
+        self.next.load(Ordering::Relaxed)
+    }
+}
+
+/// A small deterministic generator for picking existing keys.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+fn p50(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Median latency of `samples` calls of each op, one at a time, alternating in blocks.
+async fn latency_pair(
+    samples: usize,
+    a: (&Op, &mut dyn FnMut() -> u64),
+    b: (&Op, &mut dyn FnMut() -> u64),
+) -> (Duration, Duration) {
+    let (op_a, next_a) = a;
+    let (op_b, next_b) = b;
+    let (mut ta, mut tb) = (Vec::with_capacity(samples), Vec::with_capacity(samples));
+    for _ in 0..20 {
+        op_a(next_a()).await;
+        op_b(next_b()).await;
+    }
+    while ta.len() < samples {
+        for _ in 0..50 {
+            let t = Instant::now();
+            op_a(next_a()).await;
+            ta.push(t.elapsed());
+        }
+        for _ in 0..50 {
+            let t = Instant::now();
+            op_b(next_b()).await;
+            tb.push(t.elapsed());
+        }
+    }
+    (p50(ta), p50(tb))
+}
+
+/// Calls per second with `clients` concurrent clients for `secs` seconds.
+async fn throughput(clients: usize, secs: f64, op: &Op, keys: &Arc<Keys>) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..clients {
+        let (op, keys, done) = (op.clone(), keys.clone(), done.clone());
+        tasks.spawn(async move {
+            while Instant::now() < deadline {
+                op(keys.take()).await;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Throughput of two ops, alternating halves to cancel drift.
+async fn throughput_pair(
+    clients: usize,
+    secs: f64,
+    a: (&Op, &Arc<Keys>),
+    b: (&Op, &Arc<Keys>),
+) -> (f64, f64) {
+    let half = secs / 2.0;
+    let (mut sa, mut sb) = (0.0, 0.0);
+    for _ in 0..2 {
+        sa += throughput(clients, half, a.0, a.1).await;
+        sb += throughput(clients, half, b.0, b.1).await;
+    }
+    (sa / 2.0, sb / 2.0)
+}
+
+/// Fills a side's table up to `rows` completed rows.
+async fn fill(clients: usize, rows: u64, op: &Op, keys: &Arc<Keys>) {
+    if keys.issued() >= rows {
+        return;
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..clients {
+        let (op, keys) = (op.clone(), keys.clone());
+        tasks.spawn(async move {
+            loop {
+                let n = keys.take();
+                if n >= rows {
+                    break;
+                }
+                op(n).await;
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    // Keys past `rows` were taken but not used.
+    keys.next.store(rows, Ordering::Relaxed);
+}
+
+// Counting the statements a repeat sends: sqlx emits one `sqlx::query` event per statement.
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static STATEMENTS: AtomicU64 = AtomicU64::new(0);
+
+struct CountStatements;
+
+impl tracing::Subscriber for CountStatements {
+    fn register_callsite(
+        &self,
+        m: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        if m.target() == "sqlx::query" {
+            tracing::subscriber::Interest::sometimes()
+        } else {
+            tracing::subscriber::Interest::never()
+        }
+    }
+    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+        m.target() == "sqlx::query" && COUNTING.load(Ordering::Relaxed)
+    }
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::TRACE)
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, e: &tracing::Event<'_>) {
+        if e.metadata().target() == "sqlx::query" {
+            STATEMENTS.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+async fn statements_per_call(op: &Op, mut next: impl FnMut() -> u64) -> f64 {
+    const N: u64 = 200;
+    STATEMENTS.store(0, Ordering::Relaxed);
+    COUNTING.store(true, Ordering::Relaxed);
+    for _ in 0..N {
+        op(next()).await;
+    }
+    COUNTING.store(false, Ordering::Relaxed);
+    STATEMENTS.load(Ordering::Relaxed) as f64 / N as f64
+}
+
+struct Table {
+    lines: Vec<String>,
+}
+
+impl Table {
+    fn new(title: &str) -> Table {
+        let mut t = Table {
+            lines: vec![title.to_owned()],
+        };
+        t.lines.push(format!(
+            "{:<30} {:<6} {:>12} {:>12} {:>7}  {}",
+            "figure", "table", "store", "raw SQL", "ratio", "target"
+        ));
+        t
+    }
+    fn row(
+        &mut self,
+        figure: &str,
+        table: &str,
+        store: String,
+        raw: String,
+        ratio: Option<f64>,
+        target: &str,
+    ) {
+        let ratio = ratio.map(|r| format!("{r:.2}x")).unwrap_or_default();
+        let line = format!("{figure:<30} {table:<6} {store:>12} {raw:>12} {ratio:>7}  {target}");
+        println!("{line}");
+        self.lines.push(line);
+    }
+    fn latency(&mut self, figure: &str, table: &str, (s, r): (Duration, Duration), target: &str) {
+        let ms = |d: Duration| format!("{:.3} ms", d.as_secs_f64() * 1e3);
+        self.row(
+            figure,
+            table,
+            ms(s),
+            ms(r),
+            Some(s.as_secs_f64() / r.as_secs_f64()),
+            target,
+        );
+    }
+    fn rate(&mut self, figure: &str, table: &str, (s, r): (f64, f64), target: &str) {
+        self.row(
+            figure,
+            table,
+            format!("{s:.0}/s"),
+            format!("{r:.0}/s"),
+            Some(s / r),
+            target,
+        );
+    }
+}
+
+/// One side under test: its fresh and repeat ops and its keys.
+struct Side {
+    fresh: Op,
+    repeat: Op,
+    keys: Arc<Keys>,
+}
+
+async fn phase(
+    t: &mut Table,
+    cfg: &Config,
+    label: &str,
+    store: &Side,
+    raw: &Side,
+    rng: &mut Rng,
+    targets: bool,
+) {
+    let target = |s: &'static str| if targets { s } else { "" };
+    let (sk, rk) = (store.keys.clone(), raw.keys.clone());
+    let fresh = latency_pair(
+        cfg.samples,
+        (&store.fresh, &mut || sk.take()),
+        (&raw.fresh, &mut || rk.take()),
+    )
+    .await;
+    t.latency(
+        "fresh call p50, 1 client",
+        label,
+        fresh,
+        target("store <= 1.10x raw"),
+    );
+    let rate = throughput_pair(
+        cfg.clients,
+        cfg.secs,
+        (&store.fresh, &store.keys),
+        (&raw.fresh, &raw.keys),
+    )
+    .await;
+    t.rate(
+        &format!("fresh calls/s, {} clients", cfg.clients),
+        label,
+        rate,
+        target("store >= 0.90x raw"),
+    );
+    let (sn, rn) = (store.keys.issued(), raw.keys.issued());
+    let (mut r1, mut r2) = (Rng(rng.0), Rng(rng.0 ^ 0x9e37_79b9));
+    let repeat = latency_pair(
+        cfg.samples,
+        (&store.repeat, &mut || r1.below(sn)),
+        (&raw.repeat, &mut || r2.below(rn)),
+    )
+    .await;
+    t.latency("repeat p50, 1 client", label, repeat, "");
+    let s = statements_per_call(&store.repeat, || rng.below(sn)).await;
+    let r = statements_per_call(&raw.repeat, || rng.below(rn)).await;
+    t.row(
+        "statements per repeat",
+        label,
+        format!("{s:.2}"),
+        format!("{r:.2}"),
+        None,
+        target("store: 1 round trip"),
+    );
+}
+
+async fn postgres(cfg: &Config) -> Option<Table> {
+    let schema = TestSchema::create("bench").await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(cfg.clients as u32)
+        .min_connections(cfg.clients as u32)
+        .connect_with(PostgresStore::tune(schema.options()))
+        .await
+        .expect("pool");
+    let store = PostgresStore::from_pool(pool.clone()).await.expect("store");
+    sqlx::query(RAW_PG).execute(&pool).await.expect("raw table");
+    for table in [
+        "VACUUM ANALYZE idempotency_records",
+        "VACUUM ANALYZE raw_records",
+    ] {
+        sqlx::raw_sql(table).execute(&pool).await.expect("analyze");
+    }
+    let version: String = sqlx::query_scalar("SHOW server_version")
+        .fetch_one(&pool)
+        .await
+        .expect("version");
+    let sync: String = sqlx::query_scalar("SHOW synchronous_commit")
+        .fetch_one(&pool)
+        .await
+        .expect("setting");
+
+    let store: Arc<dyn Store> = Arc::new(store);
+    let ours = Side {
+        fresh: store_fresh(store.clone()),
+        repeat: store_repeat(store.clone()),
+        keys: Keys::new(),
+    };
+    let raw = Side {
+        fresh: pg_raw_fresh(pool.clone()),
+        repeat: pg_raw_repeat(pool.clone()),
+        keys: Keys::new(),
+    };
+    let mut t = Table::new(&format!(
+        "PostgreSQL {version} (synchronous_commit={sync}), pool {} shared by store and raw SQL, {}-byte response, full = {} rows",
+        cfg.clients,
+        RESPONSE.len(),
+        cfg.rows
+    ));
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    phase(&mut t, cfg, "empty", &ours, &raw, &mut rng, true).await;
+
+    let started = Instant::now();
+    fill(cfg.clients, cfg.rows, &ours.fresh, &ours.keys).await;
+    fill(cfg.clients, cfg.rows, &raw.fresh, &raw.keys).await;
+    eprintln!(
+        "(filled both tables to {} rows in {:.1} s)",
+        cfg.rows,
+        started.elapsed().as_secs_f64()
+    );
+    let size = |table: &'static str| {
+        let pool = pool.clone();
+        async move {
+            let sql = format!("SELECT pg_total_relation_size('{table}')::FLOAT8 / greatest(count(*), 1) FROM {table}");
+            let v: f64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                .fetch_one(&pool)
+                .await
+                .expect("size");
+            v
+        }
+    };
+    let (s, r) = (size("idempotency_records").await, size("raw_records").await);
+    t.row(
+        &format!("bytes per row, {} rows", cfg.rows),
+        "full",
+        format!("{s:.0}"),
+        format!("{r:.0}"),
+        Some(s / r),
+        "store <= 250",
+    );
+    tokio::time::sleep(Duration::from_millis(1_500)).await; // backends flush their statistics
+    let hot = |table: &'static str| {
+        let pool = pool.clone();
+        async move {
+            let sql = format!(
+                "SELECT 100 * n_tup_hot_upd::FLOAT8 / greatest(n_tup_upd, 1) FROM pg_stat_user_tables \
+                 WHERE relid = '{table}'::regclass"
+            );
+            let v: f64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                .fetch_one(&pool)
+                .await
+                .expect("hot");
+            v
+        }
+    };
+    let (s, r) = (hot("idempotency_records").await, hot("raw_records").await);
+    t.row(
+        "HOT updates (completions)",
+        "full",
+        format!("{s:.0}%"),
+        format!("{r:.0}%"),
+        None,
+        "",
+    );
+    phase(&mut t, cfg, "full", &ours, &raw, &mut rng, true).await;
+    pool.close().await;
+    schema.drop_schema().await;
+    Some(t)
+}
+
+struct TempFile(std::path::PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = self.0.clone().into_os_string();
+            p.push(suffix);
+            std::fs::remove_file(p).ok();
+        }
+    }
+}
+
+async fn sqlite_bytes_per_row(pool: &SqlitePool, table: &str) -> f64 {
+    sqlx::raw_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        .execute(pool)
+        .await
+        .expect("checkpoint");
+    let pages: i64 = sqlx::query_scalar(
+        "SELECT page_count - freelist_count FROM pragma_page_count, pragma_freelist_count",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("pages");
+    let page: i64 = sqlx::query_scalar("SELECT page_size FROM pragma_page_size")
+        .fetch_one(pool)
+        .await
+        .expect("page size");
+    let sql = format!("SELECT count(*) FROM {table}");
+    let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+        .fetch_one(pool)
+        .await
+        .expect("count");
+    (pages * page) as f64 / rows.max(1) as f64
+}
+
+async fn sqlite(cfg: &Config) -> Table {
+    // Each side in a file of its own, so a file's size is its table's.
+    let (f_store, f_raw) = (
+        TempFile(std::env::temp_dir().join(format!("{}.db", unique_name("bench_store")))),
+        TempFile(std::env::temp_dir().join(format!("{}.db", unique_name("bench_raw")))),
+    );
+    let store = SqliteStore::open(&f_store.0).await.expect("store");
+    let raw_pool = SqlitePoolOptions::new()
+        .max_connections(4)
+        .connect_with(SqliteStore::connect_options(&f_raw.0))
+        .await
+        .expect("raw pool");
+    sqlx::query(RAW_SQLITE)
+        .execute(&raw_pool)
+        .await
+        .expect("raw table");
+    let store_pool = store.pool().clone();
+    let store: Arc<dyn Store> = Arc::new(store);
+    let ours = Side {
+        fresh: store_fresh(store.clone()),
+        repeat: store_repeat(store.clone()),
+        keys: Keys::new(),
+    };
+    let raw = Side {
+        fresh: sqlite_raw_fresh(raw_pool.clone()),
+        repeat: sqlite_raw_repeat(raw_pool.clone()),
+        keys: Keys::new(),
+    };
+    let mut t = Table::new(&format!(
+        "SQLite (WAL, synchronous=NORMAL), pool of 4 per file, {}-byte response, full = {} rows",
+        RESPONSE.len(),
+        cfg.rows
+    ));
+    let mut rng = Rng(0x853c_49e6_748f_ea9b);
+    phase(&mut t, cfg, "empty", &ours, &raw, &mut rng, false).await;
+    fill(cfg.clients, cfg.rows, &ours.fresh, &ours.keys).await;
+    fill(cfg.clients, cfg.rows, &raw.fresh, &raw.keys).await;
+    let s = sqlite_bytes_per_row(&store_pool, "idempotency_records").await;
+    let r = sqlite_bytes_per_row(&raw_pool, "raw_records").await;
+    t.row(
+        &format!("bytes per row, {} rows", cfg.rows),
+        "full",
+        format!("{s:.0}"),
+        format!("{r:.0}"),
+        Some(s / r),
+        "",
+    );
+    phase(&mut t, cfg, "full", &ours, &raw, &mut rng, false).await;
+    store_pool.close().await;
+    raw_pool.close().await;
+    t
+}
+
+fn main() {
+    if tracing::subscriber::set_global_default(CountStatements).is_err() {
+        eprintln!("a tracing subscriber was already set; statement counts will read 0");
+    }
+    let cfg = Config {
+        rows: env("BENCH_ROWS", 100_000),
+        samples: env("BENCH_SAMPLES", 2_000) as usize,
+        secs: env("BENCH_SECS", 4) as f64,
+        clients: env("BENCH_CLIENTS", 32) as usize,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let started = Instant::now();
+    let tables = rt.block_on(async {
+        let mut tables = Vec::new();
+        if let Some(t) = postgres(&cfg).await {
+            tables.push(t);
+        }
+        tables.push(sqlite(&cfg).await);
+        tables
+    });
+    println!();
+    for t in tables {
+        for line in t.lines {
+            println!("{line}");
+        }
+        println!();
+    }
+    println!("(total {:.0} s)", started.elapsed().as_secs_f64());
+}

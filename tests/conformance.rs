@@ -1,0 +1,1405 @@
+//! One conformance suite, run against every store: `MemoryStore` (the reference), `SqliteStore`
+//! (a temporary file) and `PostgresStore` (a schema of its own per test; skipped with a printed
+//! line without `DATABASE_URL`). Every case passes explicit times, so window edges are exact.
+//!
+//! After the suite: what only the SQL stores have (migrations, undecodable rows, plans).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idempotency::store::postgres::PostgresStore;
+use idempotency::store::sqlite::SqliteStore;
+use idempotency::{
+    Caller, Claim, ClaimRequest, Completion, Fingerprint, Key, MemoryStore, OutboxMessage,
+    RecordState, RecordStatus, Settlement, Store, StoreError, StoredResponse, Timestamp, Token,
+    Unsettled,
+};
+use idempotency_tests::pg::{unique_name, TestSchema};
+
+const T0: i64 = 1_796_000_000_000;
+const S: i64 = 1_000;
+const M: i64 = 60 * S;
+const LEASE: i64 = 30 * S;
+const WINDOW: i64 = 15 * M;
+const TENANT: &str = "acme";
+const TOOL: &str = "charge_card";
+
+fn at(ms: i64) -> Timestamp {
+    Timestamp::from_millis(T0 + ms)
+}
+
+fn dur(ms: i64) -> Duration {
+    Duration::from_millis(ms as u64)
+}
+
+fn key(name: &str) -> Key {
+    Key::for_call(&Caller::new(TENANT, "alice"), TOOL, name).expect("key")
+}
+
+fn fp(args: &str) -> Option<Fingerprint> {
+    Some(Fingerprint::of(args).expect("fingerprint"))
+}
+
+fn answer(body: &str) -> StoredResponse {
+    StoredResponse {
+        ok: true,
+        body: body.to_owned(),
+    }
+}
+
+fn req(key: Key, fingerprint: Option<Fingerprint>, now: i64) -> ClaimRequest<'static> {
+    ClaimRequest {
+        key,
+        tenant: TENANT,
+        tool: TOOL,
+        fingerprint,
+        now: at(now),
+        lease_expires_at: at(now + LEASE),
+    }
+}
+
+fn message(topic: &str, payload: &str) -> OutboxMessage {
+    OutboxMessage {
+        topic: topic.to_owned(),
+        payload: payload.to_owned(),
+    }
+}
+
+#[track_caller]
+fn assert_fenced(r: Result<(), StoreError>, reference: idempotency::Reference) {
+    assert!(
+        matches!(&r, Err(StoreError::Fenced { reference: got }) if *got == reference),
+        "expected Fenced({reference}), got {r:?}"
+    );
+}
+
+#[track_caller]
+fn assert_wrong_state(r: Result<(), StoreError>, reference: idempotency::Reference, state: &str) {
+    assert!(
+        matches!(&r, Err(StoreError::WrongState { reference: got, state: s }) if *got == reference && *s == state),
+        "expected WrongState({reference}, {state}), got {r:?}"
+    );
+}
+
+#[track_caller]
+fn assert_not_found(r: Result<(), StoreError>) {
+    assert!(
+        matches!(r, Err(StoreError::NotFound)),
+        "expected NotFound, got {r:?}"
+    );
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Memory,
+    Sqlite,
+    Postgres,
+}
+
+/// The store under test.
+struct Backend {
+    store: Arc<dyn Store>,
+    kind: Kind,
+}
+
+impl Backend {
+    /// How many concurrent claims of one key the contention cases make.
+    fn crowd(&self) -> usize {
+        match self.kind {
+            Kind::Sqlite => 200,
+            Kind::Memory | Kind::Postgres => 1_000,
+        }
+    }
+
+    async fn claim(&self, key: Key, fingerprint: Option<Fingerprint>, now: i64) -> Claim {
+        self.store
+            .claim(&req(key, fingerprint, now))
+            .await
+            .expect("claim")
+    }
+
+    async fn new_claim(&self, key: Key, fingerprint: Option<Fingerprint>, now: i64) -> Token {
+        match self.claim(key, fingerprint, now).await {
+            Claim::New { token, .. } => token,
+            other => panic!("expected a new claim, got {other:?}"),
+        }
+    }
+
+    async fn complete_with(
+        &self,
+        key: Key,
+        token: Token,
+        now: i64,
+        window: i64,
+        response: &StoredResponse,
+        outbox: &[OutboxMessage],
+    ) -> Result<(), StoreError> {
+        let c = Completion {
+            key,
+            token,
+            response,
+            now: at(now),
+            expires_at: at(now + window),
+            outbox,
+        };
+        self.store.complete(&c).await
+    }
+
+    async fn complete(
+        &self,
+        key: Key,
+        token: Token,
+        now: i64,
+        window: i64,
+        body: &str,
+    ) -> Result<(), StoreError> {
+        self.complete_with(key, token, now, window, &answer(body), &[])
+            .await
+    }
+
+    async fn status(
+        &self,
+        tenant: &str,
+        reference: idempotency::Reference,
+    ) -> Option<RecordStatus> {
+        self.store.status(tenant, reference).await.expect("status")
+    }
+
+    async fn unsettled(&self, now: i64, limit: u32) -> Vec<Unsettled> {
+        self.store
+            .unsettled(at(now), limit)
+            .await
+            .expect("unsettled")
+    }
+
+    async fn settle(
+        &self,
+        key: Key,
+        token: Token,
+        s: &Settlement,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.store.settle(key, token, s, at(now), dur(WINDOW)).await
+    }
+}
+
+/// A SQLite file in the temp directory, deleted (with its WAL files) afterwards.
+struct SqliteFile(PathBuf);
+
+impl SqliteFile {
+    fn new(what: &str) -> Self {
+        SqliteFile(std::env::temp_dir().join(format!("{}.db", unique_name(what))))
+    }
+}
+
+impl Drop for SqliteFile {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = self.0.clone().into_os_string();
+            p.push(suffix);
+            std::fs::remove_file(p).ok();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The claim table
+// ---------------------------------------------------------------------------------------------
+
+async fn no_row_is_new_then_in_flight(b: &Backend) {
+    let k = key("a");
+    assert_eq!(
+        b.claim(k, None, 0).await,
+        Claim::New {
+            reference: k.reference(1),
+            token: Token(1)
+        }
+    );
+    assert_eq!(
+        b.claim(k, None, S).await,
+        Claim::InFlight {
+            reference: k.reference(1),
+            claimed_at: at(0),
+            lease_expires_at: at(LEASE)
+        }
+    );
+}
+
+async fn in_flight_stays_in_flight_after_its_lease(b: &Backend) {
+    let k = key("a");
+    b.new_claim(k, None, 0).await;
+    let in_flight = Claim::InFlight {
+        reference: k.reference(1),
+        claimed_at: at(0),
+        lease_expires_at: at(LEASE),
+    };
+    assert_eq!(b.claim(k, None, LEASE).await, in_flight);
+    assert_eq!(b.claim(k, None, 10 * WINDOW).await, in_flight);
+}
+
+async fn completed_replays_within_its_window(b: &Backend) {
+    let k = key("a");
+    let t = b.new_claim(k, None, 0).await;
+    b.complete(k, t, S, WINDOW, r#"{"charge":1}"#)
+        .await
+        .expect("complete");
+    assert_eq!(
+        b.claim(k, None, 2 * S).await,
+        Claim::Completed {
+            reference: k.reference(1),
+            response: answer(r#"{"charge":1}"#),
+            completed_at: at(S)
+        }
+    );
+    // A definitive error is stored and replayed like a success.
+    let k2 = key("declined");
+    let t2 = b.new_claim(k2, None, 0).await;
+    let declined = StoredResponse {
+        ok: false,
+        body: r#""declined""#.into(),
+    };
+    b.complete_with(k2, t2, S, WINDOW, &declined, &[])
+        .await
+        .expect("complete");
+    assert_eq!(
+        b.claim(k2, None, 2 * S).await,
+        Claim::Completed {
+            reference: k2.reference(1),
+            response: declined,
+            completed_at: at(S)
+        }
+    );
+}
+
+async fn window_edges(b: &Backend) {
+    // Completed at t with window w.
+    let t = S;
+    let k = key("edge");
+    let token = b.new_claim(k, None, 0).await;
+    b.complete(k, token, t, WINDOW, "first")
+        .await
+        .expect("complete");
+    assert!(
+        matches!(
+            b.claim(k, None, t + WINDOW - S).await,
+            Claim::Completed { .. }
+        ),
+        "t+w-1s replays"
+    );
+    // now >= expires_at: a new operation.
+    assert_eq!(
+        b.claim(k, None, t + WINDOW).await,
+        Claim::New {
+            reference: k.reference(2),
+            token: Token(2)
+        }
+    );
+
+    let k = key("after");
+    let token = b.new_claim(k, None, 0).await;
+    b.complete(k, token, t, WINDOW, "first")
+        .await
+        .expect("complete");
+    let fresh = b.claim(k, None, t + WINDOW + S).await;
+    assert_eq!(
+        fresh,
+        Claim::New {
+            reference: k.reference(2),
+            token: Token(2)
+        }
+    );
+    assert_ne!(k.reference(2), k.reference(1));
+    assert_eq!(
+        b.status(TENANT, k.reference(1)).await,
+        None,
+        "the old reference is superseded"
+    );
+    let now = b
+        .status(TENANT, k.reference(2))
+        .await
+        .expect("the new reference");
+    assert_eq!(
+        (now.state, now.claimed_at, now.response),
+        (RecordState::InFlight, at(t + WINDOW + S), None)
+    );
+}
+
+async fn slow_completion_counts_the_window_from_completion(b: &Backend) {
+    let k = key("slow");
+    let t = b.new_claim(k, None, 0).await;
+    b.complete(k, t, 20 * M, WINDOW, "slow")
+        .await
+        .expect("complete");
+    assert_eq!(
+        b.claim(k, None, 30 * M).await,
+        Claim::Completed {
+            reference: k.reference(1),
+            response: answer("slow"),
+            completed_at: at(20 * M)
+        }
+    );
+    assert!(matches!(
+        b.claim(k, None, 35 * M - 1).await,
+        Claim::Completed { .. }
+    ));
+    assert!(matches!(b.claim(k, None, 35 * M).await, Claim::New { .. }));
+}
+
+async fn fingerprint_mismatch(b: &Backend) {
+    let (args, other) = (fp(r#"{"order":7,"qty":1}"#), fp(r#"{"order":7,"qty":2}"#));
+    let k = key("order-7");
+    let t = b.new_claim(k, args, 0).await;
+    assert_eq!(
+        b.claim(k, other, S).await,
+        Claim::Mismatch {
+            reference: k.reference(1)
+        },
+        "in flight"
+    );
+    assert!(
+        matches!(b.claim(k, None, S).await, Claim::InFlight { .. }),
+        "no fingerprint never mismatches"
+    );
+    assert!(matches!(b.claim(k, args, S).await, Claim::InFlight { .. }));
+    b.complete(k, t, 2 * S, WINDOW, "shipped")
+        .await
+        .expect("complete");
+    assert_eq!(
+        b.claim(k, other, 3 * S).await,
+        Claim::Mismatch {
+            reference: k.reference(1)
+        },
+        "completed"
+    );
+    assert!(matches!(
+        b.claim(k, args, 3 * S).await,
+        Claim::Completed { .. }
+    ));
+    // Past the window, any arguments start a new operation.
+    assert_eq!(
+        b.claim(k, other, 2 * S + WINDOW).await,
+        Claim::New {
+            reference: k.reference(2),
+            token: Token(2)
+        }
+    );
+
+    let k = key("order-8");
+    let t = b.new_claim(k, args, 0).await;
+    b.store
+        .mark_unknown(k, t, at(S))
+        .await
+        .expect("mark unknown");
+    assert_eq!(
+        b.claim(k, other, 2 * S).await,
+        Claim::Mismatch {
+            reference: k.reference(1)
+        },
+        "unknown"
+    );
+    assert_eq!(
+        b.claim(k, args, 2 * S).await,
+        Claim::Unknown {
+            reference: k.reference(1),
+            since: at(0)
+        }
+    );
+
+    // Released: taken over whatever the arguments; the new arguments are the record's now.
+    let k = key("order-9");
+    let t = b.new_claim(k, args, 0).await;
+    b.store.release(k, t, at(S)).await.expect("release");
+    assert_eq!(
+        b.claim(k, other, 2 * S).await,
+        Claim::New {
+            reference: k.reference(1),
+            token: Token(2)
+        }
+    );
+    assert_eq!(
+        b.claim(k, args, 3 * S).await,
+        Claim::Mismatch {
+            reference: k.reference(1)
+        }
+    );
+}
+
+async fn released_is_taken_over_under_the_same_reference(b: &Backend) {
+    let k = key("retry");
+    let t1 = b.new_claim(k, None, 0).await;
+    b.store.release(k, t1, at(S)).await.expect("release");
+    let released = b.status(TENANT, k.reference(1)).await.expect("status");
+    assert_eq!(
+        (
+            released.state,
+            released.completed_at,
+            released.expires_at,
+            released.response
+        ),
+        (RecordState::Released, Some(at(S)), Some(at(S)), None)
+    );
+    assert_eq!(
+        b.claim(k, None, 2 * S).await,
+        Claim::New {
+            reference: k.reference(1),
+            token: Token(2)
+        }
+    );
+    let taken = b.status(TENANT, k.reference(1)).await.expect("status");
+    assert_eq!(
+        (taken.state, taken.claimed_at, taken.completed_at),
+        (RecordState::InFlight, at(2 * S), None)
+    );
+    assert_fenced(
+        b.complete(k, t1, 3 * S, WINDOW, "stale").await,
+        k.reference(1),
+    );
+    b.complete(k, Token(2), 3 * S, WINDOW, "done")
+        .await
+        .expect("complete");
+    assert!(
+        matches!(b.claim(k, None, 4 * S).await, Claim::Completed { response, .. } if response == answer("done"))
+    );
+}
+
+async fn unknown_answers_unknown_until_settled(b: &Backend) {
+    let k = key("lost");
+    let t = b.new_claim(k, None, 0).await;
+    b.store
+        .mark_unknown(k, t, at(S))
+        .await
+        .expect("mark unknown");
+    let unknown = Claim::Unknown {
+        reference: k.reference(1),
+        since: at(0),
+    };
+    assert_eq!(b.claim(k, None, 2 * S).await, unknown);
+    assert_eq!(
+        b.claim(k, None, 10 * WINDOW).await,
+        unknown,
+        "never by window"
+    );
+    assert_eq!(
+        b.status(TENANT, k.reference(1)).await.map(|s| s.state),
+        Some(RecordState::Unknown)
+    );
+    assert_wrong_state(
+        b.store.mark_unknown(k, t, at(3 * S)).await,
+        k.reference(1),
+        "unknown",
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fencing
+// ---------------------------------------------------------------------------------------------
+
+async fn stale_tokens_are_fenced(b: &Backend) {
+    let k = key("fenced");
+    let t1 = b.new_claim(k, None, 0).await;
+    b.store.release(k, t1, at(S)).await.expect("release");
+    let t2 = b.new_claim(k, None, 2 * S).await;
+    assert_eq!(t2, Token(t1.0 + 1));
+    let r = k.reference(1);
+    assert_fenced(b.complete(k, t1, 3 * S, WINDOW, "stale").await, r);
+    assert_fenced(b.store.release(k, t1, at(3 * S)).await, r);
+    assert_fenced(b.store.renew(k, t1, at(3 * LEASE)).await, r);
+    assert_fenced(b.store.mark_unknown(k, t1, at(3 * S)).await, r);
+    assert_fenced(b.settle(k, t1, &Settlement::Released, 3 * S).await, r);
+    assert!(
+        matches!(b.claim(k, None, 3 * S).await, Claim::InFlight { .. }),
+        "nothing changed"
+    );
+
+    b.complete(k, t2, 3 * S, WINDOW, "done")
+        .await
+        .expect("complete");
+    assert_wrong_state(b.store.release(k, t2, at(4 * S)).await, r, "completed");
+    assert_wrong_state(b.store.renew(k, t2, at(3 * LEASE)).await, r, "completed");
+    assert_wrong_state(b.store.mark_unknown(k, t2, at(4 * S)).await, r, "completed");
+    assert_wrong_state(
+        b.complete(k, t2, 4 * S, WINDOW, "again").await,
+        r,
+        "completed",
+    );
+    assert_wrong_state(
+        b.settle(k, t2, &Settlement::Unknown, 4 * S).await,
+        r,
+        "completed",
+    );
+    assert!(
+        matches!(b.claim(k, None, 5 * S).await, Claim::Completed { response, .. } if response == answer("done"))
+    );
+
+    let missing = key("missing");
+    assert_not_found(b.complete(missing, t1, 0, WINDOW, "x").await);
+    assert_not_found(b.store.release(missing, t1, at(0)).await);
+    assert_not_found(b.store.renew(missing, t1, at(0)).await);
+    assert_not_found(b.store.mark_unknown(missing, t1, at(0)).await);
+    assert_not_found(b.settle(missing, t1, &Settlement::Released, 0).await);
+}
+
+async fn late_completion_after_settle_is_fenced(b: &Backend) {
+    let k = key("late");
+    let t = b.new_claim(k, None, 0).await;
+    let due = b.unsettled(LEASE, 10).await;
+    assert_eq!(
+        due.iter().map(|u| (u.key, u.token)).collect::<Vec<_>>(),
+        vec![(k, t)]
+    );
+    b.settle(k, t, &Settlement::Completed(answer("settled")), LEASE + S)
+        .await
+        .expect("settle");
+    assert_fenced(
+        b.complete(k, t, LEASE + 2 * S, WINDOW, "late").await,
+        k.reference(1),
+    );
+    assert_eq!(
+        b.claim(k, None, LEASE + 3 * S).await,
+        Claim::Completed {
+            reference: k.reference(1),
+            response: answer("settled"),
+            completed_at: at(LEASE + S)
+        }
+    );
+    assert_eq!(
+        b.status(TENANT, k.reference(1))
+            .await
+            .and_then(|s| s.response),
+        Some(answer("settled"))
+    );
+}
+
+async fn renew_extends_the_lease(b: &Backend) {
+    let k = key("long");
+    let t = b.new_claim(k, None, 0).await;
+    b.store.renew(k, t, at(3 * LEASE)).await.expect("renew");
+    assert_eq!(
+        b.status(TENANT, k.reference(1))
+            .await
+            .map(|s| s.lease_expires_at),
+        Some(at(3 * LEASE))
+    );
+    assert!(
+        b.unsettled(2 * LEASE, 10).await.is_empty(),
+        "a renewed lease is live"
+    );
+    assert_eq!(
+        b.unsettled(3 * LEASE, 10).await.len(),
+        1,
+        "lease_expires_at <= now is due"
+    );
+    assert_eq!(
+        b.claim(k, None, S).await,
+        Claim::InFlight {
+            reference: k.reference(1),
+            claimed_at: at(0),
+            lease_expires_at: at(3 * LEASE)
+        }
+    );
+    b.complete(k, t, 2 * S, WINDOW, "done")
+        .await
+        .expect("a renewal keeps the token");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Status
+// ---------------------------------------------------------------------------------------------
+
+async fn status_is_tenant_scoped_and_generation_exact(b: &Backend) {
+    let k = key("status");
+    let t = b.new_claim(k, None, 0).await;
+    b.complete(k, t, S, WINDOW, "done").await.expect("complete");
+    assert_eq!(
+        b.status(TENANT, k.reference(1)).await,
+        Some(RecordStatus {
+            reference: k.reference(1),
+            tool: TOOL.into(),
+            state: RecordState::Completed,
+            claimed_at: at(0),
+            lease_expires_at: at(LEASE),
+            completed_at: Some(at(S)),
+            expires_at: Some(at(S + WINDOW)),
+            response: Some(answer("done")),
+        })
+    );
+    assert_eq!(
+        b.status("globex", k.reference(1)).await,
+        None,
+        "another tenant's reference"
+    );
+    assert_eq!(
+        b.status(TENANT, k.reference(2)).await,
+        None,
+        "a generation that does not exist"
+    );
+    assert_eq!(b.status(TENANT, key("never").reference(1)).await, None);
+    b.new_claim(k, None, S + WINDOW).await;
+    assert_eq!(
+        b.status(TENANT, k.reference(1)).await,
+        None,
+        "a superseded generation"
+    );
+    assert_eq!(
+        b.status(TENANT, k.reference(2)).await.map(|s| s.state),
+        Some(RecordState::InFlight)
+    );
+
+    // Two keys sharing the 8-byte prefix (so one reference), held by two tenants.
+    let mut bytes = [0x5au8; 32];
+    let ka = Key::from_bytes(bytes);
+    bytes[31] = 0x5b;
+    let kb = Key::from_bytes(bytes);
+    assert_eq!(ka.reference(1), kb.reference(1));
+    let claim = |key, tenant, tool| ClaimRequest {
+        key,
+        tenant,
+        tool,
+        fingerprint: None,
+        now: at(0),
+        lease_expires_at: at(LEASE),
+    };
+    assert!(matches!(
+        b.store.claim(&claim(ka, "acme", "charge_card")).await,
+        Ok(Claim::New { .. })
+    ));
+    assert!(matches!(
+        b.store.claim(&claim(kb, "globex", "create_shipment")).await,
+        Ok(Claim::New { .. })
+    ));
+    assert_eq!(
+        b.status("acme", ka.reference(1)).await.map(|s| s.tool),
+        Some("charge_card".into())
+    );
+    assert_eq!(
+        b.status("globex", ka.reference(1)).await.map(|s| s.tool),
+        Some("create_shipment".into())
+    );
+    assert_eq!(b.status("initech", ka.reference(1)).await, None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Purge and reconciliation
+// ---------------------------------------------------------------------------------------------
+
+async fn purge_deletes_only_settled_records_past_the_cutoff(b: &Backend) {
+    let cutoff = 30 * M;
+    let completed = |name: &'static str, window: i64| async move {
+        let k = key(name);
+        let t = b.new_claim(k, None, 0).await;
+        b.complete(k, t, 0, window, name).await.expect("complete");
+        k
+    };
+    let gone = completed("expired", WINDOW).await;
+    let live = completed("live", 60 * M).await;
+    let edge = completed("edge", cutoff).await; // expires_at == cutoff: not before it
+    let released = key("released");
+    let t = b.new_claim(released, None, 0).await;
+    b.store.release(released, t, at(S)).await.expect("release");
+    let in_flight = key("in-flight");
+    b.new_claim(in_flight, None, 0).await;
+    let unknown = key("unknown");
+    let t = b.new_claim(unknown, None, 0).await;
+    b.store
+        .mark_unknown(unknown, t, at(S))
+        .await
+        .expect("mark unknown");
+
+    assert_eq!(b.store.purge(at(cutoff), 100).await.expect("purge"), 2);
+    assert_eq!(b.store.purge(at(cutoff), 100).await.expect("purge"), 0);
+    assert!(matches!(
+        b.claim(in_flight, None, 31 * M).await,
+        Claim::InFlight { .. }
+    ));
+    assert!(matches!(
+        b.claim(unknown, None, 31 * M).await,
+        Claim::Unknown { .. }
+    ));
+    assert!(matches!(
+        b.claim(live, None, 31 * M).await,
+        Claim::Completed { .. }
+    ));
+    assert!(matches!(
+        b.claim(edge, None, 29 * M).await,
+        Claim::Completed { .. }
+    ));
+    assert_eq!(b.status(TENANT, released.reference(1)).await, None);
+    assert_eq!(
+        b.claim(gone, None, 31 * M).await,
+        Claim::New {
+            reference: gone.reference(1),
+            token: Token(1)
+        }
+    );
+
+    // Bounded by the limit.
+    for name in ["p1", "p2", "p3", "p4", "p5"] {
+        completed(name, S).await;
+    }
+    assert_eq!(b.store.purge(at(cutoff), 3).await.expect("purge"), 3);
+    assert_eq!(b.store.purge(at(cutoff), 3).await.expect("purge"), 2);
+    assert_eq!(b.store.purge(at(cutoff), 3).await.expect("purge"), 0);
+}
+
+async fn unsettled_lists_expired_leases_and_unknowns(b: &Backend) {
+    let (k1, k2, k3, k4, k5) = (key("k1"), key("k2"), key("k3"), key("k4"), key("k5"));
+    b.new_claim(k1, None, 0).await;
+    b.new_claim(k2, None, 10 * S).await;
+    let t3 = b.new_claim(k3, None, 5 * S).await;
+    b.store
+        .mark_unknown(k3, t3, at(6 * S))
+        .await
+        .expect("mark unknown");
+    let t4 = b.new_claim(k4, None, S).await;
+    b.complete(k4, t4, 2 * S, WINDOW, "done")
+        .await
+        .expect("complete");
+    let t5 = b.new_claim(k5, None, 2 * S).await;
+    b.store.release(k5, t5, at(3 * S)).await.expect("release");
+
+    let due = b.unsettled(LEASE, 10).await;
+    assert_eq!(
+        due,
+        vec![
+            Unsettled {
+                key: k1,
+                reference: k1.reference(1),
+                tenant: TENANT.into(),
+                tool: TOOL.into(),
+                state: RecordState::InFlight,
+                token: Token(1),
+                claimed_at: at(0),
+            },
+            Unsettled {
+                key: k3,
+                reference: k3.reference(1),
+                tenant: TENANT.into(),
+                tool: TOOL.into(),
+                state: RecordState::Unknown,
+                token: t3,
+                claimed_at: at(5 * S),
+            },
+        ]
+    );
+    assert_eq!(
+        b.unsettled(LEASE, 1)
+            .await
+            .iter()
+            .map(|u| u.key)
+            .collect::<Vec<_>>(),
+        vec![k1]
+    );
+    let later = b.unsettled(10 * S + LEASE, 10).await;
+    assert_eq!(
+        later.iter().map(|u| u.key).collect::<Vec<_>>(),
+        vec![k1, k3, k2],
+        "oldest claim first"
+    );
+}
+
+async fn settle_completed_answers_repeats_for_the_window(b: &Backend) {
+    let k = key("found");
+    let t = b.new_claim(k, None, 0).await;
+    b.settle(k, t, &Settlement::Completed(answer("found")), M)
+        .await
+        .expect("settle");
+    assert_eq!(
+        b.claim(k, None, 2 * M).await,
+        Claim::Completed {
+            reference: k.reference(1),
+            response: answer("found"),
+            completed_at: at(M)
+        }
+    );
+    assert_eq!(
+        b.status(TENANT, k.reference(1))
+            .await
+            .and_then(|s| s.expires_at),
+        Some(at(M + WINDOW))
+    );
+    assert_fenced(
+        b.settle(k, t, &Settlement::Released, 2 * M).await,
+        k.reference(1),
+    );
+    assert_eq!(
+        b.claim(k, None, M + WINDOW).await,
+        Claim::New {
+            reference: k.reference(2),
+            token: Token(t.0 + 2)
+        }
+    );
+}
+
+async fn settle_released_lets_a_repeat_run_under_the_same_reference(b: &Backend) {
+    let k = key("not-charged");
+    let t = b.new_claim(k, None, 0).await;
+    b.store
+        .mark_unknown(k, t, at(S))
+        .await
+        .expect("mark unknown");
+    b.settle(k, t, &Settlement::Released, M)
+        .await
+        .expect("settle");
+    assert_eq!(
+        b.status(TENANT, k.reference(1)).await.map(|s| s.state),
+        Some(RecordState::Released)
+    );
+    assert_eq!(
+        b.claim(k, None, 2 * M).await,
+        Claim::New {
+            reference: k.reference(1),
+            token: Token(t.0 + 2)
+        }
+    );
+}
+
+async fn settle_unknown_keeps_it_unknown_and_fences_the_worker(b: &Backend) {
+    let k = key("unclear");
+    let t = b.new_claim(k, None, 0).await;
+    b.settle(k, t, &Settlement::Unknown, LEASE)
+        .await
+        .expect("settle");
+    assert_eq!(
+        b.claim(k, None, LEASE + S).await,
+        Claim::Unknown {
+            reference: k.reference(1),
+            since: at(0)
+        }
+    );
+    assert_fenced(
+        b.complete(k, t, LEASE + S, WINDOW, "late").await,
+        k.reference(1),
+    );
+    let due = b.unsettled(LEASE + S, 10).await;
+    assert_eq!(
+        due.iter().map(|u| (u.state, u.token)).collect::<Vec<_>>(),
+        vec![(RecordState::Unknown, Token(t.0 + 1))]
+    );
+    b.settle(
+        k,
+        Token(t.0 + 1),
+        &Settlement::Completed(answer("found")),
+        LEASE + 2 * S,
+    )
+    .await
+    .expect("settle");
+    assert!(
+        matches!(b.claim(k, None, LEASE + 3 * S).await, Claim::Completed { response, .. } if response == answer("found"))
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Outbox
+// ---------------------------------------------------------------------------------------------
+
+async fn outbox_is_written_with_the_completion(b: &Backend) {
+    let redeliver = dur(60 * S);
+    let fetch = |now: i64, limit: u32| async move {
+        b.store
+            .outbox_fetch(at(now), redeliver, limit)
+            .await
+            .expect("fetch")
+    };
+    let k = key("with-receipt");
+    let t = b.new_claim(k, None, 0).await;
+    let msgs = [
+        message("receipt_email", r#"{"to":"alice@example.com"}"#),
+        message("ledger", "{}"),
+    ];
+    b.complete_with(k, t, S, WINDOW, &answer("charged"), &msgs)
+        .await
+        .expect("complete");
+
+    let first = fetch(S, 10).await;
+    assert_eq!(
+        first
+            .iter()
+            .map(|e| (
+                e.reference,
+                e.topic.as_str(),
+                e.payload.as_str(),
+                e.attempts
+            ))
+            .collect::<Vec<_>>(),
+        vec![
+            (
+                k.reference(1),
+                "receipt_email",
+                r#"{"to":"alice@example.com"}"#,
+                0
+            ),
+            (k.reference(1), "ledger", "{}", 0)
+        ]
+    );
+    assert!(first[0].id < first[1].id);
+    assert!(fetch(S, 10).await.is_empty(), "hidden after a fetch");
+    assert!(fetch(S + 59 * S, 10).await.is_empty());
+    let again = fetch(S + 60 * S, 10).await;
+    assert_eq!(
+        again.iter().map(|e| (e.id, e.attempts)).collect::<Vec<_>>(),
+        vec![(first[0].id, 1), (first[1].id, 1)]
+    );
+    b.store.outbox_ack(first[0].id).await.expect("ack");
+    let rest = fetch(S + 120 * S, 10).await;
+    assert_eq!(
+        rest.iter().map(|e| (e.id, e.attempts)).collect::<Vec<_>>(),
+        vec![(first[1].id, 2)]
+    );
+    b.store.outbox_ack(first[1].id).await.expect("ack");
+    b.store
+        .outbox_ack(first[1].id)
+        .await
+        .expect("a second ack is harmless");
+    assert!(fetch(10 * M, 10).await.is_empty());
+
+    // Nothing for a completion without messages, nor for a fenced one.
+    let k2 = key("no-receipt");
+    let t2 = b.new_claim(k2, None, 0).await;
+    b.complete(k2, t2, S, WINDOW, "plain")
+        .await
+        .expect("complete");
+    let k3 = key("fenced-receipt");
+    let t3 = b.new_claim(k3, None, 0).await;
+    b.store.release(k3, t3, at(S)).await.expect("release");
+    b.new_claim(k3, None, 2 * S).await;
+    assert_fenced(
+        b.complete_with(k3, t3, 3 * S, WINDOW, &answer("late"), &msgs)
+            .await,
+        k3.reference(1),
+    );
+    assert!(fetch(20 * M, 10).await.is_empty());
+
+    // Oldest first, bounded by the limit.
+    let k4 = key("three");
+    let t4 = b.new_claim(k4, None, 0).await;
+    let three = [message("a", "1"), message("b", "2"), message("c", "3")];
+    b.complete_with(k4, t4, 30 * M, WINDOW, &answer("ok"), &three)
+        .await
+        .expect("complete");
+    let two = fetch(30 * M, 2).await;
+    assert_eq!(
+        two.iter().map(|e| e.topic.as_str()).collect::<Vec<_>>(),
+        vec!["a", "b"]
+    );
+    let one = fetch(30 * M, 2).await;
+    assert_eq!(
+        one.iter().map(|e| e.topic.as_str()).collect::<Vec<_>>(),
+        vec!["c"]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Contention
+// ---------------------------------------------------------------------------------------------
+
+async fn crowd(b: &Backend, k: Key, now: i64) -> Vec<Claim> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..b.crowd() {
+        let store = b.store.clone();
+        tasks.spawn(async move { store.claim(&req(k, None, now)).await.expect("claim") });
+    }
+    let mut out = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        out.push(r.expect("task"));
+    }
+    out
+}
+
+#[track_caller]
+fn one_winner(claims: &[Claim], expected: Claim) {
+    let new: Vec<&Claim> = claims
+        .iter()
+        .filter(|c| matches!(c, Claim::New { .. }))
+        .collect();
+    assert_eq!(new, vec![&expected], "exactly one claim wins");
+    let others = claims
+        .iter()
+        .filter(|c| !matches!(c, Claim::New { .. } | Claim::InFlight { .. }))
+        .count();
+    assert_eq!(others, 0, "the others are told it is in flight");
+}
+
+async fn concurrent_claims_have_one_winner(b: &Backend) {
+    let k = key("crowd");
+    one_winner(
+        &crowd(b, k, 0).await,
+        Claim::New {
+            reference: k.reference(1),
+            token: Token(1),
+        },
+    );
+}
+
+async fn concurrent_takeovers_have_one_winner(b: &Backend) {
+    let k = key("released-crowd");
+    let t = b.new_claim(k, None, 0).await;
+    b.store.release(k, t, at(S)).await.expect("release");
+    one_winner(
+        &crowd(b, k, 2 * S).await,
+        Claim::New {
+            reference: k.reference(1),
+            token: Token(2),
+        },
+    );
+
+    let k = key("expired-crowd");
+    let t = b.new_claim(k, None, 0).await;
+    b.complete(k, t, 0, S, "old").await.expect("complete");
+    one_winner(
+        &crowd(b, k, 2 * S).await,
+        Claim::New {
+            reference: k.reference(2),
+            token: Token(2),
+        },
+    );
+}
+
+macro_rules! suite {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let b = super::Backend { store: std::sync::Arc::new(super::MemoryStore::new()), kind: super::Kind::Memory };
+                    super::$case(&b).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let file = super::SqliteFile::new(stringify!($case));
+                    let store = super::SqliteStore::open(&file.0).await.expect("open the SQLite store");
+                    let b = super::Backend { store: std::sync::Arc::new(store.clone()), kind: super::Kind::Sqlite };
+                    super::$case(&b).await;
+                    store.pool().close().await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let Some(schema) = super::TestSchema::create("conf").await else { return };
+                    let store = schema.store().await;
+                    let b = super::Backend { store: std::sync::Arc::new(store.clone()), kind: super::Kind::Postgres };
+                    super::$case(&b).await;
+                    store.pool().close().await;
+                    schema.drop_schema().await;
+                }
+            )*
+        }
+    };
+}
+
+suite!(
+    no_row_is_new_then_in_flight,
+    in_flight_stays_in_flight_after_its_lease,
+    completed_replays_within_its_window,
+    window_edges,
+    slow_completion_counts_the_window_from_completion,
+    fingerprint_mismatch,
+    released_is_taken_over_under_the_same_reference,
+    unknown_answers_unknown_until_settled,
+    stale_tokens_are_fenced,
+    late_completion_after_settle_is_fenced,
+    renew_extends_the_lease,
+    status_is_tenant_scoped_and_generation_exact,
+    purge_deletes_only_settled_records_past_the_cutoff,
+    unsettled_lists_expired_leases_and_unknowns,
+    settle_completed_answers_repeats_for_the_window,
+    settle_released_lets_a_repeat_run_under_the_same_reference,
+    settle_unknown_keeps_it_unknown_and_fences_the_worker,
+    outbox_is_written_with_the_completion,
+    concurrent_claims_have_one_winner,
+    concurrent_takeovers_have_one_winner,
+);
+
+// ---------------------------------------------------------------------------------------------
+// SQL stores only
+// ---------------------------------------------------------------------------------------------
+
+mod sql {
+    use super::*;
+    use sqlx::postgres::PgPoolOptions;
+    use sqlx::Row;
+
+    #[tokio::test]
+    async fn sqlite_migrations_are_recorded_once_in_their_own_table() {
+        let file = SqliteFile::new("migrate");
+        let store = SqliteStore::open(&file.0).await.expect("open");
+        store.migrate().await.expect("a second run changes nothing");
+        let again = SqliteStore::open(&file.0).await.expect("reopen");
+        let versions: Vec<i64> = sqlx::query_scalar("SELECT version FROM idempotency_migrations")
+            .fetch_all(again.pool())
+            .await
+            .expect("versions");
+        assert_eq!(versions, vec![1]);
+        let sqlx_table: Option<String> =
+            sqlx::query_scalar("SELECT name FROM sqlite_master WHERE name = '_sqlx_migrations'")
+                .fetch_optional(again.pool())
+                .await
+                .expect("sqlite_master");
+        assert_eq!(sqlx_table, None, "never the application's _sqlx_migrations");
+
+        sqlx::query("INSERT INTO idempotency_migrations (version, description, checksum) VALUES (99, 'future', x'00')")
+            .execute(again.pool())
+            .await
+            .expect("insert");
+        store.pool().close().await;
+        again.pool().close().await;
+        let err = SqliteStore::open(&file.0)
+            .await
+            .expect_err("a newer file is refused");
+        assert!(
+            matches!(&err, StoreError::Migration(m) if m.contains("99") && m.contains("newer build")),
+            "{err}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_migrations_run_once_under_a_lock() {
+        let Some(schema) = TestSchema::create("migrate").await else {
+            return;
+        };
+        // Eight replicas starting at once on an empty schema.
+        let mut starts = tokio::task::JoinSet::new();
+        for _ in 0..8 {
+            let options = PostgresStore::tune(schema.options());
+            starts.spawn(async move {
+                let pool = PgPoolOptions::new()
+                    .max_connections(2)
+                    .connect_with(options)
+                    .await
+                    .expect("pool");
+                PostgresStore::from_pool(pool).await
+            });
+        }
+        let mut stores = Vec::new();
+        while let Some(r) = starts.join_next().await {
+            stores.push(r.expect("task").expect("every replica starts"));
+        }
+        let pool = stores[0].pool().clone();
+        let versions: Vec<i64> = sqlx::query_scalar("SELECT version FROM idempotency_migrations")
+            .fetch_all(&pool)
+            .await
+            .expect("versions");
+        assert_eq!(versions, vec![1]);
+        let sqlx_table: Option<String> =
+            sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::TEXT")
+                .fetch_one(&pool)
+                .await
+                .expect("regclass");
+        assert_eq!(sqlx_table, None);
+
+        sqlx::query("INSERT INTO idempotency_migrations (version, description, checksum) VALUES (99, 'future', '\\x00')")
+            .execute(&pool)
+            .await
+            .expect("insert");
+        let err = PostgresStore::from_pool(pool.clone())
+            .await
+            .expect_err("a newer schema is refused");
+        assert!(
+            matches!(&err, StoreError::Migration(m) if m.contains("99") && m.contains("newer build")),
+            "{err}"
+        );
+        for s in stores {
+            s.pool().close().await;
+        }
+        schema.drop_schema().await;
+    }
+
+    #[tokio::test]
+    async fn sqlite_undecodable_rows_are_corrupt() {
+        let file = SqliteFile::new("corrupt");
+        let store = SqliteStore::open(&file.0).await.expect("open");
+        let k = key("odd");
+        sqlx::query(
+            "INSERT INTO idempotency_records (key, tenant, tool, generation, state, token, claimed_at, lease_expires_at) \
+             VALUES ($1, 'acme', 'charge_card', 1, 9, 1, 0, 0), (x'0102', 'acme', 'charge_card', 1, 2, 1, 0, 0)",
+        )
+        .bind(&k.as_bytes()[..])
+        .execute(store.pool())
+        .await
+        .expect("insert");
+        let claim = store.claim(&req(k, None, 0)).await;
+        assert!(matches!(claim, Err(StoreError::Corrupt(_))), "{claim:?}");
+        let unsettled = store.unsettled(at(0), 10).await;
+        assert!(
+            matches!(unsettled, Err(StoreError::Corrupt(_))),
+            "{unsettled:?}"
+        );
+        store.pool().close().await;
+    }
+
+    #[tokio::test]
+    async fn postgres_undecodable_rows_are_corrupt() {
+        let Some(schema) = TestSchema::create("corrupt").await else {
+            return;
+        };
+        let store = schema.store().await;
+        let k = key("odd");
+        sqlx::query(
+            "INSERT INTO idempotency_records (key, tenant, tool, generation, state, token, claimed_at, lease_expires_at) \
+             VALUES ($1, 'acme', 'charge_card', 1, 9, 1, 0, 0), ('\\x0102', 'acme', 'charge_card', 1, 2, 1, 0, 0)",
+        )
+        .bind(&k.as_bytes()[..])
+        .execute(store.pool())
+        .await
+        .expect("insert");
+        let claim = store.claim(&req(k, None, 0)).await;
+        assert!(matches!(claim, Err(StoreError::Corrupt(_))), "{claim:?}");
+        let unsettled = store.unsettled(at(0), 10).await;
+        assert!(
+            matches!(unsettled, Err(StoreError::Corrupt(_))),
+            "{unsettled:?}"
+        );
+        store.pool().close().await;
+        schema.drop_schema().await;
+    }
+
+    fn literal(ty: &str) -> &'static str {
+        match ty {
+            "bytea" => "'\\x00'::bytea",
+            "text" => "'x'::text",
+            "bigint" => "0::bigint",
+            "integer" => "0::integer",
+            "smallint" => "0::smallint",
+            "boolean" => "true",
+            "text[]" => "'{}'::text[]",
+            other => panic!("no literal for parameter type {other}"),
+        }
+    }
+
+    /// Every statement the store runs on its records, prepared on an analysed EMPTY table with
+    /// generic plans forced from the first execution, still uses the primary key once the table
+    /// is full (purge and the reconciler's scan excepted: they have no index to use).
+    #[tokio::test]
+    async fn postgres_generic_plans_use_the_primary_key() {
+        let Some(schema) = TestSchema::create("plans").await else {
+            return;
+        };
+        // One connection, so every statement the store prepares is on it.
+        let options = PostgresStore::tune(schema.options())
+            .options([("plan_cache_mode", "force_generic_plan")]);
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .expect("pool");
+        let store = PostgresStore::from_pool(pool.clone()).await.expect("store");
+        sqlx::raw_sql("ANALYZE idempotency_records")
+            .execute(&pool)
+            .await
+            .expect("analyze");
+
+        // Exercise every lookup.
+        let (a, b, c) = (key("a"), key("b"), key("c"));
+        let ta = match store.claim(&req(a, None, 0)).await.expect("claim") {
+            Claim::New { token, .. } => token,
+            other => panic!("{other:?}"),
+        };
+        store
+            .claim(&req(a, None, S))
+            .await
+            .expect("claim in flight");
+        store.renew(a, ta, at(LEASE)).await.expect("renew");
+        let done = answer("done");
+        let outbox = [message("receipt_email", "{}")];
+        let with_outbox = Completion {
+            key: a,
+            token: ta,
+            response: &done,
+            now: at(S),
+            expires_at: at(WINDOW),
+            outbox: &outbox,
+        };
+        store
+            .complete(&with_outbox)
+            .await
+            .expect("complete with outbox");
+        store.claim(&req(a, None, 2 * S)).await.expect("replay");
+        store.status(TENANT, a.reference(1)).await.expect("status");
+        let tb = match store.claim(&req(b, None, 0)).await.expect("claim") {
+            Claim::New { token, .. } => token,
+            other => panic!("{other:?}"),
+        };
+        let plain = Completion {
+            key: b,
+            token: tb,
+            response: &done,
+            now: at(S),
+            expires_at: at(WINDOW),
+            outbox: &[],
+        };
+        store.complete(&plain).await.expect("complete");
+        assert!(
+            store.release(b, tb, at(S)).await.is_err(),
+            "a refused update reads the row"
+        );
+        let tc = match store.claim(&req(c, None, 0)).await.expect("claim") {
+            Claim::New { token, .. } => token,
+            other => panic!("{other:?}"),
+        };
+        store
+            .mark_unknown(c, tc, at(S))
+            .await
+            .expect("mark unknown");
+        store
+            .settle(c, tc, &Settlement::Released, at(S), dur(WINDOW))
+            .await
+            .expect("settle");
+
+        // Fill the table behind the cached plans' back.
+        sqlx::raw_sql(
+            "INSERT INTO idempotency_records (token, claimed_at, lease_expires_at, completed_at, expires_at, generation, \
+             state, ok, key, tenant, tool, response) \
+             SELECT 1, 0, 0, 0, 0, 1, 1, true, sha256(i::text::bytea), 'acme', 'charge_card', repeat('x', 70) \
+             FROM generate_series(1, 20000) i",
+        )
+        .execute(&pool)
+        .await
+        .expect("fill");
+
+        let statements = sqlx::query(
+            "SELECT name, statement, array_to_string(parameter_types::text[], ','), generic_plans \
+             FROM pg_prepared_statements WHERE statement LIKE '%idempotency_records%'",
+        )
+        .fetch_all(&pool)
+        .await
+        .expect("prepared statements");
+        let mut checked = 0;
+        for row in statements {
+            let (name, sql, types, generic): (String, String, String, i64) =
+                (row.get(0), row.get(1), row.get(2), row.get(3));
+            let scan = sql.contains("ORDER BY claimed_at")
+                || sql.starts_with("DELETE FROM idempotency_records");
+            if scan || !sql.contains("key") {
+                continue;
+            }
+            assert!(generic >= 1, "ran with a generic plan: {sql}");
+            let args: Vec<&str> = types
+                .split(',')
+                .filter(|t| !t.is_empty())
+                .map(literal)
+                .collect();
+            let explain = format!("EXPLAIN EXECUTE {name}({})", args.join(", "));
+            let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
+                .fetch_all(&pool)
+                .await
+                .expect("explain");
+            let plan = plan.join("\n");
+            assert!(
+                !plan.contains("Seq Scan on idempotency_records"),
+                "{sql}\n{plan}"
+            );
+            assert!(plan.contains("idempotency_records_pkey"), "{sql}\n{plan}");
+            checked += 1;
+        }
+        assert!(checked >= 8, "checked {checked} statements");
+        pool.close().await;
+        schema.drop_schema().await;
+    }
+}

@@ -1,0 +1,229 @@
+//! Eight server replicas (eight OS processes: this test binary run again as workers) share one
+//! PostgreSQL schema and receive 1,000 identical `charge_card` calls between them, 125 each, all
+//! at once. Each call goes through the engine; the handler inserts a row into a `charges` table in
+//! the same database. Exactly one row may exist afterwards, and every call must have been answered
+//! with the charge (fresh or replayed) or with "in progress".
+//!
+//! Skipped with a printed line without `DATABASE_URL`.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use idempotency::store::postgres::PostgresStore;
+use idempotency::{Caller, Error, ErrorPolicy, Idempotency, Prepared, ToolSpec};
+use idempotency_tests::pg::{database_url, TestSchema};
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+
+const REPLICAS: usize = 8;
+const CALLS_PER_REPLICA: usize = 125;
+const WORKER_TEST: &str = "replica_worker";
+const SCHEMA_ENV: &str = "IDEMPOTENCY_REPLICA_SCHEMA";
+const ID_ENV: &str = "IDEMPOTENCY_REPLICA_ID";
+const START_ENV: &str = "IDEMPOTENCY_REPLICA_START_MS";
+
+#[derive(Debug, thiserror::Error)]
+enum ChargeError {
+    #[error(transparent)]
+    Wrapper(#[from] Error),
+    #[error("the charges table: {0}")]
+    Db(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Receipt {
+    reference: String,
+}
+
+/// The processor: records the charge in the database, then takes its time.
+async fn charge(pool: PgPool, replica: usize) -> Result<Receipt, ChargeError> {
+    let reference = idempotency::Call::current()
+        .map(|c| c.reference().to_string())
+        .unwrap_or_default();
+    sqlx::query("INSERT INTO charges (reference, replica) VALUES ($1, $2)")
+        .bind(&reference)
+        .bind(replica as i32)
+        .execute(&pool)
+        .await
+        .map_err(|e| ChargeError::Db(e.to_string()))?;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    Ok(Receipt { reference })
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Tally {
+    fresh: usize,
+    replayed: usize,
+    in_flight: usize,
+    other: usize,
+}
+
+impl Tally {
+    fn line(&self, replica: usize) -> String {
+        format!(
+            "TALLY replica={replica} fresh={} replayed={} in_flight={} other={}",
+            self.fresh, self.replayed, self.in_flight, self.other
+        )
+    }
+
+    fn parse(line: &str) -> Option<Tally> {
+        // libtest prints `test replica_worker ... ` on the same line before the output.
+        let rest = &line[line.find("TALLY ")? + "TALLY ".len()..];
+        let mut t = Tally::default();
+        for field in rest.split_whitespace() {
+            let (name, value) = field.split_once('=')?;
+            let value: usize = value.parse().ok()?;
+            match name {
+                "fresh" => t.fresh = value,
+                "replayed" => t.replayed = value,
+                "in_flight" => t.in_flight = value,
+                "other" => t.other = value,
+                _ => {}
+            }
+        }
+        Some(t)
+    }
+
+    fn add(&mut self, o: Tally) {
+        self.fresh += o.fresh;
+        self.replayed += o.replayed;
+        self.in_flight += o.in_flight;
+        self.other += o.other;
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_replicas_charge_once() {
+    let Some(schema) = TestSchema::create("replicas").await else {
+        return;
+    };
+    let pool = schema.pool(2).await;
+    sqlx::query("CREATE TABLE charges (id BIGSERIAL PRIMARY KEY, reference TEXT NOT NULL, replica INTEGER NOT NULL)")
+        .execute(&pool)
+        .await
+        .expect("create charges");
+
+    // The replicas migrate the empty schema themselves, all at once, and start calling together.
+    let start = unix_ms() + 1_500;
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut children = Vec::new();
+    for replica in 0..REPLICAS {
+        let child = tokio::process::Command::new(&exe)
+            .args(["--exact", WORKER_TEST, "--nocapture", "--test-threads", "1"])
+            .env("DATABASE_URL", schema.url())
+            .env(SCHEMA_ENV, schema.name())
+            .env(ID_ENV, replica.to_string())
+            .env(START_ENV, start.to_string())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn a replica");
+        children.push(child.wait_with_output());
+    }
+    let mut total = Tally::default();
+    for (replica, child) in children.into_iter().enumerate() {
+        let out = child.await.expect("replica output");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "replica {replica} failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let tally = stdout
+            .lines()
+            .find_map(Tally::parse)
+            .unwrap_or_else(|| panic!("replica {replica} reported no tally:\n{stdout}"));
+        println!("replica {replica}: {tally:?}");
+        total.add(tally);
+    }
+
+    let rows: Vec<(String, i32)> = sqlx::query_as("SELECT reference, replica FROM charges")
+        .fetch_all(&pool)
+        .await
+        .expect("charges");
+    println!(
+        "{REPLICAS} replicas x {CALLS_PER_REPLICA} calls: fresh={} replayed={} in_flight={} other={}; rows in charges: {}",
+        total.fresh,
+        total.replayed,
+        total.in_flight,
+        total.other,
+        rows.len()
+    );
+    assert_eq!(rows.len(), 1, "exactly one charge: {rows:?}");
+    assert_eq!(
+        total.fresh + total.replayed + total.in_flight + total.other,
+        REPLICAS * CALLS_PER_REPLICA
+    );
+    assert_eq!(total.fresh, 1, "one call ran the handler");
+    assert_eq!(
+        total.other, 0,
+        "every call got the charge or an honest in-progress answer"
+    );
+    pool.close().await;
+    schema.drop_schema().await;
+}
+
+/// Runs only as a worker process started by `eight_replicas_charge_once`; otherwise passes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_worker() {
+    let (Ok(name), Some(url)) = (std::env::var(SCHEMA_ENV), database_url()) else {
+        return;
+    };
+    let replica: usize = std::env::var(ID_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let start: u64 = std::env::var(START_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let schema = TestSchema::attach(&url, &name);
+    let pool = schema.pool(4).await;
+    let store = PostgresStore::from_pool(pool.clone())
+        .await
+        .expect("the replica's store");
+    let engine = Idempotency::new(store);
+    let caller = Caller::new("acme", "alice");
+    let args = serde_json::json!({"amount": 4200, "currency": "EUR", "card": "tok_visa"});
+
+    tokio::time::sleep(Duration::from_millis(start.saturating_sub(unix_ms()))).await;
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..CALLS_PER_REPLICA {
+        let (engine, caller, args, pool) =
+            (engine.clone(), caller.clone(), args.clone(), pool.clone());
+        calls.spawn(async move {
+            let spec = ToolSpec::__wrapped("charge_card", Duration::from_secs(900), None);
+            let prepared = Prepared::call(&caller, "charge_card", &args).expect("key");
+            engine
+                .execute(
+                    &spec,
+                    &caller,
+                    prepared,
+                    ErrorPolicy::retryable(),
+                    charge(pool, replica),
+                )
+                .await
+        });
+    }
+    let mut tally = Tally::default();
+    while let Some(done) = calls.join_next().await {
+        let out = done.expect("call task");
+        match &out.result {
+            Ok(_) if out.replayed => tally.replayed += 1,
+            Ok(_) => tally.fresh += 1,
+            Err(ChargeError::Wrapper(Error::InFlight { .. })) => tally.in_flight += 1,
+            Err(e) => {
+                eprintln!("replica {replica}: unexpected answer: {e}");
+                tally.other += 1;
+            }
+        }
+    }
+    println!("{}", tally.line(replica));
+}
