@@ -1,4 +1,4 @@
 //! Shared helpers for the integration tests.
 
-pub mod proxy;
 pub mod pg;
+pub mod proxy;
