@@ -56,6 +56,26 @@ impl Classify for ChargeError {
     }
 }
 
+/// Runs `body` as the `charge_card` call keyed by `prepared`, classifying `ChargeError`s.
+async fn charge_with<Fut>(
+    engine: &Idempotency,
+    prepared: Prepared,
+    body: Fut,
+) -> Outcome<Receipt, Failure<ChargeError>>
+where
+    Fut: std::future::Future<Output = Result<Receipt, ChargeError>> + Send,
+{
+    engine
+        .execute_raw(
+            &spec(),
+            &caller(),
+            prepared,
+            ErrorPolicy::classified(),
+            body,
+        )
+        .await
+}
+
 fn current_ref() -> String {
     idempotency::Call::current()
         .map(|c| c.reference().to_string())
@@ -275,15 +295,10 @@ async fn kill9_scenario(target: String) {
         let engine = engine.clone();
         let prepared = Prepared::call(&caller(), "charge_card", &4200u64).expect("key");
         async move {
-            engine
-                .execute_raw::<Receipt, ChargeError, _>(
-                    &spec(),
-                    &caller(),
-                    prepared,
-                    ErrorPolicy::classified(),
-                    async { panic!("the repeat must not run the side effect") },
-                )
-                .await
+            charge_with(&engine, prepared, async {
+                panic!("the repeat must not run the side effect")
+            })
+            .await
         }
     };
     let r = repeat().await;
@@ -392,24 +407,17 @@ async fn postgres_outage_fails_closed_and_recovers() {
         let (engine, charges, cut) = (engine.clone(), charges.clone(), cut_in_body.clone());
         async move {
             let prepared = Prepared::call(&caller(), "charge_card", &amount).expect("key");
-            engine
-                .execute_raw(
-                    &spec(),
-                    &caller(),
-                    prepared,
-                    ErrorPolicy::<ChargeError>::classified(),
-                    async move {
-                        charges.fetch_add(1, Ordering::SeqCst);
-                        if let Some(p) = cut.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                            p.cut(); // the database goes away after the side effect
-                        }
-                        Ok(Receipt {
-                            charge_id: amount as i64,
-                            reference: current_ref(),
-                        })
-                    },
-                )
-                .await
+            charge_with(&engine, prepared, async move {
+                charges.fetch_add(1, Ordering::SeqCst);
+                if let Some(p) = cut.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    p.cut(); // the database goes away after the side effect
+                }
+                Ok(Receipt {
+                    charge_id: amount as i64,
+                    reference: current_ref(),
+                })
+            })
+            .await
         }
     };
     assert!(call(1).await.result.is_ok());
@@ -627,22 +635,15 @@ async fn contention_after_release(store: Arc<dyn Store>) {
             tokio::spawn(async move {
                 barrier.wait().await;
                 let prepared = Prepared::call(&caller(), "charge_card", &9u64).expect("key");
-                engine
-                    .execute_raw(
-                        &spec(),
-                        &caller(),
-                        prepared,
-                        ErrorPolicy::<ChargeError>::classified(),
-                        async move {
-                            runs.fetch_add(1, Ordering::SeqCst);
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            Ok(Receipt {
-                                charge_id: 9,
-                                reference: current_ref(),
-                            })
-                        },
-                    )
-                    .await
+                charge_with(&engine, prepared, async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    Ok(Receipt {
+                        charge_id: 9,
+                        reference: current_ref(),
+                    })
+                })
+                .await
             })
         })
         .collect();
@@ -694,24 +695,17 @@ async fn a_panic_before_the_side_effect_is_unknown_until_reconciled_then_runs_on
         let (engine, charges) = (engine.clone(), charges.clone());
         tokio::spawn(async move {
             let prepared = Prepared::call(&caller(), "charge_card", &5u64).expect("key");
-            engine
-                .execute_raw(
-                    &spec(),
-                    &caller(),
-                    prepared,
-                    ErrorPolicy::<ChargeError>::classified(),
-                    async move {
-                        if fail {
-                            panic!("bug before the processor call");
-                        }
-                        charges.fetch_add(1, Ordering::SeqCst);
-                        Ok(Receipt {
-                            charge_id: 5,
-                            reference: current_ref(),
-                        })
-                    },
-                )
-                .await
+            charge_with(&engine, prepared, async move {
+                if fail {
+                    panic!("bug before the processor call");
+                }
+                charges.fetch_add(1, Ordering::SeqCst);
+                Ok(Receipt {
+                    charge_id: 5,
+                    reference: current_ref(),
+                })
+            })
+            .await
         })
     };
     assert!(run(true).await.expect_err("panics").is_panic());
