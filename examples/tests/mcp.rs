@@ -301,3 +301,48 @@ async fn over_http_two_bearer_identities_are_isolated() {
     let _ = child.kill().await;
     remove_db(&db);
 }
+
+/// rmcp 3.11 answers `notifications/cancelled` by cancelling the request's token; it does not
+/// drop the handler's future. The wrapped call therefore runs to its end and records the truth:
+/// while it runs a repeat is told "in flight", afterwards it gets the stored receipt, and the
+/// processor charged once. (A dropped future — disconnect, a runtime shutting down — is covered
+/// in `runtime/tests/engine.rs`: it leaves the outcome unknown.)
+#[tokio::test]
+async fn a_call_cancelled_by_the_client_still_tells_the_truth() {
+    use rmcp::model::{CallToolRequest, ClientRequest};
+    use rmcp::service::PeerRequestOptions;
+    let engine = Idempotency::new(MemoryStore::new());
+    let processor = Arc::new(Processor::new(Duration::from_millis(800)));
+    let client = connect(payments(&engine, Caller::new("acme", "alice"), &processor)).await;
+    let params = CallToolRequestParams::new("charge_card")
+        .with_arguments(charge_args().as_object().cloned().unwrap_or_default());
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    // The host gives up after 200 ms and sends notifications/cancelled.
+    let handle = client
+        .peer()
+        .send_request_with_option(
+            request,
+            PeerRequestOptions::with_timeout(Duration::from_millis(200)),
+        )
+        .await
+        .expect("sent");
+    assert!(
+        handle.await_response().await.is_err(),
+        "the client timed out and cancelled"
+    );
+    let during = call(&client, "charge_card", charge_args()).await;
+    assert_eq!(
+        meta_str(&during, META_STATUS).as_deref(),
+        Some("in_flight"),
+        "{}",
+        text(&during)
+    );
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let after = call(&client, "charge_card", charge_args()).await;
+    assert!(
+        replayed(&after),
+        "the abandoned call's receipt was recorded: {}",
+        text(&after)
+    );
+    assert_eq!(processor.charges(), 1);
+}
