@@ -2,12 +2,14 @@
 //! store's answers (the decisions are `MemoryStore`'s, line for line), and error mapping. The SQL
 //! itself stays in each backend's file.
 
+use std::time::Duration;
+
 use sha2::{Digest, Sha256};
 
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, Key, Reference};
 use crate::record::{RecordState, RecordStatus, StoredResponse};
-use crate::store::{Claim, StoreError, Token, Unsettled};
+use crate::store::{Claim, Settlement, StoreError, Token, Unsettled};
 
 /// The library's own migrations table (never the application's `_sqlx_migrations`).
 pub(crate) const MIGRATIONS_TABLE: &str = "idempotency_migrations";
@@ -250,6 +252,39 @@ pub(crate) fn unsettled<G: Into<i64>>(row: UnsettledRow<G>) -> Result<Unsettled,
         token: Token(token),
         claimed_at: Timestamp::from_millis(claimed_at),
     })
+}
+
+/// The columns a settlement writes: state, ok, response, completed_at, expires_at. A completed
+/// answer is replayed until `now + window`; a released record stops answering at once.
+#[allow(clippy::type_complexity)]
+pub(crate) fn settlement_columns(
+    settlement: &Settlement,
+    now: Timestamp,
+    window: Duration,
+) -> (
+    RecordState,
+    Option<bool>,
+    Option<&str>,
+    Option<i64>,
+    Option<i64>,
+) {
+    match settlement {
+        Settlement::Completed(r) => (
+            RecordState::Completed,
+            Some(r.ok),
+            Some(r.body.as_str()),
+            Some(now.as_millis()),
+            Some((now + window).as_millis()),
+        ),
+        Settlement::Released => (
+            RecordState::Released,
+            None,
+            None,
+            Some(now.as_millis()),
+            Some(now.as_millis()),
+        ),
+        Settlement::Unknown => (RecordState::Unknown, None, None, None, None),
+    }
 }
 
 #[cfg(test)]

@@ -444,23 +444,8 @@ impl Store for SqliteStore {
         now: Timestamp,
         window: Duration,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let (state, ok, body, completed, expires) = match settlement {
-            Settlement::Completed(r) => (
-                RecordState::Completed,
-                Some(r.ok),
-                Some(r.body.as_str()),
-                Some(now.as_millis()),
-                Some((now + window).as_millis()),
-            ),
-            Settlement::Released => (
-                RecordState::Released,
-                None,
-                None,
-                Some(now.as_millis()),
-                Some(now.as_millis()),
-            ),
-            Settlement::Unknown => (RecordState::Unknown, None, None, None, None),
-        };
+        let (state, ok, body, completed, expires) =
+            sql::settlement_columns(settlement, now, window);
         let allowed = &[RecordState::InFlight, RecordState::Unknown];
         Box::pin(self.fenced(key, token, allowed, "the settlement", move || {
             sqlx::query(
