@@ -618,7 +618,7 @@ async fn status_is_tenant_scoped_and_generation_exact(b: &Backend) {
             tool: TOOL.into(),
             state: RecordState::Completed,
             claimed_at: at(0),
-            lease_expires_at: at(LEASE),
+            lease_expires_at: at(S), // the lease ended when it completed
             completed_at: Some(at(S)),
             expires_at: Some(at(S + WINDOW)),
             response: Some(answer("done")),
@@ -646,37 +646,78 @@ async fn status_is_tenant_scoped_and_generation_exact(b: &Backend) {
         Some(RecordState::InFlight)
     );
 
-    // Two keys sharing the 8-byte prefix (so one reference), held by two tenants.
+    // Two keys sharing the 8-byte prefix (so one reference): the reference names one record,
+    // so the second key is refused, whatever the first record's state or tenant, until purged.
     let mut bytes = [0x5au8; 32];
     let ka = Key::from_bytes(bytes);
     bytes[31] = 0x5b;
     let kb = Key::from_bytes(bytes);
     assert_eq!(ka.reference(1), kb.reference(1));
-    let claim = |key, tenant, tool| ClaimRequest {
+    let claim = |key, tenant, tool, now| ClaimRequest {
         key,
         tenant,
         tool,
         fingerprint: None,
-        now: at(0),
-        lease_expires_at: at(LEASE),
+        now: at(now),
+        lease_expires_at: at(now + LEASE),
     };
-    assert!(matches!(
-        b.store.claim(&claim(ka, "acme", "charge_card")).await,
-        Ok(Claim::New { .. })
-    ));
-    assert!(matches!(
-        b.store.claim(&claim(kb, "globex", "create_shipment")).await,
-        Ok(Claim::New { .. })
-    ));
+    let ta = match b.store.claim(&claim(ka, "acme", "charge_card", 0)).await {
+        Ok(Claim::New { token, .. }) => token,
+        other => panic!("{other:?}"),
+    };
+    let taken = |r: Result<Claim, StoreError>| match r {
+        Err(StoreError::ReferenceTaken { reference }) => reference,
+        other => panic!("expected ReferenceTaken, got {other:?}"),
+    };
+    let in_flight = taken(
+        b.store
+            .claim(&claim(kb, "globex", "create_shipment", S))
+            .await,
+    );
+    assert_eq!(in_flight, ka.reference(1));
+    b.complete(ka, ta, S, WINDOW, "done")
+        .await
+        .expect("complete");
+    taken(
+        b.store
+            .claim(&claim(kb, "acme", "charge_card", 2 * S))
+            .await,
+    );
+    let expired = taken(
+        b.store
+            .claim(&claim(kb, "acme", "charge_card", S + WINDOW))
+            .await,
+    );
+    assert_eq!(
+        expired,
+        ka.reference(1),
+        "an expired record still holds its reference"
+    );
     assert_eq!(
         b.status("acme", ka.reference(1)).await.map(|s| s.tool),
         Some("charge_card".into())
     );
+    assert_eq!(b.status("globex", ka.reference(1)).await, None);
     assert_eq!(
-        b.status("globex", ka.reference(1)).await.map(|s| s.tool),
+        b.store
+            .purge(at(2 * (S + WINDOW)), 10)
+            .await
+            .expect("purge"),
+        1
+    );
+    assert!(
+        matches!(
+            b.store
+                .claim(&claim(kb, "globex", "create_shipment", 2 * (S + WINDOW)))
+                .await,
+            Ok(Claim::New { .. })
+        ),
+        "a purged record frees its reference"
+    );
+    assert_eq!(
+        b.status("globex", kb.reference(1)).await.map(|s| s.tool),
         Some("create_shipment".into())
     );
-    assert_eq!(b.status("initech", ka.reference(1)).await, None);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1132,10 +1173,11 @@ mod sql {
         let store = SqliteStore::open(&file.0).await.expect("open");
         store.migrate().await.expect("a second run changes nothing");
         let again = SqliteStore::open(&file.0).await.expect("reopen");
-        let versions: Vec<i64> = sqlx::query_scalar("SELECT version FROM idempotency_migrations")
-            .fetch_all(again.pool())
-            .await
-            .expect("versions");
+        let versions: Vec<i64> =
+            sqlx::query_scalar("SELECT version FROM idempotency_migrations ORDER BY version")
+                .fetch_all(again.pool())
+                .await
+                .expect("versions");
         assert_eq!(versions, vec![1]);
         let sqlx_table: Option<String> =
             sqlx::query_scalar("SELECT name FROM sqlite_master WHERE name = '_sqlx_migrations'")
@@ -1186,7 +1228,7 @@ mod sql {
             .fetch_all(&pool)
             .await
             .expect("versions");
-        assert_eq!(versions, vec![1]);
+        assert_eq!(versions, vec![1, 2]);
         let sqlx_table: Option<String> =
             sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::TEXT")
                 .fetch_one(&pool)
@@ -1208,6 +1250,183 @@ mod sql {
         for s in stores {
             s.pool().close().await;
         }
+        schema.drop_schema().await;
+    }
+
+    /// A database migrated by version 1 keeps every record through version 2 (the narrow row
+    /// keyed by reference): each state, the Ok/error flag, fingerprints, times and tokens.
+    #[tokio::test]
+    async fn postgres_records_survive_the_move_to_version_2() {
+        let Some(schema) = TestSchema::create("v1").await else {
+            return;
+        };
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(PostgresStore::tune(schema.options()))
+            .await
+            .expect("pool");
+        let v1 = include_str!("../runtime/migrations/postgres/0001_records.sql");
+        sqlx::raw_sql(
+            "CREATE TABLE idempotency_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+             checksum BYTEA NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+        )
+        .execute(&pool)
+        .await
+        .expect("migrations table");
+        sqlx::raw_sql(v1).execute(&pool).await.expect("version 1");
+        sqlx::query(
+            "INSERT INTO idempotency_migrations (version, description, checksum) \
+             VALUES (1, 'records and outbox', sha256(convert_to($1, 'UTF8')))",
+        )
+        .bind(v1)
+        .execute(&pool)
+        .await
+        .expect("record version 1");
+        let fp = Fingerprint::of(&serde_json::json!({"order": 7})).expect("fingerprint");
+        let (ok, err, flight, released, unknown) = (
+            key("ok"),
+            key("err"),
+            key("flight"),
+            key("released"),
+            key("unknown"),
+        );
+        let insert =
+            "INSERT INTO idempotency_records (token, claimed_at, lease_expires_at, completed_at, \
+                      expires_at, generation, state, ok, key, tenant, tool, fingerprint, response) \
+                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'acme', 'charge_card', $10, $11)";
+        type V1Row<'a> = (
+            Key,
+            i64,
+            i64,
+            Option<i64>,
+            Option<i64>,
+            i32,
+            i16,
+            Option<bool>,
+            Option<&'a [u8]>,
+            Option<&'a str>,
+        );
+        let rows: [V1Row; 5] = [
+            (
+                ok,
+                0,
+                LEASE,
+                Some(S),
+                Some(S + WINDOW),
+                1,
+                1,
+                Some(true),
+                Some(&fp.as_bytes()[..]),
+                Some("\"receipt\""),
+            ),
+            (
+                err,
+                0,
+                LEASE,
+                Some(S),
+                Some(S + WINDOW),
+                2,
+                1,
+                Some(false),
+                None,
+                Some("\"declined\""),
+            ),
+            (flight, S, S + LEASE, None, None, 1, 0, None, None, None),
+            (released, 0, LEASE, Some(S), Some(S), 1, 3, None, None, None),
+            (unknown, 0, LEASE, None, None, 1, 2, None, None, None),
+        ];
+        for (k, claimed, lease, completed, expires, generation, state, okf, fpb, body) in rows {
+            sqlx::query(insert)
+                .bind(3_i64)
+                .bind(T0 + claimed)
+                .bind(T0 + lease)
+                .bind(completed.map(|c| T0 + c))
+                .bind(expires.map(|e| T0 + e))
+                .bind(generation)
+                .bind(state)
+                .bind(okf)
+                .bind(&k.as_bytes()[..])
+                .bind(fpb)
+                .bind(body)
+                .execute(&pool)
+                .await
+                .expect("a version 1 row");
+        }
+        let store = PostgresStore::from_pool(pool.clone())
+            .await
+            .expect("migrate to version 2");
+        let claim = |k, fp, now| {
+            let store = store.clone();
+            async move { store.claim(&req(k, fp, now)).await.expect("claim") }
+        };
+        assert_eq!(
+            claim(ok, Some(fp), 2 * S).await,
+            Claim::Completed {
+                reference: ok.reference(1),
+                response: answer("\"receipt\""),
+                completed_at: at(S)
+            }
+        );
+        let other = Fingerprint::of(&serde_json::json!({"order": 8})).expect("fingerprint");
+        assert_eq!(
+            claim(ok, Some(other), 2 * S).await,
+            Claim::Mismatch {
+                reference: ok.reference(1)
+            }
+        );
+        assert_eq!(
+            claim(err, None, 2 * S).await,
+            Claim::Completed {
+                reference: err.reference(2),
+                response: StoredResponse {
+                    ok: false,
+                    body: "\"declined\"".into()
+                },
+                completed_at: at(S)
+            }
+        );
+        assert_eq!(
+            claim(flight, None, 2 * S).await,
+            Claim::InFlight {
+                reference: flight.reference(1),
+                claimed_at: at(S),
+                lease_expires_at: at(S + LEASE)
+            }
+        );
+        assert_eq!(
+            claim(unknown, None, 2 * S).await,
+            Claim::Unknown {
+                reference: unknown.reference(1),
+                since: at(0)
+            }
+        );
+        assert_eq!(
+            claim(released, None, 2 * S).await,
+            Claim::New {
+                reference: released.reference(1),
+                token: Token(4)
+            },
+            "a released record is taken over under its reference, token + 1"
+        );
+        let status = store
+            .status(TENANT, ok.reference(1))
+            .await
+            .expect("status")
+            .expect("a record");
+        assert_eq!(status.expires_at, Some(at(S + WINDOW)));
+        let due = store.unsettled(at(S + LEASE), 10).await.expect("unsettled");
+        assert_eq!(
+            due.iter().map(|u| u.key).collect::<Vec<_>>(),
+            vec![unknown, flight],
+            "oldest claim first: the unknown one, then the in-flight one whose lease passed"
+        );
+        let tables: Option<String> =
+            sqlx::query_scalar("SELECT to_regclass('idempotency_records_v1')::TEXT")
+                .fetch_one(&pool)
+                .await
+                .expect("regclass");
+        assert_eq!(tables, None, "the version 1 table is gone");
+        pool.close().await;
         schema.drop_schema().await;
     }
 
@@ -1241,11 +1460,13 @@ mod sql {
         };
         let store = schema.store().await;
         let k = key("odd");
+        // State 9 on the key's own row; a key_rest of 2 bytes on an unknown one.
         sqlx::query(
-            "INSERT INTO idempotency_records (key, tenant, tool, generation, state, token, claimed_at, lease_expires_at) \
-             VALUES ($1, 'acme', 'charge_card', 1, 9, 1, 0, 0), ('\\x0102', 'acme', 'charge_card', 1, 2, 1, 0, 0)",
+            "INSERT INTO idempotency_records (ref, key_rest, tenant, tool, generation, state, token, claimed_at, ends_at, fingerprint) \
+             VALUES ($1, $2, 'acme', 'charge_card', 1, 9, 1, 0, 0, ''), (7, '\\x0102', 'acme', 'charge_card', 1, 2, 1, 0, 0, '')",
         )
-        .bind(&k.as_bytes()[..])
+        .bind(i64::from_be_bytes(k.reference(1).prefix().to_owned()))
+        .bind(&k.as_bytes()[8..])
         .execute(store.pool())
         .await
         .expect("insert");
@@ -1351,13 +1572,20 @@ mod sql {
             .settle(c, tc, &Settlement::Released, at(S), dur(WINDOW))
             .await
             .expect("settle");
+        assert!(
+            matches!(
+                store.claim(&req(c, None, 2 * S)).await,
+                Ok(Claim::New { .. })
+            ),
+            "a released record is taken over"
+        );
 
         // Fill the table behind the cached plans' back.
         sqlx::raw_sql(
-            "INSERT INTO idempotency_records (token, claimed_at, lease_expires_at, completed_at, expires_at, generation, \
-             state, ok, key, tenant, tool, response) \
-             SELECT 1, 0, 0, 0, 0, 1, 1, true, sha256(i::text::bytea), 'acme', 'charge_card', repeat('x', 70) \
-             FROM generate_series(1, 20000) i",
+            "INSERT INTO idempotency_records (ref, token, claimed_at, ends_at, completed_at, generation, \
+             state, key_rest, tenant, tool, fingerprint, response) \
+             SELECT i, 1, 0, 0, 0, 1, 1, substring(sha256(i::text::bytea) FROM 9), 'acme', 'charge_card', '', \
+             repeat('x', 70) FROM generate_series(1, 20000) i",
         )
         .execute(&pool)
         .await
@@ -1376,7 +1604,7 @@ mod sql {
                 (row.get(0), row.get(1), row.get(2), row.get(3));
             let scan = sql.contains("ORDER BY claimed_at")
                 || sql.starts_with("DELETE FROM idempotency_records");
-            if scan || !sql.contains("key") {
+            if scan || !sql.contains("ref = $1") {
                 continue;
             }
             assert!(generic >= 1, "ran with a generic plan: {sql}");

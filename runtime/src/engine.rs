@@ -166,6 +166,16 @@ impl Idempotency {
         };
         let claim = match self.store.claim(&req).await {
             Ok(c) => c,
+            Err(StoreError::ReferenceTaken { reference }) => {
+                tracing::error!(tool, %reference, "idempotency claim refused: the reference is held by a different key; nothing was run");
+                return fail(
+                    Error::ReferenceTaken {
+                        tool: tool.into(),
+                        reference,
+                    },
+                    None,
+                );
+            }
             Err(source) => {
                 tracing::warn!(tool, error = %source, "idempotency claim failed; nothing was run");
                 return fail(

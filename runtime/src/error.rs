@@ -99,6 +99,16 @@ pub enum Error {
         #[source]
         source: StoreError,
     },
+    /// A different call's record holds this call's reference (their keys share the first 8
+    /// bytes, a 1-in-2^64 coincidence per live record). Nothing was done: two live calls never
+    /// share a reference, since downstream systems deduplicate on it.
+    #[error("{tool}: ref {reference} already names a different call, so this call was not run and nothing was done. Retrying will not help until that record is purged; report this to the server's operator.")]
+    ReferenceTaken {
+        /// The tool.
+        tool: String,
+        /// The reference both calls map to.
+        reference: Reference,
+    },
     /// The arguments cannot be made canonical JSON (NaN, a non-string map key...).
     #[error("{tool}: the arguments cannot be keyed, so nothing was done: {source}")]
     Arguments {
@@ -152,6 +162,7 @@ impl Error {
             Error::InFlight { reference, .. }
             | Error::OutcomeUnknown { reference, .. }
             | Error::PayloadMismatch { reference, .. }
+            | Error::ReferenceTaken { reference, .. }
             | Error::Replay { reference, .. }
             | Error::Unstorable { reference, .. } => Some(*reference),
             _ => None,
@@ -169,6 +180,7 @@ impl Error {
             self,
             Error::InFlight { .. }
                 | Error::PayloadMismatch { .. }
+                | Error::ReferenceTaken { .. }
                 | Error::StoreUnavailable { .. }
                 | Error::Arguments { .. }
                 | Error::InvalidCaller { .. }
@@ -227,6 +239,17 @@ mod tests {
         };
         assert!(mismatch.to_string().contains("different arguments"));
         assert!(mismatch.nothing_done());
+        let taken = Error::ReferenceTaken {
+            tool: "charge_card".into(),
+            reference: r(),
+        };
+        let s = taken.to_string();
+        assert!(
+            s.contains(&r().to_string())
+                && s.contains("nothing was done")
+                && !taken.safe_to_retry(),
+            "{s}"
+        );
     }
 
     #[test]

@@ -51,6 +51,19 @@ impl RecordState {
         })
     }
 
+    /// The lease a status reports: a record's lease ends when it settles (completes or is
+    /// released), so a settled record reports `completed_at`; otherwise `lease_expires_at`.
+    pub(crate) fn lease_shown(
+        self,
+        lease_expires_at: Timestamp,
+        completed_at: Option<Timestamp>,
+    ) -> Timestamp {
+        match (self, completed_at) {
+            (RecordState::Completed | RecordState::Released, Some(at)) => at,
+            _ => lease_expires_at,
+        }
+    }
+
     /// A lowercase name for messages and logs: `in_flight`, `completed`, `unknown`, `released`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -82,7 +95,8 @@ pub struct RecordStatus {
     pub state: RecordState,
     /// When it was (last) claimed.
     pub claimed_at: Timestamp,
-    /// When the in-flight lease ends (meaningful while in flight).
+    /// When the in-flight lease ends; once completed or released, when it settled (the lease
+    /// ended then).
     pub lease_expires_at: Timestamp,
     /// When it completed (or was settled), if it did.
     pub completed_at: Option<Timestamp>,

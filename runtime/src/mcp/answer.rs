@@ -56,6 +56,7 @@ fn status_of(e: &Error) -> &'static str {
         Error::InFlight { .. } => "in_flight",
         Error::OutcomeUnknown { .. } | Error::Unstorable { .. } => "outcome_unknown",
         Error::PayloadMismatch { .. } => "payload_mismatch",
+        Error::ReferenceTaken { .. } => "reference_taken",
         Error::StoreUnavailable { .. } => "not_recorded",
         Error::Replay { .. } => "replay_failed",
         _ => "invalid",

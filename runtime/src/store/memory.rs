@@ -144,6 +144,17 @@ impl Store for MemoryStore {
             };
             match inner.rows.get_mut(&req.key) {
                 None => {
+                    let (lo, hi) = req.key.reference(1).key_range();
+                    let taken = inner
+                        .rows
+                        .range(Key::from_bytes(lo)..=Key::from_bytes(hi))
+                        .next()
+                        .map(|(other, row)| other.reference(row.generation));
+                    if let Some(reference) = taken {
+                        return Box::pin(
+                            async move { Err(StoreError::ReferenceTaken { reference }) },
+                        );
+                    }
                     inner.rows.insert(req.key, fresh(1, 1));
                     Claim::New {
                         reference: req.key.reference(1),
@@ -273,7 +284,7 @@ impl Store for MemoryStore {
                     tool: r.tool.clone(),
                     state: r.state,
                     claimed_at: r.claimed_at,
-                    lease_expires_at: r.lease_expires_at,
+                    lease_expires_at: r.state.lease_shown(r.lease_expires_at, r.completed_at),
                     completed_at: r.completed_at,
                     expires_at: r.expires_at,
                     response: r.response.clone(),

@@ -18,6 +18,10 @@
 //! | unknown | same | [`Claim::Unknown`] |
 //!
 //! A fingerprint of `None` (call keys, whose key already covers every argument) never mismatches.
+//!
+//! A reference names one record: when a record of a *different* key shares this key's first 8
+//! bytes (so its reference), the claim fails with [`StoreError::ReferenceTaken`] whatever that
+//! record's state, until it is purged.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -201,6 +205,14 @@ pub enum StoreError {
         reference: Reference,
         /// Its current state.
         state: &'static str,
+    },
+    /// A record of a *different* key holds this key's reference: the two keys share their first
+    /// 8 bytes. No two live records share a reference (downstream systems deduplicate on it), so
+    /// the claim is refused until that record is purged.
+    #[error("ref {reference} is held by the record of a different key (the two keys share their first 8 bytes); nothing was recorded")]
+    ReferenceTaken {
+        /// The reference both keys map to.
+        reference: Reference,
     },
     /// There is no record for the key.
     #[error("no record for this key")]

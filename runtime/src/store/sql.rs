@@ -197,12 +197,16 @@ impl RecordRow {
     }
 
     pub fn status(&self, reference: Reference, tool: String) -> Result<RecordStatus, StoreError> {
+        let state = state_of(self.state)?;
         Ok(RecordStatus {
             reference,
             tool,
-            state: state_of(self.state)?,
+            state,
             claimed_at: Timestamp::from_millis(self.claimed_at),
-            lease_expires_at: Timestamp::from_millis(self.lease_expires_at),
+            lease_expires_at: state.lease_shown(
+                Timestamp::from_millis(self.lease_expires_at),
+                self.completed_at.map(Timestamp::from_millis),
+            ),
             completed_at: self.completed_at.map(Timestamp::from_millis),
             expires_at: self.expires_at.map(Timestamp::from_millis),
             response: self.response(),

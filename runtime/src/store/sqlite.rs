@@ -33,15 +33,20 @@ const MIGRATIONS: &[Migration] = &[Migration {
 /// take turns on the file's lock.
 const POOL_SIZE: u32 = 4;
 
+/// The record holding the reference of key `$3` (`$1..=$2`: the keys sharing its first 8
+/// bytes), its own first: a row of another key means the reference is taken.
 const SELECT_ROW: &str = "\
-SELECT generation, state, fingerprint, claimed_at, lease_expires_at, completed_at, expires_at, ok, response
-FROM idempotency_records WHERE key = $1";
+SELECT generation, state, fingerprint, claimed_at, lease_expires_at, completed_at, expires_at, ok, response, key
+FROM idempotency_records WHERE key BETWEEN $1 AND $2 ORDER BY key = $3 DESC LIMIT 1";
 
 /// Inserts, or takes over a released / window-expired row; returns a row only when this claim won.
+/// Inserts nothing while a record of another key holds the reference (`$7..=$8`: the range of
+/// keys sharing the first 8 bytes).
 const UPSERT: &str = "\
 INSERT INTO idempotency_records
     (key, tenant, tool, generation, state, fingerprint, token, claimed_at, lease_expires_at)
-VALUES ($1, $2, $3, 1, 0, $4, 1, $5, $6)
+SELECT $1, $2, $3, 1, 0, $4, 1, $5, $6
+WHERE NOT EXISTS (SELECT 1 FROM idempotency_records WHERE key BETWEEN $7 AND $8 AND key <> $1)
 ON CONFLICT (key) DO UPDATE SET
     token = token + 1,
     claimed_at = excluded.claimed_at,
@@ -249,6 +254,7 @@ impl Store for SqliteStore {
     /// from one consistent read; a row that changed between the two makes the claim run again).
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(async move {
+            let (lo, hi) = req.key.reference(1).key_range();
             for _ in 0..CLAIM_ATTEMPTS {
                 let won: Option<(i64, i64)> = sqlx::query_as(UPSERT)
                     .bind(bytes(&req.key))
@@ -257,6 +263,8 @@ impl Store for SqliteStore {
                     .bind(req.fingerprint.as_ref().map(|f| &f.as_bytes()[..]))
                     .bind(req.now.as_millis())
                     .bind(req.lease_expires_at.as_millis())
+                    .bind(&lo[..])
+                    .bind(&hi[..])
                     .fetch_optional(&self.pool)
                     .await
                     .map_err(db_error)?;
@@ -268,12 +276,20 @@ impl Store for SqliteStore {
                     });
                 }
                 let row = sqlx::query(SELECT_ROW)
+                    .bind(&lo[..])
+                    .bind(&hi[..])
                     .bind(bytes(&req.key))
                     .fetch_optional(&self.pool)
                     .await
                     .map_err(db_error)?;
                 if let Some(row) = row {
                     let rec = record_row(&row).map_err(db_error)?;
+                    let holder: Vec<u8> = row.try_get(9).map_err(db_error)?;
+                    if holder != bytes(&req.key) {
+                        let reference =
+                            sql::key_of(&holder)?.reference(sql::generation_of(rec.generation)?);
+                        return Err(StoreError::ReferenceTaken { reference });
+                    }
                     if let Some(answer) = rec.existing_claim(&req.key, &req.fingerprint, req.now)? {
                         return Ok(answer);
                     }
