@@ -562,3 +562,63 @@ async fn a_thousand_concurrent_claims_make_one_new_claim() {
     }
     assert_eq!(new, 1);
 }
+
+/// A record of a different key holds this call's reference (the keys share their first 8 bytes):
+/// the call is refused with `ReferenceTaken`, the processor is never asked, and the other record
+/// is left as it was.
+#[tokio::test]
+async fn a_reference_held_by_another_key_refuses_the_call() {
+    let w = world();
+    let mine = Prepared::call(&w.caller, "charge_card", &100u64)
+        .unwrap()
+        .key;
+    let mut bytes = *mine.as_bytes();
+    bytes[31] ^= 1;
+    let other = Key::from_bytes(bytes);
+    let now = w.clock.now();
+    let held = w
+        .store
+        .claim(&ClaimRequest {
+            key: other,
+            tenant: "globex",
+            tool: "create_shipment",
+            fingerprint: None,
+            now,
+            lease_expires_at: now + Duration::from_secs(30),
+        })
+        .await
+        .unwrap();
+    assert!(matches!(held, Claim::New { .. }), "{held:?}");
+
+    let p = w.processor.clone();
+    let prepared = Prepared::call(&w.caller, "charge_card", &100u64).unwrap();
+    let out: Outcome<Receipt, idempotency::Failure<ChargeError>> = w
+        .engine
+        .execute_raw(
+            &spec(),
+            &w.caller,
+            prepared,
+            ErrorPolicy::classified(),
+            async move { Ok(p.charge()) },
+        )
+        .await;
+    match out.result {
+        Err(idempotency::Failure::Wrapper(e @ Error::ReferenceTaken { .. })) => {
+            assert_eq!(e.reference(), Some(mine.reference(1)));
+            assert!(e.nothing_done() && !e.safe_to_retry());
+            assert!(e.to_string().contains("nothing was done"), "{e}");
+        }
+        other => panic!("expected ReferenceTaken, got {other:?}"),
+    }
+    assert_eq!(out.reference, None, "the reference is not this call's");
+    assert_eq!(w.processor.count(), 0, "the processor was never asked");
+    assert_eq!(w.store.len(), 1);
+    let status = w
+        .engine
+        .status(&Caller::new("globex", "bob"), other.reference(1))
+        .await
+        .unwrap()
+        .expect("the holder's record");
+    assert_eq!(status.state, RecordState::InFlight);
+    assert_eq!(status.tool, "create_shipment");
+}

@@ -9,7 +9,8 @@
 //!
 //! Environment: `DATABASE_URL` (the PostgreSQL part is skipped without it), `BENCH_ROWS` (rows
 //! in the full table, 100000), `BENCH_SAMPLES` (latency samples per figure, 2000), `BENCH_SECS`
-//! (seconds per throughput figure, 4), `BENCH_CLIENTS` (concurrent clients and pool size, 32).
+//! (seconds per throughput figure, 4), `BENCH_CLIENTS` (concurrent clients and pool size, 32),
+//! `BENCH_ONLY` (`postgres` or `sqlite`: run one part), `BENCH_KEEP_SCHEMA` (set: keep the PostgreSQL schema, with both full tables, for inspection).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -518,22 +519,34 @@ async fn postgres(cfg: &Config) -> Option<Table> {
     let size = |table: &'static str| {
         let pool = pool.clone();
         async move {
-            let sql = format!("SELECT pg_total_relation_size('{table}')::FLOAT8 / greatest(count(*), 1) FROM {table}");
-            let v: f64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            let sql = format!(
+                "SELECT pg_total_relation_size('{table}')::FLOAT8 / greatest(count(*), 1), \
+                        pg_relation_size('{table}')::FLOAT8 / greatest(count(*), 1), \
+                        pg_indexes_size('{table}')::FLOAT8 / greatest(count(*), 1) FROM {table}"
+            );
+            let (total, heap, index): (f64, f64, f64) = sqlx::query_as(sqlx::AssertSqlSafe(sql))
                 .fetch_one(&pool)
                 .await
                 .expect("size");
-            v
+            Size { total, heap, index }
         }
     };
     let (s, r) = (size("idempotency_records").await, size("raw_records").await);
     t.row(
         &format!("bytes per row, {} rows", cfg.rows),
         "full",
-        format!("{s:.0}"),
-        format!("{r:.0}"),
-        Some(s / r),
+        format!("{:.0}", s.total),
+        format!("{:.0}", r.total),
+        Some(s.total / r.total),
         "store <= 250",
+    );
+    t.row(
+        "  of which table / index",
+        "full",
+        format!("{:.0} / {:.0}", s.heap, s.index),
+        format!("{:.0} / {:.0}", r.heap, r.index),
+        None,
+        "",
     );
     tokio::time::sleep(Duration::from_millis(1_500)).await; // backends flush their statistics
     let hot = |table: &'static str| {
@@ -561,8 +574,20 @@ async fn postgres(cfg: &Config) -> Option<Table> {
     );
     phase(&mut t, cfg, "full", &ours, &raw, &mut rng, true).await;
     pool.close().await;
-    schema.drop_schema().await;
+    if std::env::var_os("BENCH_KEEP_SCHEMA").is_some() {
+        eprintln!("(kept schema {} for inspection)", schema.name());
+        std::mem::forget(schema);
+    } else {
+        schema.drop_schema().await;
+    }
     Some(t)
+}
+
+/// Bytes per row: all of the relation, its table (main fork), its indexes.
+struct Size {
+    total: f64,
+    heap: f64,
+    index: f64,
 }
 
 struct TempFile(std::path::PathBuf);
@@ -670,10 +695,15 @@ fn main() {
     let started = Instant::now();
     let tables = rt.block_on(async {
         let mut tables = Vec::new();
-        if let Some(t) = postgres(&cfg).await {
-            tables.push(t);
+        let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+        if only != "sqlite" {
+            if let Some(t) = postgres(&cfg).await {
+                tables.push(t);
+            }
         }
-        tables.push(sqlite(&cfg).await);
+        if only != "postgres" {
+            tables.push(sqlite(&cfg).await);
+        }
         tables
     });
     println!();

@@ -1,10 +1,18 @@
 //! [`PostgresStore`]: what to run when one machine is not enough. Every replica of the server
 //! shares one database; the primary key makes exactly one replica win each claim.
 //!
-//! Every call is one statement, so one round trip: a claim inserts, takes over, or reads the
-//! record in a single statement; a completion is a single `UPDATE` (with its outbox messages, a
-//! single statement that updates and inserts). Only a rejected update reads the row again, to
-//! say why.
+//! The primary key is the reference itself: the key's first 8 bytes as a `BIGINT`, with the
+//! other 24 bytes beside it. Downstream systems deduplicate on the reference, so no two live
+//! records may share one; the primary key makes that a rule (a different key whose reference is
+//! held gets [`StoreError::ReferenceTaken`]), keeps each index entry at 16 bytes, and makes a
+//! status lookup a primary-key probe. See `migrations/postgres/0002_narrow_records.sql` for the
+//! row.
+//!
+//! Every call is one statement, so one round trip: a fresh claim is one insert, a repeat the same
+//! statement returning the row it found; a completion is a single `UPDATE` (with its outbox
+//! messages, a single statement that updates and inserts). Two cases take a second statement: a
+//! claim that finds a released or window-expired record of its own key takes it over, and a
+//! rejected update reads the row again to say why.
 
 use std::time::Duration;
 
@@ -296,9 +304,11 @@ impl PostgresStore {
 
 /// The primary key: the key's first 8 bytes (the reference's), big-endian.
 fn ref_of(key: &Key) -> i64 {
-    let mut prefix = [0u8; 8];
-    prefix.copy_from_slice(&key.as_bytes()[..8]);
-    i64::from_be_bytes(prefix)
+    ref_value(&key.reference(1))
+}
+
+fn ref_value(reference: &Reference) -> i64 {
+    i64::from_be_bytes(*reference.prefix())
 }
 
 /// The key's other 24 bytes.
@@ -503,7 +513,7 @@ impl Store for PostgresStore {
                 "SELECT tool, generation, state, fingerprint, claimed_at, ends_at, completed_at, response \
                  FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND generation = $3",
             )
-            .bind(i64::from_be_bytes(*reference.prefix()))
+            .bind(ref_value(&reference))
             .bind(tenant)
             .bind(i64::from(reference.generation()))
             .fetch_optional(&self.pool)
