@@ -9,8 +9,10 @@
 //!
 //! Environment: `DATABASE_URL` (the PostgreSQL part is skipped without it), `BENCH_ROWS` (rows
 //! in the full table, 100000), `BENCH_SAMPLES` (latency samples per figure, 2000), `BENCH_SECS`
-//! (seconds per throughput figure, 4), `BENCH_CLIENTS` (concurrent clients and pool size, 32),
-//! `BENCH_ONLY` (`postgres` or `sqlite`: run one part), `BENCH_KEEP_SCHEMA` (set: keep the PostgreSQL schema, with both full tables, for inspection).
+//! (seconds per side per throughput figure, 8; its ratio is the median of paired 1 s slices),
+//! `BENCH_CLIENTS` (concurrent clients and pool size, 32), `BENCH_ONLY` (`postgres` or `sqlite`:
+//! run one part), `BENCH_KEEP_SCHEMA` (set: keep the PostgreSQL schema, with both full tables,
+//! for inspection).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -260,20 +262,48 @@ async fn throughput(clients: usize, secs: f64, op: &Op, keys: &Arc<Keys>) -> f64
     done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
 }
 
-/// Throughput of two ops, alternating halves to cancel drift.
+/// Throughput of two ops over `secs` seconds each, in one-second slices alternating A B B A …:
+/// each side's mean rate, and the median of the ratios of adjacent slices, so drift and a passing
+/// disturbance (a checkpoint, a noisy neighbour) fall on both alike.
 async fn throughput_pair(
     clients: usize,
     secs: f64,
     a: (&Op, &Arc<Keys>),
     b: (&Op, &Arc<Keys>),
-) -> (f64, f64) {
-    let half = secs / 2.0;
-    let (mut sa, mut sb) = (0.0, 0.0);
-    for _ in 0..2 {
-        sa += throughput(clients, half, a.0, a.1).await;
-        sb += throughput(clients, half, b.0, b.1).await;
+) -> Rates {
+    let rounds = secs.round().max(2.0) as usize;
+    let slice = secs / rounds as f64;
+    let (mut ra, mut rb) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        if round.is_multiple_of(2) {
+            ra.push(throughput(clients, slice, a.0, a.1).await);
+            rb.push(throughput(clients, slice, b.0, b.1).await);
+        } else {
+            rb.push(throughput(clients, slice, b.0, b.1).await);
+            ra.push(throughput(clients, slice, a.0, a.1).await);
+        }
     }
-    (sa / 2.0, sb / 2.0)
+    let mut ratios: Vec<f64> = ra.iter().zip(&rb).map(|(x, y)| x / y).collect();
+    ratios.sort_by(f64::total_cmp);
+    let mid = ratios.len() / 2;
+    let ratio = if ratios.len().is_multiple_of(2) {
+        (ratios[mid - 1] + ratios[mid]) / 2.0
+    } else {
+        ratios[mid]
+    };
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    Rates {
+        a: mean(&ra),
+        b: mean(&rb),
+        ratio,
+    }
+}
+
+/// Two sides' throughput and their paired ratio.
+struct Rates {
+    a: f64,
+    b: f64,
+    ratio: f64,
 }
 
 /// Fills a side's table up to `rows` completed rows.
@@ -387,13 +417,13 @@ impl Table {
             target,
         );
     }
-    fn rate(&mut self, figure: &str, table: &str, (s, r): (f64, f64), target: &str) {
+    fn rate(&mut self, figure: &str, table: &str, r: Rates, target: &str) {
         self.row(
             figure,
             table,
-            format!("{s:.0}/s"),
-            format!("{r:.0}/s"),
-            Some(s / r),
+            format!("{:.0}/s", r.a),
+            format!("{:.0}/s", r.b),
+            Some(r.ratio),
             target,
         );
     }
@@ -685,7 +715,7 @@ fn main() {
     let cfg = Config {
         rows: env("BENCH_ROWS", 100_000),
         samples: env("BENCH_SAMPLES", 2_000) as usize,
-        secs: env("BENCH_SECS", 4) as f64,
+        secs: env("BENCH_SECS", 8) as f64,
         clients: env("BENCH_CLIENTS", 32) as usize,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -360,7 +360,7 @@ fn record_row(r: &PgRow, at: usize) -> Result<RecordRow, sqlx::Error> {
 impl Store for PostgresStore {
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(async move {
-            let rest = rest_of(&req.key).to_vec();
+            let rest = rest_of(&req.key);
             let fingerprint = req
                 .fingerprint
                 .as_ref()
@@ -368,7 +368,7 @@ impl Store for PostgresStore {
             let bound = |sql: &'static str| {
                 sqlx::query(sql)
                     .bind(ref_of(&req.key))
-                    .bind(rest.clone())
+                    .bind(rest)
                     .bind(req.tenant)
                     .bind(req.tool)
                     .bind(fingerprint)
@@ -390,6 +390,13 @@ impl Store for PostgresStore {
                 }
                 let rec = record_row(&row, 2).map_err(db_error)?;
                 let holder: Vec<u8> = row.try_get(1).map_err(db_error)?;
+                if holder.len() != rest.len() {
+                    return Err(StoreError::Corrupt(format!(
+                        "the record holding ref {} has a key_rest of {} bytes, not 24",
+                        req.key.reference(sql::generation_of(rec.generation)?),
+                        holder.len()
+                    )));
+                }
                 if holder != rest {
                     // Same first 8 bytes, so the same reference prefix: the holder's generation.
                     let reference = req.key.reference(sql::generation_of(rec.generation)?);
@@ -416,6 +423,7 @@ impl Store for PostgresStore {
             Err(raced("the claim", CLAIM_ATTEMPTS))
         })
     }
+
     fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let topics: Vec<&str> = c.outbox.iter().map(|m| m.topic.as_str()).collect();
