@@ -33,11 +33,14 @@ const MIGRATIONS: &[Migration] = &[Migration {
 /// take turns on the file's lock.
 const POOL_SIZE: u32 = 4;
 
-/// The record holding the reference of key `$3` (`$1..=$2`: the keys sharing its first 8
-/// bytes), its own first: a row of another key means the reference is taken.
 const SELECT_ROW: &str = "\
-SELECT generation, state, fingerprint, claimed_at, lease_expires_at, completed_at, expires_at, ok, response, key
-FROM idempotency_records WHERE key BETWEEN $1 AND $2 ORDER BY key = $3 DESC LIMIT 1";
+SELECT generation, state, fingerprint, claimed_at, lease_expires_at, completed_at, expires_at, ok, response
+FROM idempotency_records WHERE key = $1";
+
+/// A record of another key than `$3` holding the reference (`$1..=$2`: the keys sharing the
+/// first 8 bytes).
+const HOLDER: &str = "SELECT key, generation FROM idempotency_records \
+                      WHERE key BETWEEN $1 AND $2 AND key <> $3 LIMIT 1";
 
 /// Inserts, or takes over a released / window-expired row; returns a row only when this claim won.
 /// Inserts nothing while a record of another key holds the reference (`$7..=$8`: the range of
@@ -252,6 +255,11 @@ impl Store for SqliteStore {
     /// The upsert first: a fresh claim, and a takeover, is that one statement. When it returns
     /// nothing the row exists and is not one to take over, so a read answers (each answer comes
     /// from one consistent read; a row that changed between the two makes the claim run again).
+    /// With no row of its own, another key's record holds the reference.
+    ///
+    /// (Reading first would answer a repeat in one statement, but costs every fresh call a third
+    /// one, and each statement is a round trip to sqlx's SQLite worker: measured, fresh calls
+    /// 1.4× the raw SQL's p50 instead of about 1.0×.)
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(async move {
             let (lo, hi) = req.key.reference(1).key_range();
@@ -276,23 +284,28 @@ impl Store for SqliteStore {
                     });
                 }
                 let row = sqlx::query(SELECT_ROW)
-                    .bind(&lo[..])
-                    .bind(&hi[..])
                     .bind(bytes(&req.key))
                     .fetch_optional(&self.pool)
                     .await
                     .map_err(db_error)?;
                 if let Some(row) = row {
                     let rec = record_row(&row).map_err(db_error)?;
-                    let holder: Vec<u8> = row.try_get(9).map_err(db_error)?;
-                    if holder != bytes(&req.key) {
-                        let reference =
-                            sql::key_of(&holder)?.reference(sql::generation_of(rec.generation)?);
-                        return Err(StoreError::ReferenceTaken { reference });
-                    }
                     if let Some(answer) = rec.existing_claim(&req.key, &req.fingerprint, req.now)? {
                         return Ok(answer);
                     }
+                    continue;
+                }
+                let holder: Option<(Vec<u8>, i64)> = sqlx::query_as(HOLDER)
+                    .bind(&lo[..])
+                    .bind(&hi[..])
+                    .bind(bytes(&req.key))
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(db_error)?;
+                if let Some((holder, generation)) = holder {
+                    let reference =
+                        sql::key_of(&holder)?.reference(sql::generation_of(generation)?);
+                    return Err(StoreError::ReferenceTaken { reference });
                 }
             }
             Err(raced("the claim", CLAIM_ATTEMPTS))
