@@ -29,6 +29,12 @@ fn at(ms: i64) -> Timestamp {
     Timestamp::from_millis(T0 + ms)
 }
 
+/// The token of a record first claimed at `ms`: its claim time (so a key claimed again after a
+/// purge never repeats a token a worker of the purged record could hold).
+fn first_token(ms: i64) -> Token {
+    Token(at(ms).as_millis())
+}
+
 fn dur(ms: i64) -> Duration {
     Duration::from_millis(ms as u64)
 }
@@ -213,7 +219,7 @@ async fn no_row_is_new_then_in_flight(b: &Backend) {
         b.claim(k, None, 0).await,
         Claim::New {
             reference: k.reference(1),
-            token: Token(1)
+            token: first_token(0)
         }
     );
     assert_eq!(
@@ -292,7 +298,7 @@ async fn window_edges(b: &Backend) {
         b.claim(k, None, t + WINDOW).await,
         Claim::New {
             reference: k.reference(2),
-            token: Token(2)
+            token: Token(first_token(0).0 + 1)
         }
     );
 
@@ -306,7 +312,7 @@ async fn window_edges(b: &Backend) {
         fresh,
         Claim::New {
             reference: k.reference(2),
-            token: Token(2)
+            token: Token(first_token(0).0 + 1)
         }
     );
     assert_ne!(k.reference(2), k.reference(1));
@@ -381,7 +387,7 @@ async fn fingerprint_mismatch(b: &Backend) {
         b.claim(k, other, 2 * S + WINDOW).await,
         Claim::New {
             reference: k.reference(2),
-            token: Token(2)
+            token: Token(first_token(0).0 + 1)
         }
     );
 
@@ -414,7 +420,7 @@ async fn fingerprint_mismatch(b: &Backend) {
         b.claim(k, other, 2 * S).await,
         Claim::New {
             reference: k.reference(1),
-            token: Token(2)
+            token: Token(first_token(0).0 + 1)
         }
     );
     assert_eq!(
@@ -443,7 +449,7 @@ async fn released_is_taken_over_under_the_same_reference(b: &Backend) {
         b.claim(k, None, 2 * S).await,
         Claim::New {
             reference: k.reference(1),
-            token: Token(2)
+            token: Token(first_token(0).0 + 1)
         }
     );
     let taken = b.status(TENANT, k.reference(1)).await.expect("status");
@@ -455,7 +461,7 @@ async fn released_is_taken_over_under_the_same_reference(b: &Backend) {
         b.complete(k, t1, 3 * S, WINDOW, "stale").await,
         k.reference(1),
     );
-    b.complete(k, Token(2), 3 * S, WINDOW, "done")
+    b.complete(k, Token(first_token(0).0 + 1), 3 * S, WINDOW, "done")
         .await
         .expect("complete");
     assert!(
@@ -494,6 +500,29 @@ async fn unknown_answers_unknown_until_settled(b: &Backend) {
 // ---------------------------------------------------------------------------------------------
 // Fencing
 // ---------------------------------------------------------------------------------------------
+
+/// A worker of a record that was settled by the reconciler and then purged (48 h later) wakes
+/// up after the key was claimed again: its token is not the new record's, so it is fenced.
+async fn tokens_are_not_reused_after_a_purge(b: &Backend) {
+    let k = key("purged");
+    let old = b.new_claim(k, None, 0).await;
+    b.settle(k, old, &Settlement::Released, S)
+        .await
+        .expect("settle");
+    let later = 50 * 60 * M; // 50 h
+    assert_eq!(b.store.purge(at(later), 10).await.expect("purge"), 1);
+    let new = b.new_claim(k, None, later).await;
+    assert_eq!(new, first_token(later));
+    assert_ne!(new, old);
+    assert_fenced(
+        b.complete(k, old, later + S, WINDOW, "stale").await,
+        k.reference(1),
+    );
+    assert!(
+        matches!(b.claim(k, None, later + S).await, Claim::InFlight { .. }),
+        "the new claim is untouched"
+    );
+}
 
 async fn stale_tokens_are_fenced(b: &Backend) {
     let k = key("fenced");
@@ -770,7 +799,7 @@ async fn purge_deletes_only_settled_records_past_the_cutoff(b: &Backend) {
         b.claim(gone, None, 31 * M).await,
         Claim::New {
             reference: gone.reference(1),
-            token: Token(1)
+            token: first_token(31 * M)
         }
     );
 
@@ -809,7 +838,7 @@ async fn unsettled_lists_expired_leases_and_unknowns(b: &Backend) {
                 tenant: TENANT.into(),
                 tool: TOOL.into(),
                 state: RecordState::InFlight,
-                token: Token(1),
+                token: first_token(0),
                 claimed_at: at(0),
             },
             Unsettled {
@@ -1067,7 +1096,7 @@ async fn concurrent_claims_have_one_winner(b: &Backend) {
         &crowd(b, k, 0).await,
         Claim::New {
             reference: k.reference(1),
-            token: Token(1),
+            token: first_token(0),
         },
     );
 }
@@ -1080,7 +1109,7 @@ async fn concurrent_takeovers_have_one_winner(b: &Backend) {
         &crowd(b, k, 2 * S).await,
         Claim::New {
             reference: k.reference(1),
-            token: Token(2),
+            token: Token(first_token(0).0 + 1),
         },
     );
 
@@ -1091,7 +1120,7 @@ async fn concurrent_takeovers_have_one_winner(b: &Backend) {
         &crowd(b, k, 2 * S).await,
         Claim::New {
             reference: k.reference(2),
-            token: Token(2),
+            token: Token(first_token(0).0 + 1),
         },
     );
 }
@@ -1145,6 +1174,7 @@ suite!(
     released_is_taken_over_under_the_same_reference,
     unknown_answers_unknown_until_settled,
     stale_tokens_are_fenced,
+    tokens_are_not_reused_after_a_purge,
     late_completion_after_settle_is_fenced,
     renew_extends_the_lease,
     status_is_tenant_scoped_and_generation_exact,

@@ -155,10 +155,11 @@ impl Store for MemoryStore {
                             async move { Err(StoreError::ReferenceTaken { reference }) },
                         );
                     }
-                    inner.rows.insert(req.key, fresh(1, 1));
+                    let token = req.now.as_millis();
+                    inner.rows.insert(req.key, fresh(1, token));
                     Claim::New {
                         reference: req.key.reference(1),
-                        token: Token(1),
+                        token: Token(token),
                     }
                 }
                 Some(row) => {

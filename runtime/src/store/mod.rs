@@ -9,7 +9,7 @@
 //!
 //! | existing row | fingerprint | answer |
 //! |---|---|---|
-//! | none | – | [`Claim::New`] (generation 1, token 1) |
+//! | none | – | [`Claim::New`] (generation 1, token = `now` in ms) |
 //! | released | any | [`Claim::New`], same generation, token + 1 |
 //! | completed, `now >= expires_at` | any | [`Claim::New`], generation + 1, token + 1 |
 //! | in flight / completed (live) / unknown | differs | [`Claim::Mismatch`] |
@@ -49,8 +49,12 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// [`Store::purge`] may delete them: 48 hours.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(48 * 3600);
 
-/// A fencing token: bumped by every claim, takeover and settlement. Only the holder of the
-/// current token may complete, release or mark a record; a stale holder is told so.
+/// A fencing token: bumped by every takeover and settlement. Only the holder of the current
+/// token may complete, release or mark a record; a stale holder is told so.
+///
+/// A new record's token is its claim time in milliseconds, so a key claimed again after its
+/// record was purged (48 h or more later) never hands out a token that a worker of the purged
+/// record could still hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Token(pub i64);
 

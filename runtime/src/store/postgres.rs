@@ -66,7 +66,7 @@ const CLAIM: &str = "\
 WITH ins AS (
     INSERT INTO idempotency_records
         (ref, token, claimed_at, ends_at, generation, state, key_rest, tenant, tool, fingerprint)
-    VALUES ($1, 1, $6, $7, 1, 0, $2, $3, $4, $5)
+    VALUES ($1, $6, $6, $7, 1, 0, $2, $3, $4, $5)
     ON CONFLICT (ref) DO NOTHING
     RETURNING 1
 )
@@ -385,7 +385,7 @@ impl Store for PostgresStore {
                 if claimed {
                     return Ok(Claim::New {
                         reference: req.key.reference(1),
-                        token: Token(1),
+                        token: Token(req.now.as_millis()),
                     });
                 }
                 let rec = record_row(&row, 2).map_err(db_error)?;

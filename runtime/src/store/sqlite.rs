@@ -48,7 +48,7 @@ const HOLDER: &str = "SELECT key, generation FROM idempotency_records \
 const UPSERT: &str = "\
 INSERT INTO idempotency_records
     (key, tenant, tool, generation, state, fingerprint, token, claimed_at, lease_expires_at)
-SELECT $1, $2, $3, 1, 0, $4, 1, $5, $6
+SELECT $1, $2, $3, 1, 0, $4, $5, $5, $6
 WHERE NOT EXISTS (SELECT 1 FROM idempotency_records WHERE key BETWEEN $7 AND $8 AND key <> $1)
 ON CONFLICT (key) DO UPDATE SET
     token = token + 1,
