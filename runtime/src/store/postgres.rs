@@ -610,7 +610,7 @@ impl Store for PostgresStore {
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
         Box::pin(async move {
-            let rows: Vec<(i64, Vec<u8>, i32, String, String, i32)> = sqlx::query_as(
+            let rows: Vec<sql::OutboxRow<i32>> = sqlx::query_as(
                 "UPDATE idempotency_outbox SET attempts = attempts + 1, visible_at = $2 WHERE id IN \
                  (SELECT id FROM idempotency_outbox WHERE visible_at <= $1 ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
                  RETURNING id, key, generation, topic, payload, attempts - 1",
@@ -621,21 +621,7 @@ impl Store for PostgresStore {
             .fetch_all(&self.pool)
             .await
             .map_err(db_error)?;
-            let mut out = rows
-                .into_iter()
-                .map(|(id, key, generation, topic, payload, attempts)| {
-                    Ok(OutboxEntry {
-                        id,
-                        reference: sql::key_of(&key)?
-                            .reference(sql::generation_of(i64::from(generation))?),
-                        topic,
-                        payload,
-                        attempts,
-                    })
-                })
-                .collect::<Result<Vec<_>, StoreError>>()?;
-            out.sort_by_key(|e| e.id);
-            Ok(out)
+            sql::outbox_entries(rows)
         })
     }
 

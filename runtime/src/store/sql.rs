@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, Key, Reference};
 use crate::record::{RecordState, RecordStatus, StoredResponse};
-use crate::store::{Claim, Settlement, StoreError, Token, Unsettled};
+use crate::store::{Claim, OutboxEntry, Settlement, StoreError, Token, Unsettled};
 
 /// The library's own migrations table (never the application's `_sqlx_migrations`).
 pub(crate) const MIGRATIONS_TABLE: &str = "idempotency_migrations";
@@ -256,6 +256,29 @@ pub(crate) fn unsettled<G: Into<i64>>(row: UnsettledRow<G>) -> Result<Unsettled,
         token: Token(token),
         claimed_at: Timestamp::from_millis(claimed_at),
     })
+}
+
+/// An outbox row as read: id, key, generation, topic, payload, attempts before this one.
+pub(crate) type OutboxRow<G> = (i64, Vec<u8>, G, String, String, i32);
+
+/// Outbox rows read back, oldest (lowest id) first.
+pub(crate) fn outbox_entries<G: Into<i64>>(
+    rows: Vec<OutboxRow<G>>,
+) -> Result<Vec<OutboxEntry>, StoreError> {
+    let mut out = rows
+        .into_iter()
+        .map(|(id, key, generation, topic, payload, attempts)| {
+            Ok(OutboxEntry {
+                id,
+                reference: key_of(&key)?.reference(generation_of(generation.into())?),
+                topic,
+                payload,
+                attempts,
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    out.sort_by_key(|e| e.id);
+    Ok(out)
 }
 
 /// The columns a settlement writes: state, ok, response, completed_at, expires_at. A completed

@@ -498,7 +498,7 @@ impl Store for SqliteStore {
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
         Box::pin(async move {
-            let rows: Vec<(i64, Vec<u8>, i64, String, String, i32)> = sqlx::query_as(
+            let rows: Vec<sql::OutboxRow<i64>> = sqlx::query_as(
                 "UPDATE idempotency_outbox SET attempts = attempts + 1, visible_at = $2 WHERE id IN \
                  (SELECT id FROM idempotency_outbox WHERE visible_at <= $1 ORDER BY id LIMIT $3) \
                  RETURNING id, key, generation, topic, payload, attempts - 1",
@@ -509,20 +509,7 @@ impl Store for SqliteStore {
             .fetch_all(&self.pool)
             .await
             .map_err(db_error)?;
-            let mut out = rows
-                .into_iter()
-                .map(|(id, key, generation, topic, payload, attempts)| {
-                    Ok(OutboxEntry {
-                        id,
-                        reference: sql::key_of(&key)?.reference(sql::generation_of(generation)?),
-                        topic,
-                        payload,
-                        attempts,
-                    })
-                })
-                .collect::<Result<Vec<_>, StoreError>>()?;
-            out.sort_by_key(|e| e.id);
-            Ok(out)
+            sql::outbox_entries(rows)
         })
     }
 
