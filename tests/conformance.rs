@@ -561,6 +561,39 @@ async fn stale_tokens_are_fenced(b: &Backend) {
         matches!(b.claim(k, None, 5 * S).await, Claim::Completed { response, .. } if response == answer("done"))
     );
 
+    // A definitive error answer is a completed record too (PostgreSQL stores it under its own
+    // state code): the holder's later calls are told so, never that the row is damaged.
+    let e = key("fenced-error");
+    let te = b.new_claim(e, None, 0).await;
+    let declined = StoredResponse {
+        ok: false,
+        body: "declined".to_owned(),
+    };
+    b.complete_with(e, te, S, WINDOW, &declined, &[])
+        .await
+        .expect("complete with an error answer");
+    let re = e.reference(1);
+    assert_wrong_state(b.store.release(e, te, at(2 * S)).await, re, "completed");
+    assert_wrong_state(b.store.renew(e, te, at(3 * LEASE)).await, re, "completed");
+    assert_wrong_state(
+        b.store.mark_unknown(e, te, at(2 * S)).await,
+        re,
+        "completed",
+    );
+    assert_wrong_state(
+        b.complete(e, te, 2 * S, WINDOW, "again").await,
+        re,
+        "completed",
+    );
+    assert_wrong_state(
+        b.settle(e, te, &Settlement::Unknown, 2 * S).await,
+        re,
+        "completed",
+    );
+    assert!(
+        matches!(b.claim(e, None, 3 * S).await, Claim::Completed { response, .. } if response == declined)
+    );
+
     let missing = key("missing");
     assert_not_found(b.complete(missing, t1, 0, WINDOW, "x").await);
     assert_not_found(b.store.release(missing, t1, at(0)).await);

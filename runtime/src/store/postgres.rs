@@ -277,9 +277,18 @@ impl PostgresStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(db_error)?;
+        // This backend folds `ok` into the state: a completed error answer is code 4, which the
+        // shared code knows as plain `completed`.
         Ok(row
             .filter(|(.., rest)| rest[..] == *rest_of(key))
-            .map(|(g, t, s, _)| (i64::from(g), t, s)))
+            .map(|(g, t, s, _)| {
+                let s = if s == COMPLETED_ERR {
+                    RecordState::Completed.code()
+                } else {
+                    s
+                };
+                (i64::from(g), t, s)
+            }))
     }
 
     /// Runs a fenced update; when it changes nothing, reads the row to say why.
