@@ -329,7 +329,8 @@ async fn fill(clients: usize, rows: u64, op: &Op, keys: &Arc<Keys>) {
     keys.next.store(rows, Ordering::Relaxed);
 }
 
-// Counting the statements a repeat sends: sqlx emits one `sqlx::query` event per statement.
+// Counting the round trips a repeat takes: sqlx emits one `sqlx::query` event per query it sends
+// (on SQLite, per call into its worker thread, however many statements the call holds).
 static COUNTING: AtomicBool = AtomicBool::new(false);
 static STATEMENTS: AtomicU64 = AtomicU64::new(0);
 
@@ -484,7 +485,7 @@ async fn phase(
     let s = statements_per_call(&store.repeat, || rng.below(sn)).await;
     let r = statements_per_call(&raw.repeat, || rng.below(rn)).await;
     t.row(
-        "statements per repeat",
+        "round trips per repeat",
         label,
         format!("{s:.2}"),
         format!("{r:.2}"),
