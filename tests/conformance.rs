@@ -1231,6 +1231,42 @@ mod sql {
     use sqlx::Row;
 
     #[tokio::test]
+    async fn sqlite_in_memory_databases_are_refused() {
+        for path in [":memory:", ""] {
+            let err = SqliteStore::open(path)
+                .await
+                .expect_err("an in-memory database forgets its records");
+            assert!(
+                matches!(&err, StoreError::Unavailable(m) if m.to_string().contains("needs a database file")),
+                "{path:?}: {err}"
+            );
+        }
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .connect("sqlite::memory:")
+            .await
+            .expect("pool");
+        let err = SqliteStore::from_pool(pool)
+            .await
+            .expect_err("refused on a pool too");
+        assert!(err.to_string().contains("MemoryStore"), "{err}");
+
+        // A file, even one opened without WAL, is accepted (with a warning in the log).
+        let file = SqliteFile::new("no-wal");
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .connect_with(
+                sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(&file.0)
+                    .create_if_missing(true),
+            )
+            .await
+            .expect("pool");
+        let store = SqliteStore::from_pool(pool)
+            .await
+            .expect("a file is accepted");
+        store.pool().close().await;
+    }
+
+    #[tokio::test]
     async fn sqlite_migrations_are_recorded_once_in_their_own_table() {
         let file = SqliteFile::new("migrate");
         let store = SqliteStore::open(&file.0).await.expect("open");

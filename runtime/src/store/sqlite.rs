@@ -120,7 +120,41 @@ impl SqliteStore {
     }
 
     /// A store on an existing pool; runs the migrations.
+    ///
+    /// Refuses a pool on an in-memory or temporary database (`:memory:`, `mode=memory`, an empty
+    /// file name): each of its connections would see a database of its own, and records would
+    /// vanish with a recycled connection, so a repeat could run again. Use
+    /// [`MemoryStore`](crate::store::memory::MemoryStore) for records in memory. Logs a warning
+    /// when the connections are not in WAL mode or have no busy timeout (build the pool from
+    /// [`SqliteStore::connect_options`]).
     pub async fn from_pool(pool: SqlitePool) -> Result<Self, StoreError> {
+        let file: Option<String> =
+            sqlx::query_scalar("SELECT file FROM pragma_database_list WHERE name = 'main'")
+                .fetch_optional(&pool)
+                .await
+                .map_err(db_error)?;
+        if file.as_deref().unwrap_or("").is_empty() {
+            return Err(StoreError::Unavailable(
+                "SqliteStore needs a database file: this pool's database is in memory or temporary, so its \
+                 records would not survive a recycled connection or a restart and a repeat could run twice. \
+                 Open a file (SqliteStore::open(\"idempotency.db\")) or use MemoryStore for tests"
+                    .into(),
+            ));
+        }
+        let (journal, busy): (String, i64) = sqlx::query_as(
+            "SELECT (SELECT journal_mode FROM pragma_journal_mode), (SELECT timeout FROM pragma_busy_timeout)",
+        )
+        .fetch_one(&pool)
+        .await
+        .map_err(db_error)?;
+        if !journal.eq_ignore_ascii_case("wal") || busy == 0 {
+            tracing::warn!(
+                journal_mode = %journal,
+                busy_timeout_ms = busy,
+                "SqliteStore: this pool's connections are not in WAL mode with a busy timeout; concurrent calls \
+                 may fail with 'database is locked'. Build the pool from SqliteStore::connect_options(path)."
+            );
+        }
         let store = SqliteStore { pool };
         store.migrate().await?;
         Ok(store)
