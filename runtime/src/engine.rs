@@ -438,7 +438,12 @@ impl Idempotency {
                 Ok(())
             }
             Err(e @ (StoreError::Fenced { .. } | StoreError::WrongState { .. })) => {
+                // The settlement (the reconciler's, from the processor) stands; this worker's
+                // follow-on messages were not written with it. Say so, with their topics, so
+                // whoever settled it can send them.
+                let topics: Vec<&str> = outbox.iter().map(|m| m.topic.as_str()).collect();
                 tracing::warn!(tool = spec.name, reference = %guard.reference, error = %e,
+                    unsent_outbox = outbox.len(), unsent_topics = ?topics,
                     "idempotency late completion rejected: the record was settled by someone else");
                 Ok(())
             }

@@ -134,7 +134,8 @@ impl Reconciler {
     /// Runs a round every `every` in a background task, until the task is aborted.
     pub fn spawn(self, every: Duration) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
+            // `interval` panics on a zero period.
+            let mut tick = tokio::time::interval(every.max(Duration::from_millis(1)));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
@@ -216,7 +217,8 @@ where
         Fut: 'static,
     {
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
+            // `interval` panics on a zero period.
+            let mut tick = tokio::time::interval(every.max(Duration::from_millis(1)));
             loop {
                 tick.tick().await;
                 if let Err(e) = self.run_once().await {

@@ -22,6 +22,25 @@
 //! A reference names one record: when a record of a *different* key shares this key's first 8
 //! bytes (so its reference), the claim fails with [`StoreError::ReferenceTaken`] whatever that
 //! record's state, until it is purged.
+//!
+//! ## Round trips (SQL stores)
+//!
+//! A claim is one round trip whatever its answer: on PostgreSQL one statement (an
+//! `INSERT … ON CONFLICT DO NOTHING` that returns the row it found); on SQLite one call into
+//! sqlx's worker thread holding two statements (the guarded upsert, then the row it found, read
+//! only when the upsert changed nothing). Two rare cases take a second one: a claim that takes
+//! over a released or window-expired record on PostgreSQL, and a claim whose reference another
+//! key's record holds. Completions, releases and the other fenced updates are one statement;
+//! one that changes nothing reads the row again to say why.
+//!
+//! ## Background scans
+//!
+//! The SQL tables have no index but the key (a second index would cost bytes on every row and
+//! keep completions from being HOT updates on PostgreSQL). [`Store::purge`] reads the table until
+//! it has found its batch; [`Store::unsettled`] reads all of it (the unsettled records are
+//! few, their sort is cheap, the rest of the table is the cost). Both are meant for background
+//! tasks that run every few minutes: [`spawn_purger`] and the
+//! [`Reconciler`](crate::reconcile::Reconciler), never per request.
 
 use std::future::Future;
 use std::pin::Pin;
