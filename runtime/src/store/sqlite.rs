@@ -292,7 +292,7 @@ fn bytes(key: &Key) -> &[u8] {
 impl Store for SqliteStore {
     /// One call to sqlx's SQLite worker answers a fresh claim, a takeover and a repeat alike:
     /// the upsert, then (only when it changed nothing) the row it found, in one prepared batch
-    /// ([`CLAIM`]). The answer comes from that read; a row that changed between the two
+    /// (`CLAIM`). The answer comes from that read; a row that changed between the two
     /// statements, so that it is now one to take over, makes the claim run again. With no row
     /// of its own, another key's record holds the reference (a second call, about one claim in
     /// 2^64).
