@@ -9,7 +9,7 @@
 //!
 //! Environment: `DATABASE_URL` (the PostgreSQL part is skipped without it), `BENCH_ROWS` (rows
 //! in the full table, 100000), `BENCH_SAMPLES` (latency samples per figure, 2000), `BENCH_SECS`
-//! (seconds per side per throughput figure, 8; its ratio is the median of paired 1 s slices),
+//! (seconds per side per throughput figure, 16; its ratio is the median of paired 1 s slices),
 //! `BENCH_CLIENTS` (concurrent clients and pool size, 32), `BENCH_ONLY` (`postgres` or `sqlite`:
 //! run one part), `BENCH_KEEP_SCHEMA` (set: keep the PostgreSQL schema, with both full tables,
 //! for inspection).
@@ -243,6 +243,46 @@ async fn latency_pair(
     (p50(ta), p50(tb))
 }
 
+/// On-CPU time of this process so far (every thread's, from `/proc/self/task/*/schedstat`), in
+/// ns; `None` where the kernel does not offer it.
+fn process_cpu_ns() -> Option<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total)
+}
+
+/// The bench process's own CPU per call (the client side: sqlx, the store's code, the runtime),
+/// one client, sides alternating in blocks of 50 like [`latency_pair`].
+async fn client_cpu_pair(
+    calls: usize,
+    a: (&Op, &mut dyn FnMut() -> u64),
+    b: (&Op, &mut dyn FnMut() -> u64),
+) -> Option<(Duration, Duration)> {
+    let (op_a, next_a) = a;
+    let (op_b, next_b) = b;
+    let (mut ca, mut cb) = (0u64, 0u64);
+    let mut n = 0;
+    while n < calls {
+        let t = process_cpu_ns()?;
+        for _ in 0..50 {
+            op_a(next_a()).await;
+        }
+        let u = process_cpu_ns()?;
+        for _ in 0..50 {
+            op_b(next_b()).await;
+        }
+        let v = process_cpu_ns()?;
+        ca += u - t;
+        cb += v - u;
+        n += 50;
+    }
+    let per = |ns: u64| Duration::from_nanos(ns / n as u64);
+    Some((per(ca), per(cb)))
+}
+
 /// Calls per second with `clients` concurrent clients for `secs` seconds.
 async fn throughput(clients: usize, secs: f64, op: &Op, keys: &Arc<Keys>) -> f64 {
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
@@ -473,6 +513,24 @@ async fn phase(
         rate,
         target("store >= 0.90x raw"),
     );
+    let (sk, rk) = (store.keys.clone(), raw.keys.clone());
+    if let Some(cpu) = client_cpu_pair(
+        cfg.samples,
+        (&store.fresh, &mut || sk.take()),
+        (&raw.fresh, &mut || rk.take()),
+    )
+    .await
+    {
+        let us = |d: Duration| format!("{:.1} us", d.as_secs_f64() * 1e6);
+        t.row(
+            "client CPU per fresh call",
+            label,
+            us(cpu.0),
+            us(cpu.1),
+            Some(cpu.0.as_secs_f64() / cpu.1.as_secs_f64()),
+            "",
+        );
+    }
     let (sn, rn) = (store.keys.issued(), raw.keys.issued());
     let (mut r1, mut r2) = (Rng(rng.0), Rng(rng.0 ^ 0x9e37_79b9));
     let repeat = latency_pair(
@@ -716,7 +774,7 @@ fn main() {
     let cfg = Config {
         rows: env("BENCH_ROWS", 100_000),
         samples: env("BENCH_SAMPLES", 2_000) as usize,
-        secs: env("BENCH_SECS", 8) as f64,
+        secs: env("BENCH_SECS", 16) as f64,
         clients: env("BENCH_CLIENTS", 32) as usize,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
