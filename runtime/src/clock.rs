@@ -92,6 +92,12 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// A Tokio interval ticking every `every` (the first tick at once) for the background tasks;
+/// a zero period, on which `tokio::time::interval` panics, becomes 1 ms.
+pub(crate) fn ticker(every: Duration) -> tokio::time::Interval {
+    tokio::time::interval(every.max(Duration::from_millis(1)))
+}
+
 /// Where the engine reads the time. [`SystemClock`] in production, [`ManualClock`] in tests.
 pub trait Clock: Send + Sync + 'static {
     /// The current time.

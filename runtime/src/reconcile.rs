@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::Clock;
+use crate::clock::{ticker, Clock};
 use crate::store::{BoxFuture, OutboxEntry, Settlement, Store, StoreError, Unsettled};
 
 /// What you tell the reconciler about one unsettled claim.
@@ -134,8 +134,7 @@ impl Reconciler {
     /// Runs a round every `every` in a background task, until the task is aborted.
     pub fn spawn(self, every: Duration) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
-            // `interval` panics on a zero period.
-            let mut tick = tokio::time::interval(every.max(Duration::from_millis(1)));
+            let mut tick = ticker(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
@@ -217,8 +216,7 @@ where
         Fut: 'static,
     {
         tokio::spawn(async move {
-            // `interval` panics on a zero period.
-            let mut tick = tokio::time::interval(every.max(Duration::from_millis(1)));
+            let mut tick = ticker(every);
             loop {
                 tick.tick().await;
                 if let Err(e) = self.run_once().await {

@@ -277,18 +277,9 @@ impl PostgresStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(db_error)?;
-        // This backend folds `ok` into the state: a completed error answer is code 4, which the
-        // shared code knows as plain `completed`.
         Ok(row
             .filter(|(.., rest)| rest[..] == *rest_of(key))
-            .map(|(g, t, s, _)| {
-                let s = if s == COMPLETED_ERR {
-                    RecordState::Completed.code()
-                } else {
-                    s
-                };
-                (i64::from(g), t, s)
-            }))
+            .map(|(g, t, s, _)| (i64::from(g), t, split_state(s).0)))
     }
 
     /// Runs a fenced update; when it changes nothing, reads the row to say why.
@@ -341,17 +332,23 @@ fn state_code(state: RecordState, ok: Option<bool>) -> i16 {
     }
 }
 
+/// The inverse of [`state_code`]: the shared [`RecordState::code`] and, for a completed record,
+/// whether its answer is `Ok`.
+fn split_state(code: i16) -> (i16, Option<bool>) {
+    match code {
+        COMPLETED_ERR => (RecordState::Completed.code(), Some(false)),
+        c if c == RecordState::Completed.code() => (c, Some(true)),
+        c => (c, None),
+    }
+}
+
 /// Reads `generation, state, fingerprint, claimed_at, ends_at, completed_at, response` from
 /// column `at` on into the shared row model.
 fn record_row(r: &PgRow, at: usize) -> Result<RecordRow, sqlx::Error> {
     let code: i16 = r.try_get(at + 1)?;
     let fingerprint: Vec<u8> = r.try_get(at + 2)?;
     let ends_at: i64 = r.try_get(at + 4)?;
-    let (state, ok) = match code {
-        COMPLETED_ERR => (RecordState::Completed.code(), Some(false)),
-        c if c == RecordState::Completed.code() => (c, Some(true)),
-        c => (c, None),
-    };
+    let (state, ok) = split_state(code);
     let settled = state == RecordState::Completed.code() || state == RecordState::Released.code();
     Ok(RecordRow {
         generation: i64::from(r.try_get::<i32, _>(at)?),

@@ -7,7 +7,7 @@ use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
 use super::Store;
-use crate::clock::Clock;
+use crate::clock::{ticker, Clock};
 
 /// How many records one [`Store::purge`] call deletes; a pass repeats it until a call deletes
 /// fewer, yielding in between, so no statement holds locks for long.
@@ -42,7 +42,7 @@ pub fn spawn_purger(
     retention: Duration,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every.max(Duration::from_millis(1)));
+        let mut tick = ticker(every);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tick.tick().await;

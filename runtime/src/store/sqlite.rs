@@ -128,11 +128,13 @@ impl SqliteStore {
     /// when the connections are not in WAL mode or have no busy timeout (build the pool from
     /// [`SqliteStore::connect_options`]).
     pub async fn from_pool(pool: SqlitePool) -> Result<Self, StoreError> {
-        let file: Option<String> =
-            sqlx::query_scalar("SELECT file FROM pragma_database_list WHERE name = 'main'")
-                .fetch_optional(&pool)
-                .await
-                .map_err(db_error)?;
+        let (file, journal, busy): (Option<String>, String, i64) = sqlx::query_as(
+            "SELECT (SELECT file FROM pragma_database_list WHERE name = 'main'), \
+                    (SELECT journal_mode FROM pragma_journal_mode), (SELECT timeout FROM pragma_busy_timeout)",
+        )
+        .fetch_one(&pool)
+        .await
+        .map_err(db_error)?;
         if file.as_deref().unwrap_or("").is_empty() {
             return Err(StoreError::Unavailable(
                 "SqliteStore needs a database file: this pool's database is in memory or temporary, so its \
@@ -141,12 +143,6 @@ impl SqliteStore {
                     .into(),
             ));
         }
-        let (journal, busy): (String, i64) = sqlx::query_as(
-            "SELECT (SELECT journal_mode FROM pragma_journal_mode), (SELECT timeout FROM pragma_busy_timeout)",
-        )
-        .fetch_one(&pool)
-        .await
-        .map_err(db_error)?;
         if !journal.eq_ignore_ascii_case("wal") || busy == 0 {
             tracing::warn!(
                 journal_mode = %journal,
