@@ -118,14 +118,11 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
     let rmcp = matches!(f.mode, Mode::Rmcp { .. });
 
     let window = opts.window_ms();
-    let timeout = match &opts.timeout {
-        Some(t) => {
-            let ms = t.value;
-            quote!(#p::Option::Some(#p::Duration::from_millis(#ms)))
-        }
-        None => quote!(#p::Option::None),
-    };
-    let spec = quote!(#p::ToolSpec::__wrapped(#name, #p::Duration::from_millis(#window), #timeout));
+    let timeout = opts.timeout.as_ref().map(|t| {
+        let ms = t.value;
+        quote!(.with_timeout(#p::Duration::from_millis(#ms)))
+    });
+    let spec = quote!(#p::ToolSpec::new(#name, #p::Duration::from_millis(#window)) #timeout);
     let (spec_path, descriptor) = if f.method {
         let c = const_name(fn_name);
         let descriptor = quote! {
@@ -255,8 +252,8 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         sig.output =
             syn::parse_quote!(-> #p::Result<#p::rmcp::model::CallToolResult, #p::rmcp::ErrorData>);
         let prologue = quote! {
-            let __idem_engine = #p::mcp::IdempotentServer::idempotency(self);
-            let #caller = match #p::mcp::IdempotentServer::caller(self, &#request) {
+            let __idem_engine = #p::IdempotencyContext::<#p::mcp::Request>::idempotency(self);
+            let #caller = match #p::IdempotencyContext::<#p::mcp::Request>::caller(self, &#request) {
                 #p::Result::Ok(__idem_c) => __idem_c,
                 #p::Result::Err(__idem_e) => return #p::mcp::refuse(__idem_e),
             };
@@ -275,8 +272,8 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         let from = quote_spanned!(err.span()=> <#err as #pe::From<#pe::Error>>::from);
         let prologue = quote! {
             let __idem_ctx = #ctx;
-            let __idem_engine = #p::IdempotencyContext::idempotency(__idem_ctx);
-            let #caller = match #p::IdempotencyContext::caller(__idem_ctx) {
+            let __idem_engine = #p::IdempotencyContext::<()>::idempotency(__idem_ctx);
+            let #caller = match #p::IdempotencyContext::<()>::caller(__idem_ctx, &()) {
                 #p::Result::Ok(__idem_c) => __idem_c,
                 #p::Result::Err(__idem_e) => return #p::Result::Err(#from(__idem_e)),
             };
