@@ -541,6 +541,44 @@ async fn follow_on_work_is_written_with_the_completion_and_not_twice() {
     assert_eq!(msgs[0].topic, "receipt_email");
 }
 
+/// A message queued after the handler returned (from a task that outlived it) would miss the
+/// completion's transaction: it is refused, never dropped silently.
+#[tokio::test]
+async fn enqueue_after_the_call_finished_is_refused() {
+    let w = world();
+    let kept: Arc<std::sync::Mutex<Option<idempotency::Call>>> = Arc::default();
+    let prepared = Prepared::call(&w.caller, "charge_card", &43u64).unwrap();
+    let (p, slot) = (w.processor.clone(), kept.clone());
+    let out = w
+        .engine
+        .execute(
+            &spec(),
+            &w.caller,
+            prepared,
+            ErrorPolicy::<ChargeError>::classified(),
+            async move {
+                *slot.lock().unwrap() = idempotency::Call::current();
+                Ok(p.charge())
+            },
+        )
+        .await;
+    assert!(out.result.is_ok());
+    let call = kept.lock().unwrap().take().expect("the body saw its call");
+    let late = call.enqueue("receipt_email", &serde_json::json!({"to": "a@example.com"}));
+    match late {
+        Err(e @ idempotency::outbox::EnqueueError::Closed { .. }) => {
+            assert!(e.to_string().contains(&call.reference().to_string()), "{e}")
+        }
+        other => panic!("expected Closed, got {other:?}"),
+    }
+    let msgs = w
+        .store
+        .fetch(w.clock.now(), w.clock.now() + Duration::from_secs(60), 10)
+        .await
+        .unwrap();
+    assert!(msgs.is_empty(), "nothing was written for the late message");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_concurrent_claims_make_one_new_claim() {
     let store = Arc::new(MemoryStore::new());
