@@ -719,7 +719,18 @@ async fn a_panic_before_the_side_effect_is_unknown_until_reconciled_then_runs_on
             .await
         })
     };
-    assert!(run(true).await.expect_err("panics").is_panic());
+    let panicked = run(true).await.expect("a panic is answered, not re-raised");
+    assert!(
+        matches!(
+            panicked.result,
+            Err(Failure::Wrapper(Error::OutcomeUnknown {
+                reason: UnknownReason::Panicked(_),
+                ..
+            }))
+        ),
+        "{:?}",
+        panicked.result
+    );
     let r = run(false).await.expect("no panic");
     assert!(
         matches!(
