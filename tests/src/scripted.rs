@@ -85,7 +85,9 @@ impl Scripted {
     /// Waits until a call parks, and says which method it was.
     pub async fn parked(&self) -> Op {
         let mut rx = self.parked_rx.lock().await;
-        rx.recv().await.expect("the sender lives as long as the store")
+        rx.recv()
+            .await
+            .expect("the sender lives as long as the store")
     }
 
     /// Lets one parked call go on.
@@ -106,24 +108,29 @@ impl Scripted {
             .unwrap_or(Act::Pass)
     }
 
-    fn run<'a, T: Send + 'a>(
+    /// Runs `call` (only made when the script lets the call reach the wrapped store: some
+    /// stores do their work when the method is called, before the future is polled).
+    fn run<'a, T: Send + 'a, F>(
         &'a self,
         op: Op,
-        call: impl Future<Output = Result<T, StoreError>> + Send + 'a,
-    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        call: impl FnOnce() -> F + Send + 'a,
+    ) -> BoxFuture<'a, Result<T, StoreError>>
+    where
+        F: Future<Output = Result<T, StoreError>> + Send + 'a,
+    {
         let act = self.next(op);
         Box::pin(async move {
             match act {
-                Act::Pass => call.await,
+                Act::Pass => call().await,
                 Act::Fail => Err(unavailable(op)),
                 Act::Hang => std::future::pending().await,
                 Act::Park => {
                     let _ = self.parked_tx.send(op);
                     self.gate.acquire().await.expect("never closed").forget();
-                    call.await
+                    call().await
                 }
                 Act::CommitThenFail => {
-                    let _ = call.await;
+                    let _ = call().await;
                     Err(unavailable(op))
                 }
             }
@@ -137,10 +144,10 @@ fn unavailable(op: Op) -> StoreError {
 
 impl RecordStore for Scripted {
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
-        self.run(Op::Claim, self.inner.claim(req))
+        self.run(Op::Claim, move || self.inner.claim(req))
     }
     fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.run(Op::Complete, self.inner.complete(c))
+        self.run(Op::Complete, move || self.inner.complete(c))
     }
     fn release(
         &self,
@@ -148,10 +155,10 @@ impl RecordStore for Scripted {
         token: Token,
         at: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.run(Op::Release, self.inner.release(key, token, at))
+        self.run(Op::Release, move || self.inner.release(key, token, at))
     }
     fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.run(Op::MarkUnknown, self.inner.mark_unknown(key, token))
+        self.run(Op::MarkUnknown, move || self.inner.mark_unknown(key, token))
     }
     fn renew(
         &self,
@@ -159,7 +166,7 @@ impl RecordStore for Scripted {
         token: Token,
         until: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.run(Op::Renew, self.inner.renew(key, token, until))
+        self.run(Op::Renew, move || self.inner.renew(key, token, until))
     }
     fn settle<'a>(
         &'a self,
@@ -169,30 +176,29 @@ impl RecordStore for Scripted {
         at: Timestamp,
         expires_at: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.run(
-            Op::Settle,
-            self.inner.settle(key, token, settlement, at, expires_at),
-        )
+        self.run(Op::Settle, move || {
+            self.inner.settle(key, token, settlement, at, expires_at)
+        })
     }
     fn status<'a>(
         &'a self,
         tenant: &'a str,
         reference: Reference,
     ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
-        self.run(Op::Status, self.inner.status(tenant, reference))
+        self.run(Op::Status, move || self.inner.status(tenant, reference))
     }
 }
 
 impl Maintenance for Scripted {
     fn purge(&self, older_than: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
-        self.run(Op::Purge, self.inner.purge(older_than, limit))
+        self.run(Op::Purge, move || self.inner.purge(older_than, limit))
     }
     fn unsettled(
         &self,
         now: Timestamp,
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
-        self.run(Op::Unsettled, self.inner.unsettled(now, limit))
+        self.run(Op::Unsettled, move || self.inner.unsettled(now, limit))
     }
 }
 
@@ -203,9 +209,11 @@ impl OutboxStore for Scripted {
         invisible_until: Timestamp,
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
-        self.run(Op::Fetch, self.inner.fetch(now, invisible_until, limit))
+        self.run(Op::Fetch, move || {
+            self.inner.fetch(now, invisible_until, limit)
+        })
     }
     fn ack<'a>(&'a self, receipt: &'a Receipt) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.run(Op::Ack, self.inner.ack(receipt))
+        self.run(Op::Ack, move || self.inner.ack(receipt))
     }
 }

@@ -17,14 +17,17 @@ use crate::call::Call;
 use crate::clock::Clock;
 use crate::error::{Error, UnknownReason};
 use crate::key::{Key, Reference};
+use crate::outbox::OutboxMessage;
 use crate::outcome::{Disposition, ErrorPolicy, Failure, Outcome};
 use crate::record::StoredResponse;
 use crate::store::{Completion, Store, StoreError, Token};
 use crate::tool::ToolSpec;
 
-/// A claimed call. Until [`Attempt::settled`] is set, dropping it (the caller's future dropped:
-/// client gone, a timeout around the call, shutdown) settles the record in the background:
-/// released if the body never started, otherwise outcome unknown.
+/// A claimed call. Until its record is settled, dropping it (the caller's future dropped: client
+/// gone, a timeout around the call, shutdown) settles the record in the background with what is
+/// known at that point: released if the body never started or ended with a retryable error,
+/// completed with the answer if the body returned one that was being recorded, otherwise
+/// outcome unknown.
 pub(super) struct Attempt {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
@@ -34,7 +37,40 @@ pub(super) struct Attempt {
     reference: Reference,
     token: Token,
     started: AtomicBool,
-    settled: bool,
+    on_drop: OnDrop,
+}
+
+/// What the drop guard does if the attempt is dropped now.
+enum OnDrop {
+    /// Release if the body never started, else mark the outcome unknown.
+    Undecided,
+    /// The body ended with a retryable error: nothing was done.
+    Release,
+    /// The body returned this answer; it was being recorded.
+    Complete(Box<Answer>),
+    /// The record is settled; nothing to do.
+    Nothing,
+}
+
+/// A completion the attempt owns (the store's [`Completion`] borrows from it).
+struct Answer {
+    response: StoredResponse,
+    outbox: Vec<OutboxMessage>,
+    now: crate::clock::Timestamp,
+    expires_at: crate::clock::Timestamp,
+}
+
+impl Answer {
+    fn completion(&self, key: Key, token: Token) -> Completion<'_> {
+        Completion {
+            key,
+            token,
+            response: &self.response,
+            now: self.now,
+            expires_at: self.expires_at,
+            outbox: &self.outbox,
+        }
+    }
 }
 
 enum Finished<O> {
@@ -63,7 +99,7 @@ impl Attempt {
             reference,
             token,
             started: AtomicBool::new(false),
-            settled: false,
+            on_drop: OnDrop::Undecided,
         }
     }
 
@@ -108,7 +144,7 @@ impl Attempt {
             Finished::Done(_) if lost.is_some() => {
                 // The record was settled by someone else while the body ran: whatever it
                 // returned cannot be recorded, and the settlement stands.
-                self.settled = true;
+                self.on_drop = OnDrop::Nothing;
                 tracing::warn!(tool = self.tool(), reference = %self.reference, error = ?lost,
                     "idempotency: the claim was settled elsewhere while the body ran; its result is not recorded");
                 Err(self.unknown(UnknownReason::LeaseLost, lost))
@@ -116,7 +152,7 @@ impl Attempt {
             Finished::Done(Ok(value)) => match serde_json::to_string(&value) {
                 Ok(body) => {
                     let response = StoredResponse { ok: true, body };
-                    match self.record(&response, &call, settle_by).await {
+                    match self.record(response, &call, settle_by).await {
                         Ok(()) => Ok(value),
                         Err(e) => Err(self.unknown(UnknownReason::NotRecorded, Some(e))),
                     }
@@ -142,7 +178,7 @@ impl Attempt {
                 Disposition::Definitive => match (policy.encode)(&err) {
                     Ok(body) => {
                         let response = StoredResponse { ok: false, body };
-                        match self.record(&response, &call, settle_by).await {
+                        match self.record(response, &call, settle_by).await {
                             Ok(()) => Err(Failure::Handler(err)),
                             Err(e) => Err(self.unknown(UnknownReason::NotRecorded, Some(e))),
                         }
@@ -228,7 +264,8 @@ impl Attempt {
         loop {
             tokio::time::sleep(every).await;
             let until = self.clock.now() + self.lease;
-            match self.store.renew(self.key, self.token, until).await {
+            let by = tokio::time::Instant::now() + every;
+            match bounded(Some(by), self.store.renew(self.key, self.token, until)).await {
                 Ok(()) => {}
                 Err(
                     e @ (StoreError::Fenced { .. }
@@ -246,28 +283,36 @@ impl Attempt {
         }
     }
 
-    /// Completes the record with `response` and the call's outbox. The guard stays armed until
-    /// the store has answered. `Err` only when the answer could not be recorded.
+    /// Completes the record with `response` and the call's outbox. The guard stays armed (to
+    /// complete it in the background) until the store has answered. `Err` only when the answer
+    /// could not be recorded.
     async fn record(
         &mut self,
-        response: &StoredResponse,
+        response: StoredResponse,
         call: &Call,
         settle_by: Option<tokio::time::Instant>,
     ) -> Result<(), StoreError> {
         let now = self.clock.now();
-        let outbox = call.outbox.take();
-        let completion = Completion {
-            key: self.key,
-            token: self.token,
+        self.on_drop = OnDrop::Complete(Box::new(Answer {
             response,
+            outbox: call.outbox.take(),
             now,
             expires_at: now + self.spec.window,
-            outbox: &outbox,
+        }));
+        let OnDrop::Complete(answer) = &self.on_drop else {
+            unreachable!("set on the line above")
         };
+        let completion = answer.completion(self.key, self.token);
         let done = bounded(settle_by, self.store.complete(&completion)).await;
+        let unsent: Vec<String> = match &done {
+            Err(StoreError::Fenced { .. } | StoreError::WrongState { .. }) => {
+                answer.outbox.iter().map(|m| m.topic.clone()).collect()
+            }
+            _ => Vec::new(),
+        };
         match done {
             Ok(()) => {
-                self.settled = true;
+                self.on_drop = OnDrop::Nothing;
                 tracing::debug!(tool = self.tool(), reference = %self.reference, "idempotency complete");
                 Ok(())
             }
@@ -275,16 +320,22 @@ impl Attempt {
                 // The settlement (the reconciler's, from the processor) stands; this worker's
                 // follow-on messages were not written with it. Say so, with their topics, so
                 // whoever settled it can send them.
-                self.settled = true;
-                let topics: Vec<&str> = outbox.iter().map(|m| m.topic.as_str()).collect();
+                self.on_drop = OnDrop::Nothing;
                 tracing::warn!(tool = self.tool(), reference = %self.reference, error = %e,
-                    unsent_outbox = outbox.len(), unsent_topics = ?topics,
+                    unsent_outbox = unsent.len(), unsent_topics = ?unsent,
                     "idempotency late completion rejected: the record was settled by someone else");
                 Ok(())
+            }
+            Err(e) if is_elapsed(&e) => {
+                // The store did not answer in time: the guard completes it in the background.
+                tracing::error!(tool = self.tool(), reference = %self.reference,
+                    "idempotency: the store did not answer the completion in time; outcome unknown to the caller, completion retried in the background");
+                Err(e)
             }
             Err(e) => {
                 tracing::error!(tool = self.tool(), reference = %self.reference, error = %e,
                     "idempotency completion failed after the side effect: outcome unknown");
+                self.on_drop = OnDrop::Undecided;
                 self.mark_unknown(settle_by).await;
                 Err(e)
             }
@@ -295,13 +346,13 @@ impl Attempt {
     /// will see it); a store that does not answer by `settle_by` is left to the drop guard.
     async fn mark_unknown(&mut self, settle_by: Option<tokio::time::Instant>) {
         match bounded(settle_by, self.store.mark_unknown(self.key, self.token)).await {
-            Ok(()) => self.settled = true,
-            Err(e @ StoreError::Unavailable(_)) if is_elapsed(&e) => {
+            Ok(()) => self.on_drop = OnDrop::Nothing,
+            Err(e) if is_elapsed(&e) => {
                 tracing::error!(tool = self.tool(), reference = %self.reference,
                     "idempotency: the store did not answer in time to mark the outcome unknown; it is retried in the background");
             }
             Err(e) => {
-                self.settled = true;
+                self.on_drop = OnDrop::Nothing;
                 tracing::error!(tool = self.tool(), reference = %self.reference, error = %e,
                     "idempotency could not mark the outcome unknown; the claim stays in flight until reconciled");
             }
@@ -311,12 +362,13 @@ impl Attempt {
     /// Gives the claim back: nothing was done. A failed release is tried once more; if that
     /// fails too, the error says so (a repeat would be told "in flight").
     async fn release(&mut self, settle_by: Option<tokio::time::Instant>) -> Result<(), StoreError> {
+        self.on_drop = OnDrop::Release;
         let mut last = None;
         for attempt in 1..=2 {
             let now = self.clock.now();
             match bounded(settle_by, self.store.release(self.key, self.token, now)).await {
                 Ok(()) => {
-                    self.settled = true;
+                    self.on_drop = OnDrop::Nothing;
                     return Ok(());
                 }
                 Err(
@@ -325,7 +377,7 @@ impl Attempt {
                     | StoreError::NotFound),
                 ) => {
                     // Settled elsewhere (a reconciler): that settlement stands.
-                    self.settled = true;
+                    self.on_drop = OnDrop::Nothing;
                     tracing::warn!(tool = self.tool(), reference = %self.reference, error = %e, "idempotency release refused: the record was settled elsewhere");
                     return Ok(());
                 }
@@ -341,7 +393,7 @@ impl Attempt {
         }
         let e = last.unwrap_or(StoreError::NotFound);
         if !is_elapsed(&e) {
-            self.settled = true;
+            self.on_drop = OnDrop::Nothing;
         }
         Err(e)
     }
@@ -379,10 +431,13 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 impl Drop for Attempt {
     fn drop(&mut self) {
-        if self.settled {
-            return;
-        }
-        let started = self.started.load(Ordering::Relaxed);
+        let on_drop = std::mem::replace(&mut self.on_drop, OnDrop::Nothing);
+        let on_drop = match on_drop {
+            OnDrop::Nothing => return,
+            OnDrop::Undecided if self.started.load(Ordering::Relaxed) => OnDrop::Undecided,
+            OnDrop::Undecided => OnDrop::Release,
+            other => other,
+        };
         let (store, key, token, reference, tool) = (
             self.store.clone(),
             self.key,
@@ -391,12 +446,30 @@ impl Drop for Attempt {
             self.tool(),
         );
         let now = self.clock.now();
-        tracing::warn!(tool, %reference, started, "idempotency call dropped before it was recorded");
+        let what = match &on_drop {
+            OnDrop::Release => "release",
+            OnDrop::Complete(_) => "complete",
+            _ => "mark unknown",
+        };
+        tracing::warn!(tool, %reference, settle = what, "idempotency call dropped before it was recorded; settling it in the background");
         let settle = async move {
-            let r = if started {
-                store.mark_unknown(key, token).await
-            } else {
-                store.release(key, token, now).await
+            let r = match on_drop {
+                OnDrop::Release => store.release(key, token, now).await,
+                OnDrop::Complete(answer) => {
+                    match store.complete(&answer.completion(key, token)).await {
+                        Err(
+                            e @ (StoreError::Fenced { .. }
+                            | StoreError::WrongState { .. }
+                            | StoreError::NotFound),
+                        ) => Err(e),
+                        Err(e) => {
+                            tracing::error!(tool, %reference, error = %e, "idempotency could not complete a dropped call; marking it unknown");
+                            store.mark_unknown(key, token).await
+                        }
+                        ok => ok,
+                    }
+                }
+                _ => store.mark_unknown(key, token).await,
             };
             if let Err(e) = r {
                 tracing::error!(tool, %reference, error = %e, "idempotency could not settle a dropped call; the reconciler will see its lease expire");

@@ -1,0 +1,411 @@
+//! Every call ends in a truthful, terminal state: dropped at any await point of the engine, a
+//! store that hangs or fails after the body, a panicking body, a renewal that finds its record
+//! settled elsewhere, a failed release, a worker that could not record. Paused time and a
+//! scripted store wrapper; no sleeps stand in for synchronisation.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use idempotency::clock::{Clock, ManualClock, Timestamp};
+use idempotency::error::UnknownReason;
+use idempotency::outcome::{ErrorPolicy, Failure, Outcome};
+use idempotency::store::{MemoryStore, RecordState, Settlement, Store};
+use idempotency::tool::{Prepared, ToolSpec};
+use idempotency::{Caller, Error, Idempotency, Reference};
+use idempotency_tests::scripted::{Act, Op, Scripted};
+
+const T0: i64 = 1_796_000_000_000;
+const WINDOW: Duration = Duration::from_secs(900);
+const LEASE: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
+enum ChargeError {
+    #[error("processor unreachable")]
+    Down,
+    #[error("{0}")]
+    Wrapper(String),
+}
+
+impl From<Error> for ChargeError {
+    fn from(e: Error) -> Self {
+        ChargeError::Wrapper(e.advice())
+    }
+}
+
+struct World {
+    engine: Idempotency,
+    store: Arc<Scripted>,
+    clock: ManualClock,
+    charges: Arc<AtomicUsize>,
+    caller: Caller,
+}
+
+fn world() -> World {
+    let clock = ManualClock::new(Timestamp::from_millis(T0));
+    let inner: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let store = Scripted::new(inner);
+    let shared: Arc<dyn Store> = store.clone();
+    let engine = Idempotency::builder_shared(shared)
+        .clock(clock.clone())
+        .lease(LEASE)
+        .build();
+    World {
+        engine,
+        store,
+        clock,
+        charges: Arc::default(),
+        caller: Caller::new("acme", "alice"),
+    }
+}
+
+fn prepared(w: &World, amount: u64) -> Prepared {
+    Prepared::call(&w.caller, "charge_card", &amount).expect("key")
+}
+
+fn reference(w: &World, amount: u64) -> Reference {
+    prepared(w, amount).key.reference(1)
+}
+
+/// A charge: counts at the far side, then returns `Ok`, or `Err(Down)` when `fail`.
+async fn charge(
+    w: &World,
+    spec: ToolSpec,
+    amount: u64,
+    fail: bool,
+) -> Outcome<u64, Failure<ChargeError>> {
+    let charges = w.charges.clone();
+    w.engine
+        .execute_raw(
+            &spec,
+            &w.caller,
+            prepared(w, amount),
+            ErrorPolicy::<ChargeError>::retryable(),
+            async move {
+                if fail {
+                    return Err(ChargeError::Down);
+                }
+                charges.fetch_add(1, Ordering::SeqCst);
+                Ok(amount)
+            },
+        )
+        .await
+}
+
+fn spec() -> ToolSpec {
+    ToolSpec::new("charge_card", WINDOW)
+}
+
+async fn state(w: &World, r: Reference) -> Option<RecordState> {
+    w.engine
+        .status(&w.caller, r)
+        .await
+        .expect("status")
+        .map(|s| s.state)
+}
+
+/// Waits (a bounded number of scheduler turns, no time passing) until the record of `r` is no
+/// longer in flight: the drop guard settles it from a spawned task.
+async fn settled(w: &World, r: Reference) -> Option<RecordState> {
+    for _ in 0..1_000 {
+        let s = state(w, r).await;
+        if s != Some(RecordState::InFlight) {
+            return s;
+        }
+        tokio::task::yield_now().await;
+    }
+    state(w, r).await
+}
+
+/// Drives `call` until the store parks a method, checks it is `expected`, and drops the call
+/// there.
+async fn drop_at<F: std::future::Future>(w: &World, expected: Op, call: F) {
+    let call = std::pin::pin!(call);
+    tokio::select! {
+        _ = call => panic!("the call finished before parking at {expected:?}"),
+        op = w.store.parked() => assert_eq!(op, expected),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropped_in_the_body_the_record_ends_unknown() {
+    let w = world();
+    let r = reference(&w, 1);
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let (g, e) = (gate.clone(), entered.clone());
+    let spec = spec();
+    {
+        let call = w.engine.execute_raw(
+            &spec,
+            &w.caller,
+            prepared(&w, 1),
+            ErrorPolicy::<ChargeError>::retryable(),
+            async move {
+                e.notify_one();
+                g.notified().await;
+                Ok::<u64, ChargeError>(1)
+            },
+        );
+        let call = std::pin::pin!(call);
+        tokio::select! {
+            _ = call => panic!("the body is held"),
+            () = entered.notified() => {}
+        }
+    }
+    assert_eq!(settled(&w, r).await, Some(RecordState::Unknown));
+}
+
+/// Dropped while its completion was in progress: the answer is known, so the guard completes
+/// the record in the background; a repeat replays it and nothing runs twice.
+#[tokio::test(start_paused = true)]
+async fn dropped_while_completing_the_record_ends_completed_not_in_flight() {
+    let w = world();
+    let r = reference(&w, 2);
+    w.store.script(Op::Complete, [Act::Park]);
+    drop_at(&w, Op::Complete, charge(&w, spec(), 2, false)).await;
+    assert_eq!(w.charges.load(Ordering::SeqCst), 1);
+    assert_eq!(settled(&w, r).await, Some(RecordState::Completed));
+    let again = charge(&w, spec(), 2, false).await;
+    assert!(again.replayed, "{:?}", again.result);
+    assert_eq!(again.result.ok(), Some(2));
+    assert_eq!(w.charges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropped_while_marking_unknown_the_record_ends_unknown() {
+    let w = world();
+    let r = reference(&w, 3);
+    w.store.script(Op::MarkUnknown, [Act::Park]);
+    let with_timeout = spec().with_timeout(Duration::from_secs(2));
+    let charges = w.charges.clone();
+    let call = w.engine.execute_raw(
+        &with_timeout,
+        &w.caller,
+        prepared(&w, 3),
+        ErrorPolicy::<ChargeError>::retryable(),
+        async move {
+            charges.fetch_add(1, Ordering::SeqCst);
+            std::future::pending::<Result<u64, ChargeError>>().await
+        },
+    );
+    drop_at(&w, Op::MarkUnknown, call).await;
+    assert_eq!(settled(&w, r).await, Some(RecordState::Unknown));
+}
+
+/// Dropped while releasing after a retryable error: nothing was done, so the guard releases the
+/// claim and a repeat runs.
+#[tokio::test(start_paused = true)]
+async fn dropped_while_releasing_the_record_ends_released() {
+    let w = world();
+    let r = reference(&w, 4);
+    w.store.script(Op::Release, [Act::Park]);
+    drop_at(&w, Op::Release, charge(&w, spec(), 4, true)).await;
+    assert_eq!(settled(&w, r).await, Some(RecordState::Released));
+    assert_eq!(charge(&w, spec(), 4, false).await.result.ok(), Some(4));
+    assert_eq!(w.charges.load(Ordering::SeqCst), 1);
+}
+
+/// The store freezes after the claim: the caller still hears "outcome unknown, ref X" within
+/// the timeout plus one second, and the body is not held up by a hung lease renewal.
+#[tokio::test(start_paused = true)]
+async fn a_timeout_holds_when_the_store_hangs() {
+    let w = world();
+    for op in [Op::Renew, Op::MarkUnknown, Op::Complete, Op::Release] {
+        w.store.script(op, [Act::Hang; 8]);
+    }
+    let timeout = Duration::from_secs(2);
+    let started = tokio::time::Instant::now();
+    // A body that outlives the timeout: the deadline, not the store, ends the call.
+    let short = spec().with_timeout(timeout);
+    let slow = w.engine.execute_raw(
+        &short,
+        &w.caller,
+        prepared(&w, 5),
+        ErrorPolicy::<ChargeError>::retryable(),
+        std::future::pending::<Result<u64, ChargeError>>(),
+    );
+    let out = slow.await;
+    assert!(started.elapsed() <= timeout + Duration::from_secs(1));
+    assert!(
+        matches!(
+            out.result,
+            Err(Failure::Wrapper(Error::OutcomeUnknown {
+                reason: UnknownReason::TimedOut(_),
+                ..
+            }))
+        ),
+        "{:?}",
+        out.result
+    );
+    assert_eq!(out.reference, Some(reference(&w, 5)));
+    // A body that finishes at once, then a completion that never answers.
+    let started = tokio::time::Instant::now();
+    let out = charge(&w, spec().with_timeout(timeout), 6, false).await;
+    assert!(started.elapsed() <= timeout + Duration::from_secs(1));
+    match out.result {
+        Err(Failure::Wrapper(e @ Error::OutcomeUnknown { .. })) => {
+            assert!(matches!(
+                &e,
+                Error::OutcomeUnknown {
+                    reason: UnknownReason::NotRecorded,
+                    source: Some(_),
+                    ..
+                }
+            ));
+            assert!(e.advice().contains(&reference(&w, 6).to_string()));
+        }
+        other => panic!("expected an unknown outcome, got {other:?}"),
+    }
+    // A long body keeps running while every renewal hangs (renewals run beside it).
+    let started = tokio::time::Instant::now();
+    let generous = spec().with_timeout(Duration::from_secs(600));
+    let long = w.engine.execute_raw(
+        &generous,
+        &w.caller,
+        prepared(&w, 7),
+        ErrorPolicy::<ChargeError>::retryable(),
+        async {
+            tokio::time::sleep(Duration::from_secs(120)).await;
+            Ok::<u64, ChargeError>(7)
+        },
+    );
+    w.store.script(Op::Complete, []);
+    let out = long.await;
+    assert!(started.elapsed() >= Duration::from_secs(120));
+    assert!(
+        out.result.is_err(),
+        "the completion hangs too: outcome unknown"
+    );
+    assert!(
+        w.store.calls(Op::Renew) >= 3,
+        "renewals were attempted beside the body"
+    );
+}
+
+/// A renewal that finds the record settled elsewhere stops the renewals and the attempt tells
+/// the truth: its result was not recorded; the settlement stands.
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_is_acted_on() {
+    let w = world();
+    let r = reference(&w, 8);
+    let store: Arc<dyn Store> = w.store.clone();
+    let (clock, charges) = (w.clock.clone(), w.charges.clone());
+    let body = async move {
+        // Meanwhile the lease "passed" and a reconciler settled the claim as released.
+        clock.advance(LEASE + Duration::from_secs(1));
+        let unsettled = store.unsettled(clock.now(), 10).await.expect("unsettled");
+        let claim = &unsettled[0];
+        store
+            .settle(
+                claim.key,
+                claim.token,
+                &Settlement::Released,
+                clock.now(),
+                clock.now(),
+            )
+            .await
+            .expect("settled");
+        tokio::time::sleep(LEASE).await; // the next renewals run, and are refused
+        charges.fetch_add(1, Ordering::SeqCst);
+        Ok::<u64, ChargeError>(8)
+    };
+    let out = w
+        .engine
+        .execute_raw(
+            &spec(),
+            &w.caller,
+            prepared(&w, 8),
+            ErrorPolicy::<ChargeError>::retryable(),
+            body,
+        )
+        .await;
+    assert!(
+        matches!(
+            out.result,
+            Err(Failure::Wrapper(Error::OutcomeUnknown {
+                reason: UnknownReason::LeaseLost,
+                ..
+            }))
+        ),
+        "{:?}",
+        out.result
+    );
+    assert_eq!(w.store.calls(Op::Renew), 1, "renewals stop once refused");
+    assert_eq!(
+        w.store.calls(Op::Complete),
+        0,
+        "nothing is recorded over the settlement"
+    );
+    assert_eq!(state(&w, r).await, Some(RecordState::Released));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_release_is_retried_once_then_said() {
+    let w = world();
+    // One failure: retried, released, the handler's own error.
+    w.store.script(Op::Release, [Act::Fail]);
+    let out = charge(&w, spec(), 9, true).await;
+    assert!(matches!(
+        out.result,
+        Err(Failure::Handler(ChargeError::Down))
+    ));
+    assert_eq!(w.store.calls(Op::Release), 2);
+    assert_eq!(
+        state(&w, reference(&w, 9)).await,
+        Some(RecordState::Released)
+    );
+    // Two failures: the wrapper says the claim could not be released, with the store's error.
+    w.store.script(Op::Release, [Act::Fail, Act::Fail]);
+    let out = charge(&w, spec(), 10, true).await;
+    match out.result {
+        Err(Failure::Wrapper(e @ Error::NotReleased { .. })) => {
+            let advice = e.advice();
+            assert!(advice.contains("processor unreachable"), "{advice}");
+            assert!(
+                advice.contains("in progress until its lease passes"),
+                "{advice}"
+            );
+            assert!(std::error::Error::source(&e).is_some());
+            assert!(e.nothing_done());
+        }
+        other => panic!("expected NotReleased, got {other:?}"),
+    }
+    assert_eq!(w.store.calls(Op::Release), 4);
+}
+
+/// Complete and mark-unknown both fail: within the lease a repeat hears "in flight"; once the
+/// lease has passed, "outcome unknown" (nobody is working on it), never "in progress".
+#[tokio::test(start_paused = true)]
+async fn a_worker_that_could_not_record_is_not_in_progress_forever() {
+    let w = world();
+    w.store.script(Op::Complete, [Act::Fail]);
+    w.store.script(Op::MarkUnknown, [Act::Fail]);
+    let out = charge(&w, spec(), 11, false).await;
+    assert!(matches!(
+        out.result,
+        Err(Failure::Wrapper(Error::OutcomeUnknown {
+            reason: UnknownReason::NotRecorded,
+            ..
+        }))
+    ));
+    let again = charge(&w, spec(), 11, false).await;
+    assert!(matches!(
+        again.result,
+        Err(Failure::Wrapper(Error::InFlight { .. }))
+    ));
+    w.clock.advance(LEASE);
+    let later = charge(&w, spec(), 11, false).await;
+    assert!(
+        matches!(
+            later.result,
+            Err(Failure::Wrapper(Error::OutcomeUnknown {
+                reason: UnknownReason::Unreported { .. },
+                ..
+            }))
+        ),
+        "{:?}",
+        later.result
+    );
+    assert_eq!(w.charges.load(Ordering::SeqCst), 1);
+}
