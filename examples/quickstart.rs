@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idempotency::mcp::{Identity, META_REPLAYED};
-use idempotency::store::sqlite::SqliteStore;
+use idempotency::store::SqliteStore;
 use idempotency::{Caller, Idempotency};
 use idempotency_examples::{charge::Payments, processor::Processor};
 use rmcp::model::{CallToolRequestParams, CallToolResult};
@@ -107,7 +107,9 @@ async fn main() -> Result<(), BoxError> {
     let mut status_args = serde_json::Map::new();
     status_args.insert("ref".into(), serde_json::Value::String(reference));
     let status = client
-        .call_tool(CallToolRequestParams::new(idempotency::STATUS_TOOL).with_arguments(status_args))
+        .call_tool(
+            CallToolRequestParams::new(idempotency::error::STATUS_TOOL).with_arguments(status_args),
+        )
         .await?;
     println!("   -> {}", text(&status));
     println!("\nthe processor counted {} charge(s)", processor.charges());

@@ -8,12 +8,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency::store::postgres::PostgresStore;
-use idempotency::store::sqlite::SqliteStore;
+use idempotency::store::PostgresStore;
+use idempotency::store::SqliteStore;
 use idempotency::{
-    Caller, Claim, ClaimRequest, Completion, Fingerprint, Key, MemoryStore, OutboxMessage,
-    RecordState, RecordStatus, Settlement, Store, StoreError, StoredResponse, Timestamp, Token,
-    Unsettled,
+    clock::Timestamp,
+    key::{Fingerprint, Key},
+    store::{
+        Claim, ClaimRequest, Completion, Maintenance, MemoryStore, OutboxMessage, Receipt,
+        RecordState, RecordStatus, RecordStore, Settlement, Store, StoreError, StoredResponse,
+        Token, Unsettled,
+    },
+    Caller,
 };
 use idempotency_tests::pg::{unique_name, TestSchema};
 
@@ -186,7 +191,9 @@ impl Backend {
         s: &Settlement,
         now: i64,
     ) -> Result<(), StoreError> {
-        self.store.settle(key, token, s, at(now), dur(WINDOW)).await
+        self.store
+            .settle(key, token, s, at(now), at(now) + dur(WINDOW))
+            .await
     }
 }
 
@@ -393,10 +400,7 @@ async fn fingerprint_mismatch(b: &Backend) {
 
     let k = key("order-8");
     let t = b.new_claim(k, args, 0).await;
-    b.store
-        .mark_unknown(k, t, at(S))
-        .await
-        .expect("mark unknown");
+    b.store.mark_unknown(k, t).await.expect("mark unknown");
     assert_eq!(
         b.claim(k, other, 2 * S).await,
         Claim::Mismatch {
@@ -472,10 +476,7 @@ async fn released_is_taken_over_under_the_same_reference(b: &Backend) {
 async fn unknown_answers_unknown_until_settled(b: &Backend) {
     let k = key("lost");
     let t = b.new_claim(k, None, 0).await;
-    b.store
-        .mark_unknown(k, t, at(S))
-        .await
-        .expect("mark unknown");
+    b.store.mark_unknown(k, t).await.expect("mark unknown");
     let unknown = Claim::Unknown {
         reference: k.reference(1),
         since: at(0),
@@ -490,11 +491,7 @@ async fn unknown_answers_unknown_until_settled(b: &Backend) {
         b.status(TENANT, k.reference(1)).await.map(|s| s.state),
         Some(RecordState::Unknown)
     );
-    assert_wrong_state(
-        b.store.mark_unknown(k, t, at(3 * S)).await,
-        k.reference(1),
-        "unknown",
-    );
+    assert_wrong_state(b.store.mark_unknown(k, t).await, k.reference(1), "unknown");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -534,7 +531,7 @@ async fn stale_tokens_are_fenced(b: &Backend) {
     assert_fenced(b.complete(k, t1, 3 * S, WINDOW, "stale").await, r);
     assert_fenced(b.store.release(k, t1, at(3 * S)).await, r);
     assert_fenced(b.store.renew(k, t1, at(3 * LEASE)).await, r);
-    assert_fenced(b.store.mark_unknown(k, t1, at(3 * S)).await, r);
+    assert_fenced(b.store.mark_unknown(k, t1).await, r);
     assert_fenced(b.settle(k, t1, &Settlement::Released, 3 * S).await, r);
     assert!(
         matches!(b.claim(k, None, 3 * S).await, Claim::InFlight { .. }),
@@ -546,7 +543,7 @@ async fn stale_tokens_are_fenced(b: &Backend) {
         .expect("complete");
     assert_wrong_state(b.store.release(k, t2, at(4 * S)).await, r, "completed");
     assert_wrong_state(b.store.renew(k, t2, at(3 * LEASE)).await, r, "completed");
-    assert_wrong_state(b.store.mark_unknown(k, t2, at(4 * S)).await, r, "completed");
+    assert_wrong_state(b.store.mark_unknown(k, t2).await, r, "completed");
     assert_wrong_state(
         b.complete(k, t2, 4 * S, WINDOW, "again").await,
         r,
@@ -575,11 +572,7 @@ async fn stale_tokens_are_fenced(b: &Backend) {
     let re = e.reference(1);
     assert_wrong_state(b.store.release(e, te, at(2 * S)).await, re, "completed");
     assert_wrong_state(b.store.renew(e, te, at(3 * LEASE)).await, re, "completed");
-    assert_wrong_state(
-        b.store.mark_unknown(e, te, at(2 * S)).await,
-        re,
-        "completed",
-    );
+    assert_wrong_state(b.store.mark_unknown(e, te).await, re, "completed");
     assert_wrong_state(
         b.complete(e, te, 2 * S, WINDOW, "again").await,
         re,
@@ -598,7 +591,7 @@ async fn stale_tokens_are_fenced(b: &Backend) {
     assert_not_found(b.complete(missing, t1, 0, WINDOW, "x").await);
     assert_not_found(b.store.release(missing, t1, at(0)).await);
     assert_not_found(b.store.renew(missing, t1, at(0)).await);
-    assert_not_found(b.store.mark_unknown(missing, t1, at(0)).await);
+    assert_not_found(b.store.mark_unknown(missing, t1).await);
     assert_not_found(b.settle(missing, t1, &Settlement::Released, 0).await);
 }
 
@@ -805,7 +798,7 @@ async fn purge_deletes_only_settled_records_past_the_cutoff(b: &Backend) {
     let unknown = key("unknown");
     let t = b.new_claim(unknown, None, 0).await;
     b.store
-        .mark_unknown(unknown, t, at(S))
+        .mark_unknown(unknown, t)
         .await
         .expect("mark unknown");
 
@@ -850,10 +843,7 @@ async fn unsettled_lists_expired_leases_and_unknowns(b: &Backend) {
     b.new_claim(k1, None, 0).await;
     b.new_claim(k2, None, 10 * S).await;
     let t3 = b.new_claim(k3, None, 5 * S).await;
-    b.store
-        .mark_unknown(k3, t3, at(6 * S))
-        .await
-        .expect("mark unknown");
+    b.store.mark_unknown(k3, t3).await.expect("mark unknown");
     let t4 = b.new_claim(k4, None, S).await;
     b.complete(k4, t4, 2 * S, WINDOW, "done")
         .await
@@ -937,10 +927,7 @@ async fn settle_completed_answers_repeats_for_the_window(b: &Backend) {
 async fn settle_released_lets_a_repeat_run_under_the_same_reference(b: &Backend) {
     let k = key("not-charged");
     let t = b.new_claim(k, None, 0).await;
-    b.store
-        .mark_unknown(k, t, at(S))
-        .await
-        .expect("mark unknown");
+    b.store.mark_unknown(k, t).await.expect("mark unknown");
     b.settle(k, t, &Settlement::Released, M)
         .await
         .expect("settle");
@@ -1000,7 +987,7 @@ async fn outbox_is_written_with_the_completion(b: &Backend) {
     let redeliver = dur(60 * S);
     let fetch = |now: i64, limit: u32| async move {
         b.store
-            .outbox_fetch(at(now), redeliver, limit)
+            .fetch(at(now), at(now) + redeliver, limit)
             .await
             .expect("fetch")
     };
@@ -1035,25 +1022,37 @@ async fn outbox_is_written_with_the_completion(b: &Backend) {
             (k.reference(1), "ledger", "{}", 0)
         ]
     );
-    assert!(first[0].id < first[1].id);
+    assert_ne!(first[0].receipt, first[1].receipt);
     assert!(fetch(S, 10).await.is_empty(), "hidden after a fetch");
     assert!(fetch(S + 59 * S, 10).await.is_empty());
     let again = fetch(S + 60 * S, 10).await;
     assert_eq!(
-        again.iter().map(|e| (e.id, e.attempts)).collect::<Vec<_>>(),
-        vec![(first[0].id, 1), (first[1].id, 1)]
+        again
+            .iter()
+            .map(|e| (e.receipt.clone(), e.attempts))
+            .collect::<Vec<_>>(),
+        vec![(first[0].receipt.clone(), 1), (first[1].receipt.clone(), 1)]
     );
-    b.store.outbox_ack(first[0].id).await.expect("ack");
+    b.store.ack(&first[0].receipt).await.expect("ack");
     let rest = fetch(S + 120 * S, 10).await;
     assert_eq!(
-        rest.iter().map(|e| (e.id, e.attempts)).collect::<Vec<_>>(),
-        vec![(first[1].id, 2)]
+        rest.iter()
+            .map(|e| (e.receipt.clone(), e.attempts))
+            .collect::<Vec<_>>(),
+        vec![(first[1].receipt.clone(), 2)]
     );
-    b.store.outbox_ack(first[1].id).await.expect("ack");
+    b.store.ack(&first[1].receipt).await.expect("ack");
     b.store
-        .outbox_ack(first[1].id)
+        .ack(&first[1].receipt)
         .await
         .expect("a second ack is harmless");
+    assert!(
+        matches!(
+            b.store.ack(&Receipt::new("not-a-receipt")).await,
+            Err(StoreError::ForeignReceipt { .. })
+        ),
+        "a receipt this store did not issue is refused"
+    );
     assert!(fetch(10 * M, 10).await.is_empty());
 
     // Nothing for a completion without messages, nor for a fenced one.
@@ -1237,7 +1236,7 @@ mod sql {
                 .await
                 .expect_err("an in-memory database forgets its records");
             assert!(
-                matches!(&err, StoreError::Unavailable(m) if m.to_string().contains("needs a database file")),
+                matches!(&err, StoreError::Config { problem, .. } if problem.contains("needs a database file")),
                 "{path:?}: {err}"
             );
         }
@@ -1295,7 +1294,7 @@ mod sql {
             .await
             .expect_err("a newer file is refused");
         assert!(
-            matches!(&err, StoreError::Migration(m) if m.contains("99") && m.contains("newer build")),
+            matches!(&err, StoreError::Migration { problem: m, .. } if m.contains("99") && m.contains("newer build")),
             "{err}"
         );
     }
@@ -1343,7 +1342,7 @@ mod sql {
             .await
             .expect_err("a newer schema is refused");
         assert!(
-            matches!(&err, StoreError::Migration(m) if m.contains("99") && m.contains("newer build")),
+            matches!(&err, StoreError::Migration { problem: m, .. } if m.contains("99") && m.contains("newer build")),
             "{err}"
         );
         for s in stores {
@@ -1543,10 +1542,13 @@ mod sql {
         .await
         .expect("insert");
         let claim = store.claim(&req(k, None, 0)).await;
-        assert!(matches!(claim, Err(StoreError::Corrupt(_))), "{claim:?}");
+        assert!(
+            matches!(claim, Err(StoreError::Corrupt { .. })),
+            "{claim:?}"
+        );
         let unsettled = store.unsettled(at(0), 10).await;
         assert!(
-            matches!(unsettled, Err(StoreError::Corrupt(_))),
+            matches!(unsettled, Err(StoreError::Corrupt { .. })),
             "{unsettled:?}"
         );
         store.pool().close().await;
@@ -1570,10 +1572,13 @@ mod sql {
         .await
         .expect("insert");
         let claim = store.claim(&req(k, None, 0)).await;
-        assert!(matches!(claim, Err(StoreError::Corrupt(_))), "{claim:?}");
+        assert!(
+            matches!(claim, Err(StoreError::Corrupt { .. })),
+            "{claim:?}"
+        );
         let unsettled = store.unsettled(at(0), 10).await;
         assert!(
-            matches!(unsettled, Err(StoreError::Corrupt(_))),
+            matches!(unsettled, Err(StoreError::Corrupt { .. })),
             "{unsettled:?}"
         );
         store.pool().close().await;
@@ -1663,12 +1668,9 @@ mod sql {
             Claim::New { token, .. } => token,
             other => panic!("{other:?}"),
         };
+        store.mark_unknown(c, tc).await.expect("mark unknown");
         store
-            .mark_unknown(c, tc, at(S))
-            .await
-            .expect("mark unknown");
-        store
-            .settle(c, tc, &Settlement::Released, at(S), dur(WINDOW))
+            .settle(c, tc, &Settlement::Released, at(S), at(S) + dur(WINDOW))
             .await
             .expect("settle");
         assert!(

@@ -7,12 +7,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idempotency::reconcile::{Dispatcher, Reconciler};
-use idempotency::store::{postgres::PostgresStore, sqlite::SqliteStore, Store};
+use idempotency::outbox::Dispatcher;
+use idempotency::store::{PostgresStore, SqliteStore, Store};
+use idempotency::tasks::Reconciler;
 use idempotency::{
-    Caller, Classify, Clock, Disposition, Error, ErrorPolicy, Failure, Idempotency, ManualClock,
-    MemoryStore, Outcome, Prepared, RecordState, Settlement, StoredResponse, SystemClock,
-    Timestamp, ToolSpec, UnknownReason,
+    clock::{Clock, ManualClock, SystemClock, Timestamp},
+    error::UnknownReason,
+    outcome::{ErrorPolicy, Failure, Outcome},
+    store::{MemoryStore, RecordState, Settlement, StoredResponse},
+    tool::{Prepared, ToolSpec},
+    Caller, Classify, Disposition, Error, Idempotency,
 };
 use idempotency_tests::proxy::Proxy;
 use serde::{Deserialize, Serialize};
@@ -20,7 +24,7 @@ use serde::{Deserialize, Serialize};
 const WINDOW: Duration = Duration::from_secs(900);
 
 fn spec() -> ToolSpec {
-    ToolSpec::__wrapped("charge_card", WINDOW, None)
+    ToolSpec::new("charge_card", WINDOW)
 }
 
 fn caller() -> Caller {
@@ -43,7 +47,7 @@ enum ChargeError {
 
 impl From<Error> for ChargeError {
     fn from(e: Error) -> Self {
-        ChargeError::Wrapper(e.to_string())
+        ChargeError::Wrapper(e.advice())
     }
 }
 
@@ -232,7 +236,9 @@ async fn kill9_worker() {
         return;
     };
     let db = Db::open(&target).await;
-    let engine = Idempotency::from_arc(Db::store(&target).await).with_lease(LEASE);
+    let engine = Idempotency::builder_shared(Db::store(&target).await)
+        .lease(LEASE)
+        .build();
     let prepared = Prepared::call(&caller(), "charge_card", &4200u64).expect("key");
     let _: Outcome<Receipt, ChargeError> = engine
         .execute(
@@ -288,9 +294,10 @@ async fn kill9_scenario(target: String) {
     // The repeat, with the worker dead and its lease still running: in flight, not re-run.
     let store = Db::store(&target).await;
     let clock = ManualClock::new(SystemClock.now());
-    let engine = Idempotency::from_arc(store.clone())
-        .with_clock(clock.clone())
-        .with_lease(LEASE);
+    let engine = Idempotency::builder_shared(store.clone())
+        .clock(clock.clone())
+        .lease(LEASE)
+        .build();
     let repeat = || {
         let engine = engine.clone();
         let prepared = Prepared::call(&caller(), "charge_card", &4200u64).expect("key");
@@ -321,30 +328,27 @@ async fn kill9_scenario(target: String) {
     let make_reconciler = |engine: &Idempotency| {
         let asked = asked.clone();
         let target = target.clone();
-        Reconciler::new(
-            engine,
-            move |claim: idempotency::Unsettled| {
-                let asked = asked.clone();
-                let target = target.clone();
-                async move {
-                    asked.fetch_add(1, Ordering::SeqCst);
-                    let db = Db::open(&target).await;
-                    let reference = claim.reference.to_string();
-                    Ok(match db.find(&reference).await {
-                        Some(id) => Settlement::Completed(StoredResponse {
-                            ok: true,
-                            body: serde_json::to_string(&Receipt {
-                                charge_id: id,
-                                reference,
-                            })
-                            .map_err(|e| e.to_string())?,
-                        }),
-                        None => Settlement::Released,
-                    })
-                }
-            },
-            WINDOW,
-        )
+        Reconciler::new(engine, move |claim: idempotency::store::Unsettled| {
+            let asked = asked.clone();
+            let target = target.clone();
+            async move {
+                asked.fetch_add(1, Ordering::SeqCst);
+                let db = Db::open(&target).await;
+                let reference = claim.reference.to_string();
+                Ok(match db.find(&reference).await {
+                    Some(id) => Settlement::Completed(StoredResponse {
+                        ok: true,
+                        body: serde_json::to_string(&Receipt {
+                            charge_id: id,
+                            reference,
+                        })
+                        .map_err(|e| e.to_string())?,
+                    }),
+                    None => Settlement::Released,
+                })
+            }
+        })
+        .window(WINDOW)
     };
     let report = make_reconciler(&engine).run_once().await.expect("round");
     assert_eq!(report.examined, 0, "a live lease is not reconciled");
@@ -424,9 +428,9 @@ async fn postgres_outage_fails_closed_and_recovers() {
     proxy.cut();
     for amount in 2..5 {
         match call(amount).await.result {
-            Err(Failure::Wrapper(e @ Error::StoreUnavailable { .. })) => {
+            Err(Failure::Wrapper(e @ Error::Store { .. })) => {
                 assert!(e.nothing_done());
-                assert!(e.to_string().contains("nothing was done"), "{e}");
+                assert!(e.advice().contains("Nothing was done") && e.safe_to_retry(), "{}", e.advice());
             }
             other => panic!("expected a fail-closed answer, got {other:?}"),
         }
@@ -457,7 +461,7 @@ async fn postgres_outage_fails_closed_and_recovers() {
     match &r.result {
         Err(Failure::Wrapper(
             e @ Error::OutcomeUnknown {
-                reason: UnknownReason::NotRecorded(_),
+                reason: UnknownReason::NotRecorded,
                 ..
             },
         )) => {
@@ -473,7 +477,7 @@ async fn postgres_outage_fails_closed_and_recovers() {
     let mut answered = None;
     for _ in 0..20 {
         match call(6).await.result {
-            Err(Failure::Wrapper(Error::StoreUnavailable { .. })) => {
+            Err(Failure::Wrapper(Error::Store { .. })) => {
                 tokio::time::sleep(Duration::from_millis(200)).await
             }
             other => {
@@ -517,7 +521,8 @@ async fn outbox_survives_a_crash_and_a_replay_sends_nothing_more() {
                         call.enqueue(
                             "receipt_email",
                             &serde_json::json!({"to": "alice@example.com"}),
-                        )?;
+                        )
+                        .map_err(|e| ChargeError::Wrapper(e.to_string()))?;
                         Ok(Receipt {
                             charge_id: 1,
                             reference: call.reference().to_string(),
@@ -543,7 +548,7 @@ async fn outbox_survives_a_crash_and_a_replay_sends_nothing_more() {
     let attempts = Arc::new(AtomicUsize::new(0));
     let deliver = {
         let (sent, attempts) = (sent.clone(), attempts.clone());
-        move |m: idempotency::OutboxEntry| {
+        move |m: idempotency::store::OutboxEntry| {
             let (sent, attempts) = (sent.clone(), attempts.clone());
             async move {
                 let n = attempts.fetch_add(1, Ordering::SeqCst);
@@ -553,7 +558,7 @@ async fn outbox_survives_a_crash_and_a_replay_sends_nothing_more() {
                     s.push(r);
                 }
                 if n == 0 {
-                    Err("connection reset before the ack".to_string())
+                    Err("connection reset before the ack".into())
                 } else {
                     Ok(())
                 }
@@ -587,12 +592,13 @@ async fn outbox_survives_a_crash_and_a_replay_sends_nothing_more() {
 
 async fn contention_after_release(store: Arc<dyn Store>) {
     let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
-    let engine = Idempotency::from_arc(store)
-        .with_clock(clock.clone())
-        .with_lease(Duration::from_secs(30));
+    let engine = Idempotency::builder_shared(store)
+        .clock(clock.clone())
+        .lease(Duration::from_secs(30))
+        .build();
     let key = Prepared::call(&caller(), "charge_card", &9u64).expect("key");
     // A worker claims and dies (no completion).
-    let req = idempotency::ClaimRequest {
+    let req = idempotency::store::ClaimRequest {
         key: key.key,
         tenant: "acme",
         tool: "charge_card",
@@ -602,14 +608,13 @@ async fn contention_after_release(store: Arc<dyn Store>) {
     };
     assert!(matches!(
         engine.store().claim(&req).await.expect("claim"),
-        idempotency::Claim::New { .. }
+        idempotency::store::Claim::New { .. }
     ));
     let released = || {
-        Reconciler::new(
-            &engine,
-            |_c: idempotency::Unsettled| async { Ok(Settlement::Released) },
-            WINDOW,
-        )
+        Reconciler::new(&engine, |_c: idempotency::store::Unsettled| async {
+            Ok(Settlement::Released)
+        })
+        .window(WINDOW)
     };
     clock.advance(Duration::from_secs(29));
     assert_eq!(
@@ -689,7 +694,9 @@ async fn released_claim_is_taken_over_by_exactly_one_of_32_postgres() {
 #[tokio::test]
 async fn a_panic_before_the_side_effect_is_unknown_until_reconciled_then_runs_once() {
     let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
-    let engine = Idempotency::new(MemoryStore::new()).with_clock(clock.clone());
+    let engine = Idempotency::builder(MemoryStore::new())
+        .clock(clock.clone())
+        .build();
     let charges = Arc::new(AtomicUsize::new(0));
     let run = |fail: bool| {
         let (engine, charges) = (engine.clone(), charges.clone());
@@ -719,11 +726,10 @@ async fn a_panic_before_the_side_effect_is_unknown_until_reconciled_then_runs_on
     );
     assert_eq!(charges.load(Ordering::SeqCst), 0);
     // The processor has no record of the ref: the reconciler releases it; the next call runs once.
-    let report = Reconciler::new(
-        &engine,
-        |_c: idempotency::Unsettled| async { Ok(Settlement::Released) },
-        WINDOW,
-    )
+    let report = Reconciler::new(&engine, |_c: idempotency::store::Unsettled| async {
+        Ok(Settlement::Released)
+    })
+    .window(WINDOW)
     .run_once()
     .await
     .expect("round");
@@ -736,9 +742,10 @@ async fn a_panic_before_the_side_effect_is_unknown_until_reconciled_then_runs_on
 #[tokio::test]
 async fn a_late_completion_after_settlement_is_rejected() {
     let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
-    let engine = Idempotency::new(MemoryStore::new())
-        .with_clock(clock.clone())
-        .with_lease(Duration::from_secs(1));
+    let engine = Idempotency::builder(MemoryStore::new())
+        .clock(clock.clone())
+        .lease(Duration::from_secs(1))
+        .build();
     let gate = Arc::new(tokio::sync::Notify::new());
     let g2 = gate.clone();
     let e2 = engine.clone();
@@ -777,14 +784,11 @@ async fn a_late_completion_after_settlement_is_rejected() {
         })
         .expect("json"),
     };
-    let report = Reconciler::new(
-        &engine,
-        move |_c: idempotency::Unsettled| {
-            let s = settled.clone();
-            async move { Ok(Settlement::Completed(s)) }
-        },
-        WINDOW,
-    )
+    let report = Reconciler::new(&engine, move |_c: idempotency::store::Unsettled| {
+        let s = settled.clone();
+        async move { Ok(Settlement::Completed(s)) }
+    })
+    .window(WINDOW)
     .run_once()
     .await
     .expect("round");
@@ -852,7 +856,8 @@ async fn bad_input_is_refused_before_anything_runs() {
     let e = attempt(&engine, &caller(), &Amount { amount: f64::NAN }, &ran)
         .await
         .expect_err("NaN refused");
-    assert!(e.to_string().contains("charge_card"), "{e}");
+    assert!(e.to_string().starts_with("charge_card:"), "{e}");
+    assert!(e.advice().contains("NaN"), "{}", e.advice());
     // Deep nesting: refused, no stack overflow.
     let mut deep = serde_json::Value::Null;
     for _ in 0..5_000 {

@@ -8,8 +8,12 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idempotency::store::postgres::PostgresStore;
-use idempotency::{Caller, Error, ErrorPolicy, Idempotency, Prepared, ToolSpec};
+use idempotency::store::PostgresStore;
+use idempotency::{
+    outcome::ErrorPolicy,
+    tool::{Prepared, ToolSpec},
+    Caller, Error, Idempotency,
+};
 use idempotency_tests::pg::{database_url, TestSchema};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
@@ -199,7 +203,7 @@ async fn replica_worker() {
         let (engine, caller, args, pool) =
             (engine.clone(), caller.clone(), args.clone(), pool.clone());
         calls.spawn(async move {
-            let spec = ToolSpec::__wrapped("charge_card", Duration::from_secs(900), None);
+            let spec = ToolSpec::new("charge_card", Duration::from_secs(900));
             let prepared = Prepared::call(&caller, "charge_card", &args).expect("key");
             engine
                 .execute(

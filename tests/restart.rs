@@ -6,9 +6,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency::store::sqlite::SqliteStore;
+use idempotency::store::SqliteStore;
 use idempotency::{
-    Caller, Error, ErrorPolicy, Idempotency, ManualClock, Outcome, Prepared, Timestamp, ToolSpec,
+    clock::{ManualClock, Timestamp},
+    outcome::{ErrorPolicy, Outcome},
+    tool::{Prepared, ToolSpec},
+    Caller, Error, Idempotency,
 };
 use idempotency_tests::pg::unique_name;
 use serde::{Deserialize, Serialize};
@@ -64,8 +67,10 @@ async fn serve_once(
     processor: &Processor,
 ) -> Outcome<Receipt, ChargeError> {
     let store = SqliteStore::open(path).await.expect("open the store");
-    let engine = Idempotency::new(store.clone()).with_clock(clock.clone());
-    let spec = ToolSpec::__wrapped("charge_card", WINDOW, None);
+    let engine = Idempotency::builder(store.clone())
+        .clock(clock.clone())
+        .build();
+    let spec = ToolSpec::new("charge_card", WINDOW);
     let caller = Caller::new("acme", "alice");
     let args = serde_json::json!({"amount": 4200, "currency": "EUR"});
     let prepared = Prepared::call(&caller, "charge_card", &args).expect("key");

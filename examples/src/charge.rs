@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
-use idempotency::mcp::{status_router, IdempotentServer, Identity};
+use idempotency::mcp::{status_router, Identity};
 use idempotency::{
     idempotent, idempotent_tools, Call, Caller, Classify, Disposition, Error, Idempotency,
+    IdempotencyContext,
 };
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -79,7 +80,7 @@ impl Payments {
     }
 }
 
-impl IdempotentServer for Payments {
+impl IdempotencyContext<RequestContext<RoleServer>> for Payments {
     fn idempotency(&self) -> &Idempotency {
         &self.engine
     }

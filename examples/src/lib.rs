@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use idempotency::store::{postgres::PostgresStore, sqlite::SqliteStore};
+use idempotency::store::{PostgresStore, SqliteStore};
 use idempotency::{Caller, Idempotency};
 use rmcp::transport::streamable_http_server::{
     session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,

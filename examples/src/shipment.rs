@@ -3,8 +3,10 @@
 
 use std::sync::Arc;
 
-use idempotency::mcp::{status_router, IdempotentServer, Identity};
-use idempotency::{idempotent, idempotent_tools, Call, Caller, Error, Idempotency};
+use idempotency::mcp::{status_router, Identity};
+use idempotency::{
+    idempotent, idempotent_tools, Call, Caller, Error, Idempotency, IdempotencyContext,
+};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{ServerCapabilities, ServerConfig};
@@ -60,7 +62,7 @@ impl Shipping {
     }
 }
 
-impl IdempotentServer for Shipping {
+impl IdempotencyContext<RequestContext<RoleServer>> for Shipping {
     fn idempotency(&self) -> &Idempotency {
         &self.engine
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idempotency::mcp::{Identity, META_REF, META_REPLAYED, META_STATUS};
-use idempotency::{Caller, Idempotency, MemoryStore};
+use idempotency::{store::MemoryStore, Caller, Idempotency};
 use idempotency_examples::carrier::Carrier;
 use idempotency_examples::charge::Payments;
 use idempotency_examples::processor::Processor;

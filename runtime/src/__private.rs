@@ -1,9 +1,12 @@
 //! What `#[idempotent]` generates code against. Not a public API: names here change without notice.
 
-pub use crate::engine::{Failure, Idempotency, IdempotencyContext, Prepared, ToolSpec};
+pub use crate::context::IdempotencyContext;
+pub use crate::engine::Idempotency;
 pub use crate::error::Error;
 pub use crate::key::Caller;
-pub use crate::outcome::{Classify, ErrorPolicy, Outcome};
+pub use crate::outcome::{Classify, ErrorPolicy, Failure, Outcome};
+pub use crate::tool::{Prepared, ToolSpec};
+pub use core::clone::Clone;
 pub use core::convert::From;
 pub use core::option::Option;
 pub use core::result::Result;
@@ -17,7 +20,10 @@ pub use ::rmcp;
 /// The MCP side of generated code.
 #[cfg(feature = "rmcp")]
 pub mod mcp {
-    pub use crate::mcp::{answer, refuse, IdempotentServer};
+    pub use crate::mcp::{answer, refuse};
+
+    /// What an rmcp tool's caller is read from.
+    pub type Request = rmcp::service::RequestContext<rmcp::RoleServer>;
 }
 
 /// The arguments of a wrapped tool. Named in generated code with the argument type spelled out,

@@ -121,7 +121,7 @@ impl ser::Error for CanonicalError {
 ///     idempotency::canonical_json(&v)?,
 ///     r#"{"a":"€","b":[1,1000,0],"big":9007199254740993}"#
 /// );
-/// # Ok::<(), idempotency::CanonicalError>(())
+/// # Ok::<(), idempotency::key::CanonicalError>(())
 /// ```
 pub fn canonical_json<T: Serialize + ?Sized>(value: &T) -> Result<String, CanonicalError> {
     let mut out = String::new();

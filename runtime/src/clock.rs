@@ -1,15 +1,17 @@
 //! Time, as the records see it: milliseconds since the Unix epoch, from a [`Clock`] the engine owns,
-//! so tests can move time exactly (window edges at ±1 s) instead of sleeping.
+//! so tests can move time exactly (`ManualClock`, feature `test-util`) (window edges at ±1 s) instead of sleeping.
 
 use std::fmt;
+#[cfg(feature = "test-util")]
 use std::sync::atomic::{AtomicI64, Ordering};
+#[cfg(feature = "test-util")]
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A point in time: whole milliseconds since 1970-01-01T00:00:00Z (UTC).
 ///
 /// ```
-/// use idempotency::Timestamp;
+/// use idempotency::clock::Timestamp;
 /// use std::time::Duration;
 /// let t = Timestamp::from_millis(1_000);
 /// assert_eq!(t + Duration::from_secs(2), Timestamp::from_millis(3_000));
@@ -92,13 +94,8 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// A Tokio interval ticking every `every` (the first tick at once) for the background tasks;
-/// a zero period, on which `tokio::time::interval` panics, becomes 1 ms.
-pub(crate) fn ticker(every: Duration) -> tokio::time::Interval {
-    tokio::time::interval(every.max(Duration::from_millis(1)))
-}
-
-/// Where the engine reads the time. [`SystemClock`] in production, [`ManualClock`] in tests.
+/// Where the engine reads the time. [`SystemClock`] in production, `ManualClock` (feature
+/// `test-util`) in tests.
 pub trait Clock: Send + Sync + 'static {
     /// The current time.
     fn now(&self) -> Timestamp;
@@ -118,18 +115,20 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock that moves only when told to; clones share the same time.
+/// A clock that moves only when told to; clones share the same time (feature `test-util`).
 ///
 /// ```
-/// use idempotency::{Clock, ManualClock};
+/// use idempotency::clock::{Clock, ManualClock, Timestamp};
 /// use std::time::Duration;
-/// let clock = ManualClock::new(idempotency::Timestamp::from_millis(0));
+/// let clock = ManualClock::new(Timestamp::from_millis(0));
 /// clock.advance(Duration::from_secs(60));
 /// assert_eq!(clock.now().as_millis(), 60_000);
 /// ```
+#[cfg(feature = "test-util")]
 #[derive(Clone, Debug)]
 pub struct ManualClock(Arc<AtomicI64>);
 
+#[cfg(feature = "test-util")]
 impl ManualClock {
     /// A clock stopped at `start`.
     pub fn new(start: Timestamp) -> Self {
@@ -148,6 +147,7 @@ impl ManualClock {
     }
 }
 
+#[cfg(feature = "test-util")]
 impl Clock for ManualClock {
     fn now(&self) -> Timestamp {
         Timestamp(self.0.load(Ordering::SeqCst))

@@ -3,9 +3,8 @@
 
 use std::time::Duration;
 
-use crate::canonical::CanonicalError;
 use crate::clock::Timestamp;
-use crate::key::Reference;
+use crate::key::{KeyError, Reference};
 use crate::store::StoreError;
 
 /// The name of the status tool the messages point to (see `idempotency::mcp`).
@@ -19,12 +18,9 @@ pub enum UnknownReason {
     TimedOut(Duration),
     /// The handler said so (an error with [`Disposition::Unknown`](crate::Disposition::Unknown)); its message.
     Handler(String),
-    /// The handler panicked after it started.
-    Panicked,
-    /// The call was cancelled (its future dropped) after it started.
-    Cancelled,
-    /// The side effect ran but its answer could not be recorded.
-    NotRecorded(String),
+    /// The side effect ran but its answer could not be recorded (the store's error is the
+    /// [`Error`]'s source).
+    NotRecorded,
     /// An earlier call with these arguments ended this way; it has not been reconciled yet.
     Earlier,
 }
@@ -34,10 +30,8 @@ impl std::fmt::Display for UnknownReason {
         match self {
             UnknownReason::TimedOut(d) => write!(f, "it did not finish within {}", humanize(*d)),
             UnknownReason::Handler(m) => write!(f, "{m}"),
-            UnknownReason::Panicked => f.write_str("the handler failed while it was running"),
-            UnknownReason::Cancelled => f.write_str("the call was cancelled while it was running"),
-            UnknownReason::NotRecorded(m) => {
-                write!(f, "it ran but its answer could not be recorded ({m})")
+            UnknownReason::NotRecorded => {
+                f.write_str("it ran but its answer could not be recorded")
             }
             UnknownReason::Earlier => f.write_str("an earlier identical call did not report back"),
         }
@@ -59,11 +53,18 @@ fn humanize(d: Duration) -> String {
 
 /// What the idempotency wrapper answers instead of running the handler (or after it could not
 /// record it). Tool errors convert from it (`impl From<idempotency::Error> for MyError`).
+///
+/// `Display` says what happened in one short sentence and never repeats its
+/// [`source`](std::error::Error::source); [`Error::advice`] is the whole paragraph for a person or
+/// a model: what happened, the reference, and what to do next. The MCP integration answers with
+/// `advice()`; a plain handler whose errors reach a model should show it too.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// An identical call is running now.
-    #[error("{tool} with these arguments is already in progress (ref {reference}, started {since}). Do not submit it again; call {STATUS_TOOL} with ref {reference} to learn its outcome.")]
+    #[error(
+        "{tool} with these arguments is already in progress (ref {reference}, started {since})"
+    )]
     InFlight {
         /// The tool.
         tool: String,
@@ -73,7 +74,7 @@ pub enum Error {
         since: Timestamp,
     },
     /// The call may or may not have taken effect.
-    #[error("The outcome of {tool} is unknown (ref {reference}): {reason}. It may or may not have taken effect. Do not retry it; call {STATUS_TOOL} with ref {reference} to learn what happened.")]
+    #[error("the outcome of {tool} is unknown (ref {reference}): {reason}")]
     OutcomeUnknown {
         /// The tool.
         tool: String,
@@ -81,18 +82,24 @@ pub enum Error {
         reference: Reference,
         /// Why it is unknown.
         reason: UnknownReason,
+        /// The store's error, when recording the outcome failed.
+        #[source]
+        source: Option<StoreError>,
     },
     /// The business key was already used with other arguments.
-    #[error("{tool}: this business key was already used with different arguments (ref {reference}). Nothing was done. Repeat the original arguments to get the original answer, or use a new key for a different request.")]
+    #[error(
+        "{tool}: this business key was already used with different arguments (ref {reference})"
+    )]
     PayloadMismatch {
         /// The tool.
         tool: String,
         /// The reference of the operation that holds the business key.
         reference: Reference,
     },
-    /// The store could not be reached before the handler ran.
-    #[error("{tool}: could not record this call, so nothing was done. It is safe to try again shortly. ({source})")]
-    StoreUnavailable {
+    /// The call could not be claimed, so the handler did not run. Whether trying again helps
+    /// depends on the store's error ([`Error::safe_to_retry`]).
+    #[error("{tool} was not run: the call could not be recorded")]
+    Store {
         /// The tool.
         tool: String,
         /// What the store said.
@@ -102,21 +109,21 @@ pub enum Error {
     /// A different call's record holds this call's reference (their keys share the first 8
     /// bytes, a 1-in-2^64 coincidence per live record). Nothing was done: two live calls never
     /// share a reference, since downstream systems deduplicate on it.
-    #[error("{tool}: ref {reference} already names a different call, so this call was not run and nothing was done. Retrying will not help until that record is purged; report this to the server's operator.")]
+    #[error("{tool}: ref {reference} already names a different call, so this call was not run")]
     ReferenceTaken {
         /// The tool.
         tool: String,
         /// The reference both calls map to.
         reference: Reference,
     },
-    /// The arguments cannot be made canonical JSON (NaN, a non-string map key...).
-    #[error("{tool}: the arguments cannot be keyed, so nothing was done: {source}")]
+    /// The arguments cannot be keyed (NaN, a non-string map key...).
+    #[error("{tool}: the arguments cannot be keyed, so nothing was done")]
     Arguments {
         /// The tool.
         tool: String,
-        /// What the canonicaliser said.
+        /// What the keying said.
         #[source]
-        source: CanonicalError,
+        source: KeyError,
     },
     /// The caller's identity is missing or unusable.
     #[error("the caller could not be identified, so nothing was done: {reason}")]
@@ -125,7 +132,7 @@ pub enum Error {
         reason: String,
     },
     /// A stored answer could not be read back as the handler's type (it changed between releases).
-    #[error("{tool}: the stored answer of ref {reference} cannot be read by this version of the server ({message}). The call is not run again; call {STATUS_TOOL} with ref {reference} to see the stored answer.")]
+    #[error("{tool}: the stored answer of ref {reference} cannot be read by this version of the server ({message})")]
     Replay {
         /// The tool.
         tool: String,
@@ -135,7 +142,7 @@ pub enum Error {
         message: String,
     },
     /// The answer could not be serialised for storing: the handler's output type cannot be stored.
-    #[error("{tool}: the answer of ref {reference} could not be stored ({message}); the outcome is recorded as unknown. Do not retry it; call {STATUS_TOOL} with ref {reference}.")]
+    #[error("{tool}: the answer of ref {reference} could not be stored ({message}); its outcome is recorded as unknown")]
     Unstorable {
         /// The tool.
         tool: String,
@@ -144,15 +151,6 @@ pub enum Error {
         /// The serialiser's message.
         message: String,
     },
-}
-
-impl From<CanonicalError> for Error {
-    fn from(source: CanonicalError) -> Self {
-        Error::Arguments {
-            tool: String::new(),
-            source,
-        }
-    }
 }
 
 impl Error {
@@ -169,9 +167,10 @@ impl Error {
         }
     }
 
-    /// Whether the caller may simply send the same call again (nothing was done and nothing runs).
+    /// Whether the caller may simply send the same call again: nothing was done and the store's
+    /// failure was a passing one (unreachable, or contended).
     pub fn safe_to_retry(&self) -> bool {
-        matches!(self, Error::StoreUnavailable { .. })
+        matches!(self, Error::Store { source, .. } if source.is_transient())
     }
 
     /// Whether nothing was done by this call (no side effect ran because of it).
@@ -181,26 +180,68 @@ impl Error {
             Error::InFlight { .. }
                 | Error::PayloadMismatch { .. }
                 | Error::ReferenceTaken { .. }
-                | Error::StoreUnavailable { .. }
+                | Error::Store { .. }
                 | Error::Arguments { .. }
                 | Error::InvalidCaller { .. }
         )
     }
 
-    pub(crate) fn with_tool(mut self, name: &str) -> Self {
-        if let Error::Arguments { tool, .. } = &mut self {
-            if tool.is_empty() {
-                *tool = name.to_owned();
+    /// The whole answer for a person or a model: what happened (this error's `Display`), the
+    /// reference, and what to do next. The MCP integration answers with it.
+    ///
+    /// ```
+    /// use idempotency::{Error, Reference};
+    /// let e = Error::PayloadMismatch { tool: "ship".into(), reference: "3f9a0c1b2d4e5f60-1".parse().unwrap() };
+    /// assert!(e.advice().starts_with(&e.to_string()));
+    /// assert!(e.advice().contains("Repeat the original arguments"));
+    /// ```
+    pub fn advice(&self) -> String {
+        let next = match self {
+            Error::InFlight { reference, .. } => format!(
+                "Do not submit it again; call {STATUS_TOOL} with ref {reference} to learn its outcome."
+            ),
+            Error::OutcomeUnknown { reference, .. } => format!(
+                "It may or may not have taken effect. Do not retry it; call {STATUS_TOOL} with ref {reference} to learn what happened."
+            ),
+            Error::PayloadMismatch { .. } => "Nothing was done. Repeat the original arguments to get the original answer, or use a new key for a different request.".to_owned(),
+            Error::Store { source, .. } if source.is_transient() => {
+                "Nothing was done. It is safe to try again shortly.".to_owned()
             }
+            Error::Store { source, .. } => format!(
+                "Nothing was done, and trying again will not help: {source}. Report this to the server's operator."
+            ),
+            Error::ReferenceTaken { .. } => "Nothing was done. Retrying will not help until that record is purged; report this to the server's operator.".to_owned(),
+            Error::Arguments { source, .. } => format!("{}.", deepest(source)),
+            Error::InvalidCaller { .. } => String::new(),
+            Error::Replay { reference, .. } => format!(
+                "The call is not run again; call {STATUS_TOOL} with ref {reference} to see the stored answer."
+            ),
+            Error::Unstorable { reference, .. } => format!(
+                "Do not retry it; call {STATUS_TOOL} with ref {reference}."
+            ),
+        };
+        if next.is_empty() {
+            format!("{self}.")
+        } else {
+            format!("{self}. {next}")
         }
-        self
     }
+}
+
+/// The innermost cause of `e`: the one that says what is wrong.
+fn deepest(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut at = e;
+    while let Some(next) = at.source() {
+        at = next;
+    }
+    at.to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::key::{Caller, Key};
+    use crate::store::StoreError;
 
     fn r() -> Reference {
         Key::for_call(&Caller::new("a", "b"), "t", &1)
@@ -215,19 +256,21 @@ mod tests {
             reference: r(),
             since: Timestamp::from_millis(0),
         };
-        let s = in_flight.to_string();
+        let s = in_flight.advice();
         assert!(
             s.contains(&r().to_string())
                 && s.contains("Do not submit it again")
                 && s.contains(STATUS_TOOL),
             "{s}"
         );
+        assert!(!in_flight.to_string().contains(STATUS_TOOL));
         let unknown = Error::OutcomeUnknown {
             tool: "charge_card".into(),
             reference: r(),
             reason: UnknownReason::TimedOut(Duration::from_secs(30)),
+            source: None,
         };
-        let s = unknown.to_string();
+        let s = unknown.advice();
         assert!(
             s.contains("unknown") && s.contains("30 s") && s.contains("Do not retry"),
             "{s}"
@@ -243,13 +286,72 @@ mod tests {
             tool: "charge_card".into(),
             reference: r(),
         };
-        let s = taken.to_string();
+        let s = taken.advice();
         assert!(
             s.contains(&r().to_string())
-                && s.contains("nothing was done")
+                && s.contains("Nothing was done")
                 && !taken.safe_to_retry(),
             "{s}"
         );
+    }
+
+    /// Every cause in a chain is printed once: no `Display` repeats its source.
+    #[test]
+    fn each_cause_appears_once_in_the_chain() {
+        let io = std::io::Error::other("connection reset by peer");
+        let chains = [
+            Error::Store {
+                tool: "charge_card".into(),
+                source: StoreError::Unavailable(Box::new(io)),
+            },
+            Error::OutcomeUnknown {
+                tool: "charge_card".into(),
+                reference: r(),
+                reason: UnknownReason::NotRecorded,
+                source: Some(StoreError::Corrupt {
+                    problem: "a state code this version does not know".into(),
+                    source: Some(Box::new(std::io::Error::other("code 9"))),
+                }),
+            },
+            Error::Arguments {
+                tool: "charge_card".into(),
+                source: KeyError::Canonical(crate::canonical::CanonicalError::NonFiniteNumber),
+            },
+        ];
+        for e in &chains {
+            let mut texts = vec![e.to_string()];
+            let mut at: &dyn std::error::Error = e;
+            while let Some(next) = at.source() {
+                texts.push(next.to_string());
+                at = next;
+            }
+            assert!(texts.len() >= 2, "{texts:?}");
+            let whole = texts.join(": ");
+            for t in &texts[1..] {
+                assert_eq!(
+                    whole.matches(t.as_str()).count(),
+                    1,
+                    "{t:?} repeated in {whole:?}"
+                );
+            }
+        }
+        let permanent = &chains[1];
+        assert!(!permanent.safe_to_retry());
+        assert!(chains[0].safe_to_retry());
+        assert!(chains[0].advice().contains("safe to try again"));
+        let config = Error::Store {
+            tool: "t".into(),
+            source: StoreError::Migration {
+                problem: "migration 1 failed".into(),
+                source: None,
+            },
+        };
+        assert!(
+            config.advice().contains("will not help"),
+            "{}",
+            config.advice()
+        );
+        assert!(!config.to_string().contains("unavailable"));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::canonical::canonical_json;
-use crate::error::Error;
+pub use crate::canonical::CanonicalError;
 
 const KEY_DOMAIN: &[u8] = b"idempotency/key/v1\0";
 const FINGERPRINT_DOMAIN: &[u8] = b"idempotency/fingerprint/v1\0";
@@ -41,14 +41,24 @@ impl Caller {
         }
     }
 
-    fn validate(&self) -> Result<(), Error> {
+    fn validate(&self) -> Result<(), KeyError> {
         if self.tenant.is_empty() {
-            return Err(Error::InvalidCaller {
-                reason: "the tenant is empty; the server must establish who is calling before an idempotent tool runs".into(),
-            });
+            return Err(KeyError::EmptyTenant);
         }
         Ok(())
     }
+}
+
+/// Why a call could not be keyed. Nothing was claimed and nothing ran.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The caller's tenant is empty: the server has not established who is calling.
+    #[error("the caller's tenant is empty; the server must establish who is calling before an idempotent tool runs")]
+    EmptyTenant,
+    /// The value cannot be written as canonical JSON (NaN, a non-string map key...).
+    #[error("the value cannot be written as canonical JSON")]
+    Canonical(#[from] CanonicalError),
 }
 
 struct Encoder(Sha256);
@@ -74,13 +84,13 @@ impl Encoder {
 /// The identity of a call: 32 bytes of sha256. `Display` gives the 64 lowercase hex characters.
 ///
 /// ```
-/// use idempotency::{Caller, Key};
+/// use idempotency::{key::Key, Caller};
 /// let caller = Caller::new("acme", "user-42");
 /// let a = Key::for_call(&caller, "charge_card", &serde_json::json!({"amount": 100, "currency": "EUR"}))?;
 /// let b = Key::for_call(&caller, "charge_card", &serde_json::json!({"currency": "EUR", "amount": 100.0}))?;
 /// assert_eq!(a, b);
 /// assert_eq!(a.to_string().len(), 64);
-/// # Ok::<(), idempotency::Error>(())
+/// # Ok::<(), idempotency::key::KeyError>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key([u8; 32]);
@@ -94,7 +104,7 @@ impl Key {
         caller: &Caller,
         tool: &str,
         args: &A,
-    ) -> Result<Key, Error> {
+    ) -> Result<Key, KeyError> {
         caller.validate()?;
         let canonical = canonical_json(args)?;
         Ok(Self::call_from_canonical(caller, tool, &canonical))
@@ -116,20 +126,20 @@ impl Key {
     /// repeat of the same order with different arguments.
     ///
     /// ```
-    /// use idempotency::{Caller, Key};
+    /// use idempotency::{key::Key, Caller};
     /// let alice = Caller::new("acme", "alice");
     /// let bob = Caller::new("acme", "bob");
     /// assert_eq!(
     ///     Key::for_business_key(&alice, "create_shipment", "order-7")?,
     ///     Key::for_business_key(&bob, "create_shipment", "order-7")?,
     /// );
-    /// # Ok::<(), idempotency::Error>(())
+    /// # Ok::<(), idempotency::key::KeyError>(())
     /// ```
     pub fn for_business_key<V: Serialize + ?Sized>(
         caller: &Caller,
         tool: &str,
         value: &V,
-    ) -> Result<Key, Error> {
+    ) -> Result<Key, KeyError> {
         caller.validate()?;
         let canonical = canonical_json(value)?;
         let mut e = Encoder::new(KEY_DOMAIN);
@@ -192,7 +202,7 @@ pub struct Fingerprint([u8; 32]);
 
 impl Fingerprint {
     /// The fingerprint of some arguments (their canonical JSON, hashed).
-    pub fn of<A: Serialize + ?Sized>(args: &A) -> Result<Fingerprint, Error> {
+    pub fn of<A: Serialize + ?Sized>(args: &A) -> Result<Fingerprint, KeyError> {
         Ok(Self::of_canonical(&canonical_json(args)?))
     }
 
@@ -233,7 +243,7 @@ impl fmt::Debug for Fingerprint {
 /// use idempotency::Reference;
 /// let r: Reference = "3f9a0c1b2d4e5f60-1".parse()?;
 /// assert_eq!(r.to_string(), "3f9a0c1b2d4e5f60-1");
-/// # Ok::<(), idempotency::ReferenceParseError>(())
+/// # Ok::<(), idempotency::key::ReferenceParseError>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Reference {
@@ -260,7 +270,7 @@ impl Reference {
     /// The inclusive range of keys whose prefix is this reference's: the memory and SQLite stores
     /// resolve a reference by a range scan on their key index (PostgreSQL's primary key is the
     /// prefix itself).
-    pub fn key_range(&self) -> ([u8; 32], [u8; 32]) {
+    pub(crate) fn key_range(&self) -> ([u8; 32], [u8; 32]) {
         let mut lo = [0u8; 32];
         let mut hi = [0xffu8; 32];
         lo[..8].copy_from_slice(&self.prefix);

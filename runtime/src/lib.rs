@@ -6,10 +6,10 @@
 //! re-issues, a second host calls, a client library retries. This crate makes a repeat of the same
 //! call return the first call's answer instead of running the side effect again:
 //!
-//! 1. the key is derived **on the server** ([`Key::for_call`]) from the caller's tenant and subject,
+//! 1. the key is derived **on the server** ([`key::Key::for_call`]) from the caller's tenant and subject,
 //!    the tool name and the canonical JSON ([`canonical_json`]) of the typed arguments — never from
 //!    the model;
-//! 2. the key is **claimed** in a [`Store`] before the side effect runs;
+//! 2. the key is **claimed** in a [`Store`](store::Store) before the side effect runs;
 //! 3. the body runs with the call's short [`Reference`], to pass downstream as the processor's own
 //!    idempotency reference;
 //! 4. the outcome is **recorded**, so a later repeat gets the stored answer.
@@ -19,13 +19,13 @@
 //!
 //! ```
 //! use std::sync::atomic::{AtomicUsize, Ordering};
-//! use idempotency::{idempotent, Caller, Error, Idempotency, IdempotencyContext, MemoryStore};
+//! use idempotency::{idempotent, store::MemoryStore, Caller, Error, Idempotency, IdempotencyContext};
 //!
 //! struct Ctx { engine: Idempotency, charges: AtomicUsize }
 //! impl IdempotencyContext for Ctx {
 //!     fn idempotency(&self) -> &Idempotency { &self.engine }
 //!     // From your authentication, never from the model's arguments.
-//!     fn caller(&self) -> Result<Caller, Error> { Ok(Caller::new("acme", "alice")) }
+//!     fn caller(&self, _: &()) -> Result<Caller, Error> { Ok(Caller::new("acme", "alice")) }
 //! }
 //!
 //! #[derive(serde::Serialize, serde::Deserialize)]
@@ -48,40 +48,52 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## Where things are
+//!
+//! The crate root holds what a handler author needs. The rest lives in modules:
+//! [`store`] (the backends and the traits a new backend implements), [`tasks`] (purger and
+//! reconciler), [`outbox`] (follow-on messages and their dispatcher), [`tool`], [`outcome`],
+//! [`error`], [`key`], [`clock`], and [`mcp`] (feature `rmcp`).
+//!
+//! ## Features
+//!
+//! - `sqlite` (default): [`store::SqliteStore`], the embedded default;
+//! - `postgres`: [`store::PostgresStore`], for many server replicas on one database;
+//! - `rmcp`: the MCP integration ([`mcp`]) for the official Rust SDK;
+//! - `test-util`: [`clock::ManualClock`], a clock tests move by hand.
+//!
 //! Runtime note: the engine uses Tokio's timers (leases, timeouts), so it runs inside a Tokio
 //! runtime with time enabled, as `#[tokio::main]` provides.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod call;
 mod canonical;
-mod clock;
+pub mod clock;
+mod context;
 mod engine;
-mod error;
-mod key;
+pub mod error;
+pub mod key;
 #[cfg(feature = "rmcp")]
 pub mod mcp;
-mod outcome;
-pub mod reconcile;
+pub mod outbox;
+pub mod outcome;
 mod record;
 pub mod store;
+pub mod tasks;
+pub mod tool;
 
 #[doc(hidden)]
 pub mod __private;
 
-pub use canonical::{canonical_json, CanonicalError};
-pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
-pub use engine::{
-    Call, Failure, Idempotency, IdempotencyContext, Prepared, ToolSpec, DEFAULT_LEASE,
-};
-pub use error::{Error, UnknownReason, STATUS_TOOL};
-pub use key::{Caller, Fingerprint, Key, Reference, ReferenceParseError};
-pub use outcome::{Classify, Disposition, ErrorPolicy, Outcome};
-pub use record::{RecordState, RecordStatus, StoredResponse};
-pub use store::memory::MemoryStore;
-pub use store::{
-    BoxFuture, Claim, ClaimRequest, Completion, OutboxEntry, OutboxMessage, Settlement, Store,
-    StoreError, Token, Unsettled, DEFAULT_RETENTION,
-};
+pub use call::Call;
+pub use canonical::canonical_json;
+pub use context::IdempotencyContext;
+pub use engine::{Idempotency, IdempotencyBuilder};
+pub use error::Error;
+pub use key::{Caller, Reference};
+pub use outcome::{Classify, Disposition};
 
 /// The `#[idempotent]` attribute: see the crate documentation and README.
 pub use idempotency_macros::{idempotent, idempotent_tools};

@@ -1,4 +1,4 @@
-//! What a handler's `Result<T, E>` means for the record.
+//! What a handler's `Result<T, E>` means for the record, and what an idempotent call answers.
 //!
 //! `Ok(T)` is stored and replayed typed. An `Err(E)` has a [`Disposition`], chosen explicitly:
 //! either by implementing [`Classify`] on the error type, or with the attribute's
@@ -8,6 +8,7 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::error::Error;
 use crate::key::Reference;
 
 /// What an error means for the operation.
@@ -46,6 +47,25 @@ pub enum Disposition {
 pub trait Classify {
     /// This error's disposition.
     fn disposition(&self) -> Disposition;
+}
+
+/// An error from an idempotent call: the handler's own (run now or replayed), or the wrapper's.
+#[derive(Debug)]
+pub enum Failure<E> {
+    /// The handler's error (a definitive one may be a replay).
+    Handler(E),
+    /// The wrapper's answer: in flight, outcome unknown, mismatch, store failure...
+    Wrapper(Error),
+}
+
+impl<E: From<Error>> Failure<E> {
+    /// Folds the wrapper's answer into the handler's error type.
+    pub fn into_error(self) -> E {
+        match self {
+            Failure::Handler(e) => e,
+            Failure::Wrapper(e) => E::from(e),
+        }
+    }
 }
 
 /// The wrapper's answer with how it came about.

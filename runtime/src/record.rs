@@ -31,7 +31,8 @@ pub enum RecordState {
 
 impl RecordState {
     /// The small integer the SQL stores keep in their `state` column.
-    pub fn code(self) -> i16 {
+    #[cfg_attr(not(feature = "_sql"), allow(dead_code))]
+    pub(crate) fn code(self) -> i16 {
         match self {
             RecordState::InFlight => 0,
             RecordState::Completed => 1,
@@ -41,7 +42,8 @@ impl RecordState {
     }
 
     /// The state for a `state` column value; `None` for a value this version does not know.
-    pub fn from_code(code: i16) -> Option<Self> {
+    #[cfg_attr(not(feature = "_sql"), allow(dead_code))]
+    pub(crate) fn from_code(code: i16) -> Option<Self> {
         Some(match code {
             0 => RecordState::InFlight,
             1 => RecordState::Completed,

@@ -9,8 +9,11 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use idempotency::{
-    idempotent, Caller, Error, ErrorPolicy, Idempotency, IdempotencyContext, MemoryStore, Prepared,
-    ToolSpec,
+    idempotent,
+    outcome::ErrorPolicy,
+    store::MemoryStore,
+    tool::{Prepared, ToolSpec},
+    Caller, Error, Idempotency, IdempotencyContext,
 };
 use serde::{Deserialize, Serialize};
 
@@ -22,7 +25,7 @@ impl IdempotencyContext for Ctx {
     fn idempotency(&self) -> &Idempotency {
         &self.engine
     }
-    fn caller(&self) -> Result<Caller, Error> {
+    fn caller(&self, _: &()) -> Result<Caller, Error> {
         Ok(Caller::new("acme", "alice"))
     }
 }
@@ -55,9 +58,9 @@ async fn by_macro(ctx: &Ctx, args: ChargeArgs) -> Result<Receipt, Error> {
 
 /// What a careful user writes without the attribute.
 async fn by_hand(ctx: &Ctx, args: ChargeArgs) -> Result<Receipt, Error> {
-    const SPEC: ToolSpec = ToolSpec::__wrapped("charge_h", Duration::from_secs(15 * 60), None);
+    const SPEC: ToolSpec = ToolSpec::new("charge_h", Duration::from_secs(15 * 60));
     let engine = ctx.idempotency();
-    let caller = ctx.caller()?;
+    let caller = ctx.caller(&())?;
     let prepared = Prepared::call(&caller, SPEC.name(), &args)?;
     let body = async move { work(&args) };
     engine

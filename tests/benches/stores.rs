@@ -20,9 +20,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idempotency::store::postgres::PostgresStore;
-use idempotency::store::sqlite::SqliteStore;
-use idempotency::{Caller, Claim, ClaimRequest, Completion, Key, Store, StoredResponse, Timestamp};
+use idempotency::store::PostgresStore;
+use idempotency::store::SqliteStore;
+use idempotency::{
+    clock::Timestamp,
+    key::Key,
+    store::{Claim, ClaimRequest, Completion, Store, StoredResponse},
+    Caller,
+};
 use idempotency_tests::pg::{unique_name, TestSchema};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::sqlite::SqlitePoolOptions;

@@ -5,15 +5,36 @@ use rmcp::ErrorData;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use crate::{Error, Failure, Outcome};
+use crate::outcome::{Failure, Outcome};
+use crate::Error;
 
 /// `_meta` key: the operation's reference.
 pub const META_REF: &str = "idempotency/ref";
 /// `_meta` key: `true` when the result is a stored answer replayed (content unchanged).
 pub const META_REPLAYED: &str = "idempotency/replayed";
-/// `_meta` key on the wrapper's own answers: `in_flight`, `outcome_unknown`, `payload_mismatch`,
-/// `not_recorded`, `invalid`.
+/// `_meta` key on the wrapper's own answers: one of [`STATUSES`].
 pub const META_STATUS: &str = "idempotency/status";
+
+/// Every value [`META_STATUS`] takes, one word per meaning:
+///
+/// | status | meaning |
+/// |---|---|
+/// | `in_flight` | an identical call is running; nothing was done by this one |
+/// | `outcome_unknown` | the call ran (or may have) and its outcome is not known; do not retry |
+/// | `payload_mismatch` | the business key was used with other arguments; nothing was done |
+/// | `reference_taken` | another call's record holds this call's reference; nothing was done |
+/// | `not_done` | the call could not be recorded, so it did not run; nothing was done |
+/// | `replay_failed` | the stored answer cannot be read by this version; the call is not run again |
+/// | `invalid` | the caller or the arguments cannot be keyed; nothing was done |
+pub const STATUSES: &[&str] = &[
+    "in_flight",
+    "outcome_unknown",
+    "payload_mismatch",
+    "reference_taken",
+    "not_done",
+    "replay_failed",
+    "invalid",
+];
 
 /// Renders an idempotent call's outcome as an MCP tool result.
 ///
@@ -45,21 +66,21 @@ pub fn answer<T: Serialize, E: Display>(
         Err(Failure::Handler(e)) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
         Err(Failure::Wrapper(e)) => {
             meta.insert(META_STATUS.into(), Value::String(status_of(&e).into()));
-            CallToolResult::error(vec![ContentBlock::text(e.to_string())])
+            CallToolResult::error(vec![ContentBlock::text(e.advice())])
         }
     };
     Ok(result.with_meta(Some(MetaObject(meta))))
 }
 
-fn status_of(e: &Error) -> &'static str {
+pub(crate) fn status_of(e: &Error) -> &'static str {
     match e {
         Error::InFlight { .. } => "in_flight",
         Error::OutcomeUnknown { .. } | Error::Unstorable { .. } => "outcome_unknown",
         Error::PayloadMismatch { .. } => "payload_mismatch",
         Error::ReferenceTaken { .. } => "reference_taken",
-        Error::StoreUnavailable { .. } => "not_recorded",
+        Error::Store { .. } => "not_done",
         Error::Replay { .. } => "replay_failed",
-        _ => "invalid",
+        Error::Arguments { .. } | Error::InvalidCaller { .. } => "invalid",
     }
 }
 
@@ -68,8 +89,6 @@ fn status_of(e: &Error) -> &'static str {
 pub fn refuse(e: Error) -> Result<CallToolResult, ErrorData> {
     let mut meta = Map::new();
     meta.insert(META_STATUS.into(), Value::String(status_of(&e).into()));
-    Ok(
-        CallToolResult::error(vec![ContentBlock::text(e.to_string())])
-            .with_meta(Some(MetaObject(meta))),
-    )
+    Ok(CallToolResult::error(vec![ContentBlock::text(e.advice())])
+        .with_meta(Some(MetaObject(meta))))
 }

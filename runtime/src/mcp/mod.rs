@@ -1,11 +1,15 @@
 //! MCP integration (feature `rmcp`): identity from the request, honest tool results, the status
 //! tool.
 //!
+//! A server implements [`IdempotencyContext`](crate::IdempotencyContext) with the request type
+//! [`RequestContext<RoleServer>`](rmcp::service::RequestContext): the same trait plain handlers
+//! implement with `()`, so one server type can serve both.
+//!
 //! ```ignore
 //! #[derive(Clone)]
 //! struct Payments { engine: Idempotency, identity: Identity, tool_router: ToolRouter<Self> }
 //!
-//! impl IdempotentServer for Payments {
+//! impl IdempotencyContext<RequestContext<RoleServer>> for Payments {
 //!     fn idempotency(&self) -> &Idempotency { &self.engine }
 //!     fn caller(&self, request: &RequestContext<RoleServer>) -> Result<Caller, Error> {
 //!         self.identity.resolve(request)
@@ -30,21 +34,6 @@ mod answer;
 mod identity;
 mod status;
 
-pub use answer::{answer, refuse, META_REF, META_REPLAYED, META_STATUS};
+pub use answer::{answer, refuse, META_REF, META_REPLAYED, META_STATUS, STATUSES};
 pub use identity::Identity;
 pub use status::{status_router, status_tool};
-
-use rmcp::service::RequestContext;
-use rmcp::RoleServer;
-
-use crate::{Caller, Error, Idempotency};
-
-/// An rmcp server whose tools are wrapped with `#[idempotent]`: where the engine is, and who is
-/// calling (from the request — the HTTP auth middleware's identity or the server's configured
-/// stdio identity — never from the model's arguments).
-pub trait IdempotentServer: Send + Sync + 'static {
-    /// The engine (store and clock).
-    fn idempotency(&self) -> &Idempotency;
-    /// The caller of this request. [`Identity::resolve`] does the usual thing.
-    fn caller(&self, request: &RequestContext<RoleServer>) -> Result<Caller, Error>;
-}

@@ -7,9 +7,12 @@ use rmcp::model::{
 };
 use serde_json::{json, Value};
 
-use super::IdempotentServer;
+use crate::error::STATUS_TOOL;
 use crate::record::{RecordState, RecordStatus};
-use crate::{Reference, STATUS_TOOL};
+use crate::{IdempotencyContext, Reference};
+
+/// What a server implements to serve the status tool.
+type Request = rmcp::service::RequestContext<rmcp::RoleServer>;
 
 /// The status tool's descriptor: `idempotency_status(ref)`, read-only.
 ///
@@ -51,7 +54,10 @@ pub fn status_tool() -> Tool {
 ///
 /// Lookups are scoped to the caller's tenant: another tenant's reference is "not found",
 /// exactly like one that never existed.
-pub fn status_router<S: IdempotentServer>() -> ToolRouter<S> {
+pub fn status_router<S>() -> ToolRouter<S>
+where
+    S: IdempotencyContext<Request> + Send + Sync + 'static,
+{
     let route = ToolRoute::new_dyn(status_tool(), |ctx: ToolCallContext<'_, S>| {
         Box::pin(async move {
             let result = run(ctx).await;
@@ -61,10 +67,13 @@ pub fn status_router<S: IdempotentServer>() -> ToolRouter<S> {
     ToolRouter::new().with_route(route)
 }
 
-async fn run<S: IdempotentServer>(ctx: ToolCallContext<'_, S>) -> CallToolResult {
+async fn run<S>(ctx: ToolCallContext<'_, S>) -> CallToolResult
+where
+    S: IdempotencyContext<Request> + Send + Sync + 'static,
+{
     let caller = match ctx.service.caller(&ctx.request_context) {
         Ok(c) => c,
-        Err(e) => return text_error(e.to_string()),
+        Err(e) => return text_error(e.advice()),
     };
     let Some(raw) = ctx
         .arguments

@@ -3,11 +3,10 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
 
 use super::{
-    BoxFuture, Claim, ClaimRequest, Completion, OutboxEntry, Settlement, Store, StoreError, Token,
-    Unsettled,
+    BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
+    RecordStore, Settlement, StoreError, Token, Unsettled,
 };
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, Key, Reference};
@@ -45,11 +44,12 @@ struct Inner {
     next_outbox_id: i64,
 }
 
-/// An in-process [`Store`].
+/// An in-process [`Store`](super::Store).
 ///
 /// ```
 /// # tokio_test_block_on(async {
-/// use idempotency::{Caller, Claim, ClaimRequest, Key, MemoryStore, Store, Timestamp};
+/// use idempotency::store::{Claim, ClaimRequest, MemoryStore, RecordStore};
+/// use idempotency::{clock::Timestamp, key::Key, Caller};
 /// let store = MemoryStore::new();
 /// let key = Key::for_call(&Caller::new("acme", "alice"), "charge_card", &100)?;
 /// let req = ClaimRequest {
@@ -125,7 +125,7 @@ fn mismatch(row: &Row, fp: &Option<Fingerprint>) -> bool {
     matches!((&row.fingerprint, fp), (Some(a), Some(b)) if a != b)
 }
 
-impl Store for MemoryStore {
+impl RecordStore for MemoryStore {
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         let out = {
             let mut inner = self.lock();
@@ -198,7 +198,7 @@ impl Store for MemoryStore {
                                 },
                                 _ => {
                                     return Box::pin(async move {
-                                        Err(StoreError::Corrupt(format!(
+                                        Err(StoreError::corrupt(format!(
                                             "ref {reference} is completed without an answer"
                                         )))
                                     })
@@ -248,12 +248,7 @@ impl Store for MemoryStore {
         Box::pin(async move { out })
     }
 
-    fn mark_unknown(
-        &self,
-        key: Key,
-        token: Token,
-        _now: Timestamp,
-    ) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
         let out = self.fenced(key, token, |row, _| row.state = RecordState::Unknown);
         Box::pin(async move { out })
     }
@@ -294,6 +289,49 @@ impl Store for MemoryStore {
         Box::pin(async move { Ok(out) })
     }
 
+    fn settle<'a>(
+        &'a self,
+        key: Key,
+        token: Token,
+        settlement: &'a Settlement,
+        now: Timestamp,
+        expires_at: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let out = (|| {
+            let mut inner = self.lock();
+            let row = inner.rows.get_mut(&key).ok_or(StoreError::NotFound)?;
+            let reference = key.reference(row.generation);
+            if row.token != token.0 {
+                return Err(StoreError::Fenced { reference });
+            }
+            if !matches!(row.state, RecordState::InFlight | RecordState::Unknown) {
+                return Err(StoreError::WrongState {
+                    reference,
+                    state: row.state.as_str(),
+                });
+            }
+            row.token += 1;
+            match settlement {
+                Settlement::Completed(resp) => {
+                    row.state = RecordState::Completed;
+                    row.response = Some(resp.clone());
+                    row.completed_at = Some(now);
+                    row.expires_at = Some(expires_at);
+                }
+                Settlement::Released => {
+                    row.state = RecordState::Released;
+                    row.completed_at = Some(now);
+                    row.expires_at = Some(now);
+                }
+                Settlement::Unknown => row.state = RecordState::Unknown,
+            }
+            Ok(())
+        })();
+        Box::pin(async move { out })
+    }
+}
+
+impl Maintenance for MemoryStore {
     fn purge(&self, older_than: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
         let n = {
             let mut inner = self.lock();
@@ -345,52 +383,13 @@ impl Store for MemoryStore {
         };
         Box::pin(async move { Ok(out) })
     }
+}
 
-    fn settle<'a>(
-        &'a self,
-        key: Key,
-        token: Token,
-        settlement: &'a Settlement,
-        now: Timestamp,
-        window: Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let out = (|| {
-            let mut inner = self.lock();
-            let row = inner.rows.get_mut(&key).ok_or(StoreError::NotFound)?;
-            let reference = key.reference(row.generation);
-            if row.token != token.0 {
-                return Err(StoreError::Fenced { reference });
-            }
-            if !matches!(row.state, RecordState::InFlight | RecordState::Unknown) {
-                return Err(StoreError::WrongState {
-                    reference,
-                    state: row.state.as_str(),
-                });
-            }
-            row.token += 1;
-            match settlement {
-                Settlement::Completed(resp) => {
-                    row.state = RecordState::Completed;
-                    row.response = Some(resp.clone());
-                    row.completed_at = Some(now);
-                    row.expires_at = Some(now + window);
-                }
-                Settlement::Released => {
-                    row.state = RecordState::Released;
-                    row.completed_at = Some(now);
-                    row.expires_at = Some(now);
-                }
-                Settlement::Unknown => row.state = RecordState::Unknown,
-            }
-            Ok(())
-        })();
-        Box::pin(async move { out })
-    }
-
-    fn outbox_fetch(
+impl OutboxStore for MemoryStore {
+    fn fetch(
         &self,
         now: Timestamp,
-        redeliver_after: Duration,
+        invisible_until: Timestamp,
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
         let out = {
@@ -402,14 +401,14 @@ impl Store for MemoryStore {
                 }
                 if m.visible_at <= now {
                     v.push(OutboxEntry {
-                        id: m.id,
+                        receipt: Receipt::new(m.id.to_string()),
                         reference: m.reference,
                         topic: m.topic.clone(),
                         payload: m.payload.clone(),
                         attempts: m.attempts,
                     });
                     m.attempts += 1;
-                    m.visible_at = now + redeliver_after;
+                    m.visible_at = invisible_until;
                 }
             }
             v
@@ -417,8 +416,16 @@ impl Store for MemoryStore {
         Box::pin(async move { Ok(out) })
     }
 
-    fn outbox_ack(&self, id: i64) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.lock().outbox.retain(|m| m.id != id);
-        Box::pin(async { Ok(()) })
+    fn ack<'a>(&'a self, receipt: &'a Receipt) -> BoxFuture<'a, Result<(), StoreError>> {
+        let out = match receipt.as_str().parse::<i64>() {
+            Ok(id) => {
+                self.lock().outbox.retain(|m| m.id != id);
+                Ok(())
+            }
+            Err(_) => Err(StoreError::ForeignReceipt {
+                receipt: receipt.as_str().to_owned(),
+            }),
+        };
+        Box::pin(async move { out })
     }
 }

@@ -1,8 +1,23 @@
-//! The [`Store`] trait and its backends.
+//! Where records live: the three store traits, their types, and the backends.
+//!
+//! A backend implements three object-safe traits; anything that implements all three is a
+//! [`Store`], which is what [`Idempotency::builder`](crate::Idempotency::builder) takes:
+//!
+//! - [`RecordStore`]: one record's state machine, per call: [`claim`](RecordStore::claim),
+//!   [`complete`](RecordStore::complete), [`release`](RecordStore::release),
+//!   [`mark_unknown`](RecordStore::mark_unknown), [`renew`](RecordStore::renew),
+//!   [`settle`](RecordStore::settle), [`status`](RecordStore::status);
+//! - [`Maintenance`]: background work over many records: [`purge`](Maintenance::purge),
+//!   [`unsettled`](Maintenance::unsettled);
+//! - [`OutboxStore`]: follow-on messages written with a completion: [`fetch`](OutboxStore::fetch),
+//!   [`ack`](OutboxStore::ack), each entry named by a backend-chosen [`Receipt`].
+//!
+//! The backends: [`MemoryStore`] (tests), `SqliteStore` (feature `sqlite`, the embedded default)
+//! and `PostgresStore` (feature `postgres`).
 //!
 //! Every backend answers the same questions with the same semantics; one conformance suite
 //! (`tests/conformance.rs`) runs against all of them. Times are passed in by the engine (from its
-//! [`Clock`](crate::Clock)), so the stores never read a clock of their own and replicas agree with
+//! [`Clock`](crate::clock::Clock)), so the stores never read a clock of their own and replicas agree with
 //! the engine that drives them.
 //!
 //! ## Claim semantics (all stores)
@@ -36,11 +51,38 @@
 //! ## Background scans
 //!
 //! The SQL tables have no index but the key (a second index would cost bytes on every row and
-//! keep completions from being HOT updates on PostgreSQL). [`Store::purge`] reads the table until
-//! it has found its batch; [`Store::unsettled`] reads all of it (the unsettled records are
+//! keep completions from being HOT updates on PostgreSQL). [`Maintenance::purge`] reads the table until
+//! it has found its batch; [`Maintenance::unsettled`] reads all of it (the unsettled records are
 //! few, their sort is cheap, the rest of the table is the cost). Both are meant for background
-//! tasks that run every few minutes: [`spawn_purger`] and the
-//! [`Reconciler`](crate::reconcile::Reconciler), never per request.
+//! tasks that run every few minutes: the [`Purger`](crate::tasks::Purger) and the
+//! [`Reconciler`](crate::tasks::Reconciler), never per request.
+//!
+//! ## Method contracts
+//!
+//! Every method takes its times from the caller (absolute [`Timestamp`]s) and answers in one
+//! round trip where the notes above do not say otherwise. "Fenced" means: the update applies only
+//! when the record's current token is the one presented and its state is one the method allows;
+//! otherwise nothing changes and the answer says why: [`StoreError::Fenced`] (another token is
+//! current), [`StoreError::WrongState`] (the token is current, the state is not allowed) or
+//! [`StoreError::NotFound`] (no record for the key).
+//!
+//! | method | allowed states | effect |
+//! |---|---|---|
+//! | [`RecordStore::claim`] | any | the table above; atomic: of concurrent claims of one key exactly one gets [`Claim::New`] |
+//! | [`RecordStore::complete`] | in flight | completed with the answer, replayed until `expires_at`; the outbox messages written in the same transaction |
+//! | [`RecordStore::release`] | in flight | released at `at` (a repeat takes it over under the same reference) |
+//! | [`RecordStore::mark_unknown`] | in flight | unknown (never re-run; only a settlement ends it) |
+//! | [`RecordStore::renew`] | in flight | the lease ends at `lease_expires_at` |
+//! | [`RecordStore::settle`] | in flight, unknown | the [`Settlement`]; the token goes up by one, so the original worker's late completion is fenced |
+//! | [`RecordStore::status`] | any | the record named by the reference, if it belongs to the tenant (another tenant's is `None`, as is a superseded generation) |
+//! | [`Maintenance::purge`] | completed, released | deletes up to `limit` records whose window ended before `older_than` |
+//! | [`Maintenance::unsettled`] | in flight (lease ended at or before `now`), unknown | up to `limit`, oldest claim first |
+//! | [`OutboxStore::fetch`] | – | up to `limit` messages visible at `now`, oldest first; each becomes invisible until `invisible_until` and its attempt count goes up |
+//! | [`OutboxStore::ack`] | – | deletes the message; acknowledging one already gone is not an error |
+//!
+//! Errors: [`StoreError::is_transient`] says whether trying again may help (the store was
+//! unreachable, or the operation kept losing races); configuration mistakes, failed migrations
+//! and rows the backend cannot read are their own variants and keep their sources.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -48,24 +90,31 @@ use std::time::Duration;
 
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, Key, Reference};
-use crate::record::{RecordState, RecordStatus, StoredResponse};
 
-pub mod memory;
+mod error;
+mod memory;
 #[cfg(feature = "postgres")]
-pub mod postgres;
-mod purger;
+mod postgres;
 #[cfg(feature = "_sql")]
 mod sql;
 #[cfg(feature = "sqlite")]
-pub mod sqlite;
-pub use purger::spawn_purger;
+mod sqlite;
 
-/// A boxed, `Send` future: what the [`Store`] methods return, so the trait stays object-safe
+pub use crate::outbox::{OutboxEntry, OutboxMessage, Receipt};
+pub use crate::record::{RecordState, RecordStatus, StoredResponse};
+pub use error::{BoxError, StoreError};
+pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
+
+/// A boxed, `Send` future: what the store methods return, so the traits stay object-safe
 /// (`Arc<dyn Store>`).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// How long completed and released records are kept after they stop answering, before
-/// [`Store::purge`] may delete them: 48 hours.
+/// [`Maintenance::purge`] may delete them: 48 hours.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(48 * 3600);
 
 /// A fencing token: bumped by every takeover and settlement. Only the holder of the current
@@ -136,31 +185,6 @@ pub enum Claim {
     },
 }
 
-/// A follow-on message (say, the receipt email) written in the same transaction as the
-/// completion, keyed by the operation's reference, delivered at least once.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OutboxMessage {
-    /// What kind of work it is (`"receipt_email"`), for the dispatcher to route.
-    pub topic: String,
-    /// The message's JSON text.
-    pub payload: String,
-}
-
-/// A message waiting in the outbox.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OutboxEntry {
-    /// The store's id of the entry (for [`Store::outbox_ack`]).
-    pub id: i64,
-    /// The reference of the operation that wrote it: the receiving side dedupes by it.
-    pub reference: Reference,
-    /// The message's topic.
-    pub topic: String,
-    /// The message's JSON text.
-    pub payload: String,
-    /// How many times it was handed out before.
-    pub attempts: i32,
-}
-
 /// What a completion records.
 #[derive(Clone, Debug)]
 pub struct Completion<'a> {
@@ -170,9 +194,9 @@ pub struct Completion<'a> {
     pub token: Token,
     /// The answer to store.
     pub response: &'a StoredResponse,
-    /// The engine's current time (becomes `completed_at`).
+    /// When it completed.
     pub now: Timestamp,
-    /// Until when the answer is replayed (`now + window`).
+    /// Until when the answer is replayed.
     pub expires_at: Timestamp,
     /// Follow-on messages to write in the same transaction.
     pub outbox: &'a [OutboxMessage],
@@ -200,7 +224,7 @@ pub struct Unsettled {
 /// How a reconciler settles an unsettled claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Settlement {
-    /// It did happen: store this answer (replayed for `window` from now).
+    /// It did happen: store this answer.
     Completed(StoredResponse),
     /// It did not happen: a repeat may run it (under the same reference).
     Released,
@@ -208,52 +232,8 @@ pub enum Settlement {
     Unknown,
 }
 
-/// Why a store call failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// The database could not be reached or the statement failed.
-    #[error("the idempotency store is unavailable: {0}")]
-    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// The token presented is no longer the record's: someone else settled or took it over.
-    #[error("the record of ref {reference} has moved on (its fencing token is stale); this worker's result was not recorded")]
-    Fenced {
-        /// The operation's reference.
-        reference: Reference,
-    },
-    /// The record is in a state this operation does not apply to (e.g. releasing a completed record).
-    #[error("the record of ref {reference} is {state}, not in flight; nothing was changed")]
-    WrongState {
-        /// The operation's reference.
-        reference: Reference,
-        /// Its current state.
-        state: &'static str,
-    },
-    /// A record of a *different* key holds this key's reference: the two keys share their first
-    /// 8 bytes. No two live records share a reference (downstream systems deduplicate on it), so
-    /// the claim is refused until that record is purged.
-    #[error("ref {reference} is held by the record of a different key (the two keys share their first 8 bytes); nothing was recorded")]
-    ReferenceTaken {
-        /// The reference both keys map to.
-        reference: Reference,
-    },
-    /// There is no record for the key.
-    #[error("no record for this key")]
-    NotFound,
-    /// A row could not be read back (wrong length, unknown state code): a newer schema or damage.
-    #[error("the idempotency store holds a record this version cannot read: {0}")]
-    Corrupt(String),
-    /// The store's migrations could not be applied.
-    #[error("the idempotency store's migrations failed: {0}")]
-    Migration(String),
-}
-
-/// Where records live. Implemented by [`MemoryStore`](memory::MemoryStore) and, behind features,
-/// `SqliteStore` and `PostgresStore`.
-///
-/// Every method takes its times from the caller. Implementations must make [`Store::claim`] atomic:
-/// of many concurrent claims of one key exactly one gets [`Claim::New`].
-pub trait Store: Send + Sync + 'static {
+/// One record's state machine: the per-call methods (see the module docs for each contract).
+pub trait RecordStore: Send + Sync + 'static {
     /// Claims `req.key`, or reports why not, in one round trip (see the module docs' table).
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>>;
 
@@ -261,21 +241,16 @@ pub trait Store: Send + Sync + 'static {
     /// writes `c.outbox` in the same transaction.
     fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>>;
 
-    /// Gives the claim back: nothing was done, a repeat may run (fenced, in flight only).
+    /// Gives the claim back at `at`: nothing was done, a repeat may run (fenced, in flight only).
     fn release(
         &self,
         key: Key,
         token: Token,
-        now: Timestamp,
+        at: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>>;
 
     /// Marks the claim's outcome unknown (fenced, in flight only).
-    fn mark_unknown(
-        &self,
-        key: Key,
-        token: Token,
-        now: Timestamp,
-    ) -> BoxFuture<'_, Result<(), StoreError>>;
+    fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>>;
 
     /// Extends an in-flight claim's lease (fenced), so a long body is not taken for a dead worker.
     fn renew(
@@ -285,6 +260,18 @@ pub trait Store: Send + Sync + 'static {
         lease_expires_at: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>>;
 
+    /// Settles an in-flight or unknown claim at `at` (fenced by `token`, which it then bumps, so
+    /// the original worker's late completion is rejected). A `Completed` settlement answers
+    /// repeats until `expires_at`.
+    fn settle<'a>(
+        &'a self,
+        key: Key,
+        token: Token,
+        settlement: &'a Settlement,
+        at: Timestamp,
+        expires_at: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
     /// The operation named by `reference`, if it belongs to `tenant` (another tenant's reference
     /// is `None`, exactly like one that does not exist). A reference whose generation has been
     /// superseded is `None` too.
@@ -293,8 +280,11 @@ pub trait Store: Send + Sync + 'static {
         tenant: &'a str,
         reference: Reference,
     ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>>;
+}
 
-    /// Deletes up to `limit` completed or released records whose `expires_at` is before
+/// Background work over many records: retention and reconciliation.
+pub trait Maintenance: Send + Sync + 'static {
+    /// Deletes up to `limit` completed or released records whose window ended before
     /// `older_than`; returns how many went. In-flight and unknown records are never purged.
     fn purge(&self, older_than: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>>;
 
@@ -305,27 +295,26 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>>;
+}
 
-    /// Settles an unsettled claim (fenced by `token`, which it then bumps, so the original worker's
-    /// late completion is rejected). `Completed` answers repeats until `now + window`.
-    fn settle<'a>(
-        &'a self,
-        key: Key,
-        token: Token,
-        settlement: &'a Settlement,
-        now: Timestamp,
-        window: Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
-
-    /// Up to `limit` outbox messages not yet acknowledged, oldest first; each handed-out message's
-    /// attempt count goes up by one and it is not handed out again before `now + redeliver_after`.
-    fn outbox_fetch(
+/// Follow-on messages written with completions, delivered at least once.
+pub trait OutboxStore: Send + Sync + 'static {
+    /// Up to `limit` messages visible at `now`, oldest first; each handed-out message's attempt
+    /// count goes up by one and it stays invisible until `invisible_until`.
+    fn fetch(
         &self,
         now: Timestamp,
-        redeliver_after: Duration,
+        invisible_until: Timestamp,
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>>;
 
-    /// Acknowledges (deletes) a delivered outbox message.
-    fn outbox_ack(&self, id: i64) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// Acknowledges (deletes) a delivered message by the receipt [`OutboxStore::fetch`] gave it.
+    /// A receipt this store did not issue is [`StoreError::ForeignReceipt`].
+    fn ack<'a>(&'a self, receipt: &'a Receipt) -> BoxFuture<'a, Result<(), StoreError>>;
 }
+
+/// A complete backend: all three traits. Implemented automatically for any type that implements
+/// them; the engine and its background tasks hold an `Arc<dyn Store>`.
+pub trait Store: RecordStore + Maintenance + OutboxStore {}
+
+impl<S: RecordStore + Maintenance + OutboxStore + ?Sized> Store for S {}

@@ -25,8 +25,8 @@ use super::sql::{
     CLAIM_ATTEMPTS, FENCE_ATTEMPTS,
 };
 use super::{
-    BoxFuture, Claim, ClaimRequest, Completion, OutboxEntry, Settlement, Store, StoreError, Token,
-    Unsettled,
+    BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
+    RecordStore, Settlement, StoreError, Token, Unsettled,
 };
 use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
@@ -124,8 +124,8 @@ type PgQuery = Query<'static, Postgres, PgArguments>;
 /// A [`Store`] on PostgreSQL, for servers with several replicas.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), idempotency::StoreError> {
-/// use idempotency::{store::postgres::PostgresStore, Idempotency};
+/// # async fn demo() -> Result<(), idempotency::store::StoreError> {
+/// use idempotency::{store::PostgresStore, Idempotency};
 /// let store = PostgresStore::connect("postgres://app@db.internal/app").await?;
 /// let engine = Idempotency::new(store);
 /// # let _ = engine; Ok(()) }
@@ -150,19 +150,19 @@ impl PostgresStore {
     /// Connects to `url` (a pool of 10 connections, tuned by [`PostgresStore::tune`]) and runs the
     /// migrations.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let options: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| {
-            StoreError::Unavailable(
-                format!("the PostgreSQL connection URL is not usable: {e}").into(),
-            )
-        })?;
+        let options: PgConnectOptions =
+            url.parse().map_err(|e: sqlx::Error| StoreError::Config {
+                problem: "the PostgreSQL connection URL is not usable".into(),
+                source: Some(Box::new(e)),
+            })?;
         Self::connect_with(options).await
     }
 
     /// Like [`PostgresStore::connect`], from connection options (say, with a `search_path`).
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), idempotency::StoreError> {
-    /// use idempotency::store::postgres::PostgresStore;
+    /// # async fn demo() -> Result<(), idempotency::store::StoreError> {
+    /// use idempotency::store::PostgresStore;
     /// use sqlx::postgres::PgConnectOptions;
     /// let options = PgConnectOptions::new().host("db.internal").database("app")
     ///     .options([("search_path", "idempotency")]);
@@ -187,7 +187,7 @@ impl PostgresStore {
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-    /// use idempotency::store::postgres::PostgresStore;
+    /// use idempotency::store::PostgresStore;
     /// let options = "postgres://app@db.internal/app".parse()?;
     /// let pool = sqlx::postgres::PgPoolOptions::new()
     ///     .max_connections(32)
@@ -229,7 +229,7 @@ impl PostgresStore {
     /// library's own `idempotency_migrations` table. Refuses a database that records a migration
     /// this build does not know. The constructors call it; running it again changes nothing.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        let mig = |e: sqlx::Error| StoreError::Migration(e.to_string());
+        let mig = sql::migration_error;
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         sqlx::query(MIGRATION_LOCK)
             .execute(&mut *tx)
@@ -288,7 +288,7 @@ impl PostgresStore {
         key: Key,
         token: Token,
         allowed: &[RecordState],
-        what: &str,
+        what: &'static str,
         query: impl Fn() -> PgQuery + Send,
     ) -> Result<(), StoreError> {
         for _ in 0..FENCE_ATTEMPTS {
@@ -363,7 +363,7 @@ fn record_row(r: &PgRow, at: usize) -> Result<RecordRow, sqlx::Error> {
     })
 }
 
-impl Store for PostgresStore {
+impl RecordStore for PostgresStore {
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(async move {
             let rest = rest_of(&req.key);
@@ -397,7 +397,7 @@ impl Store for PostgresStore {
                 let rec = record_row(&row, 2).map_err(db_error)?;
                 let holder: Vec<u8> = row.try_get(1).map_err(db_error)?;
                 if holder.len() != rest.len() {
-                    return Err(StoreError::Corrupt(format!(
+                    return Err(StoreError::corrupt(format!(
                         "the record holding ref {} has a key_rest of {} bytes, not 24",
                         req.key.reference(sql::generation_of(rec.generation)?),
                         holder.len()
@@ -485,12 +485,7 @@ impl Store for PostgresStore {
         ))
     }
 
-    fn mark_unknown(
-        &self,
-        key: Key,
-        token: Token,
-        _now: Timestamp,
-    ) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(self.fenced(key, token, &[RecordState::InFlight], "marking the outcome unknown", move || {
             fenced_query(
                 "UPDATE idempotency_records SET state = 2 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
@@ -542,6 +537,36 @@ impl Store for PostgresStore {
         })
     }
 
+    fn settle<'a>(
+        &'a self,
+        key: Key,
+        token: Token,
+        settlement: &'a Settlement,
+        at: Timestamp,
+        expires_at: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let (state, ok, body, completed, expires) =
+            sql::settlement_columns(settlement, at, expires_at);
+        let code = state_code(state, ok);
+        let allowed = &[RecordState::InFlight, RecordState::Unknown];
+        // Unknown keeps its lease end in `ends_at`.
+        Box::pin(self.fenced(key, token, allowed, "the settlement", move || {
+            fenced_query(
+                "UPDATE idempotency_records SET token = token + 1, state = $4, response = $5, \
+                 completed_at = $6, ends_at = coalesce($7, ends_at) \
+                 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2)",
+                &key,
+                token,
+            )
+            .bind(code)
+            .bind(body)
+            .bind(completed)
+            .bind(expires)
+        }))
+    }
+}
+
+impl Maintenance for PostgresStore {
     /// A sequential scan that stops after `limit` matches; the outer conditions are checked again
     /// on each row as it is deleted, so a row a claim took over meanwhile is left alone.
     fn purge(&self, older_than: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
@@ -580,39 +605,13 @@ impl Store for PostgresStore {
             rows.into_iter().map(sql::unsettled).collect()
         })
     }
+}
 
-    fn settle<'a>(
-        &'a self,
-        key: Key,
-        token: Token,
-        settlement: &'a Settlement,
-        now: Timestamp,
-        window: Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let (state, ok, body, completed, expires) =
-            sql::settlement_columns(settlement, now, window);
-        let code = state_code(state, ok);
-        let allowed = &[RecordState::InFlight, RecordState::Unknown];
-        // Unknown keeps its lease end in `ends_at`.
-        Box::pin(self.fenced(key, token, allowed, "the settlement", move || {
-            fenced_query(
-                "UPDATE idempotency_records SET token = token + 1, state = $4, response = $5, \
-                 completed_at = $6, ends_at = coalesce($7, ends_at) \
-                 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2)",
-                &key,
-                token,
-            )
-            .bind(code)
-            .bind(body)
-            .bind(completed)
-            .bind(expires)
-        }))
-    }
-
-    fn outbox_fetch(
+impl OutboxStore for PostgresStore {
+    fn fetch(
         &self,
         now: Timestamp,
-        redeliver_after: Duration,
+        invisible_until: Timestamp,
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
         Box::pin(async move {
@@ -622,7 +621,7 @@ impl Store for PostgresStore {
                  RETURNING id, key, generation, topic, payload, attempts - 1",
             )
             .bind(now.as_millis())
-            .bind((now + redeliver_after).as_millis())
+            .bind(invisible_until.as_millis())
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await
@@ -631,8 +630,9 @@ impl Store for PostgresStore {
         })
     }
 
-    fn outbox_ack(&self, id: i64) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn ack<'a>(&'a self, receipt: &'a Receipt) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
+            let id = sql::receipt_id(receipt)?;
             sqlx::query("DELETE FROM idempotency_outbox WHERE id = $1")
                 .bind(id)
                 .execute(&self.pool)

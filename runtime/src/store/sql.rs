@@ -2,14 +2,12 @@
 //! store's answers (the decisions are `MemoryStore`'s, line for line), and error mapping. The SQL
 //! itself stays in each backend's file.
 
-use std::time::Duration;
-
 use sha2::{Digest, Sha256};
 
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, Key, Reference};
 use crate::record::{RecordState, RecordStatus, StoredResponse};
-use crate::store::{Claim, OutboxEntry, Settlement, StoreError, Token, Unsettled};
+use crate::store::{Claim, OutboxEntry, Receipt, Settlement, StoreError, Token, Unsettled};
 
 /// The library's own migrations table (never the application's `_sqlx_migrations`).
 pub(crate) const MIGRATIONS_TABLE: &str = "idempotency_migrations";
@@ -53,14 +51,14 @@ pub(crate) fn pending<'m>(
     for (version, checksum) in applied {
         match known.iter().find(|m| m.version == *version) {
             None => {
-                return Err(StoreError::Migration(format!(
+                return Err(StoreError::migration(format!(
                     "{place} records migration {version} in {MIGRATIONS_TABLE}, which this build of the idempotency \
                      crate does not know (it knows 1 to {newest}): a newer build migrated it. Upgrade this server, \
                      or give it its own {place}"
                 )))
             }
             Some(m) if m.checksum() != *checksum => {
-                return Err(StoreError::Migration(format!(
+                return Err(StoreError::migration(format!(
                     "migration {version} ({}) recorded in {MIGRATIONS_TABLE} differs from the one this build embeds; \
                      applied migrations must not change",
                     m.description
@@ -79,10 +77,18 @@ pub(crate) fn pending<'m>(
 
 /// A migration statement failed: say which one.
 pub(crate) fn migration_failed(m: &Migration, e: sqlx::Error) -> StoreError {
-    StoreError::Migration(format!(
-        "migration {} ({}) failed: {e}",
-        m.version, m.description
-    ))
+    StoreError::Migration {
+        problem: format!("migration {} ({}) failed", m.version, m.description),
+        source: Some(Box::new(e)),
+    }
+}
+
+/// The migrations' own bookkeeping failed (the lock, the migrations table).
+pub(crate) fn migration_error(e: sqlx::Error) -> StoreError {
+    StoreError::Migration {
+        problem: format!("the {MIGRATIONS_TABLE} bookkeeping failed"),
+        source: Some(Box::new(e)),
+    }
 }
 
 /// A database error: undecodable values are [`StoreError::Corrupt`], everything else
@@ -91,33 +97,37 @@ pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
     match e {
         sqlx::Error::ColumnDecode { .. }
         | sqlx::Error::Decode(_)
-        | sqlx::Error::ColumnNotFound(_) => StoreError::Corrupt(e.to_string()),
+        | sqlx::Error::ColumnNotFound(_) => StoreError::Corrupt {
+            problem: "a column of a record could not be read".into(),
+            source: Some(Box::new(e)),
+        },
         e => StoreError::Unavailable(Box::new(e)),
     }
 }
 
 /// A store call that kept losing races with concurrent writers.
-pub(crate) fn raced(what: &str, attempts: usize) -> StoreError {
-    StoreError::Unavailable(
-        format!("{what} kept racing with concurrent writers ({attempts} attempts); nothing was changed, try again").into(),
-    )
+pub(crate) fn raced(operation: &'static str, attempts: usize) -> StoreError {
+    StoreError::Contention {
+        operation,
+        attempts,
+    }
 }
 
 pub(crate) fn key_of(bytes: &[u8]) -> Result<Key, StoreError> {
     Key::from_slice(bytes)
-        .ok_or_else(|| StoreError::Corrupt(format!("a key is {} bytes long, not 32", bytes.len())))
+        .ok_or_else(|| StoreError::corrupt(format!("a key is {} bytes long, not 32", bytes.len())))
 }
 
 pub(crate) fn generation_of(g: i64) -> Result<u32, StoreError> {
     u32::try_from(g)
         .ok()
         .filter(|g| *g >= 1)
-        .ok_or_else(|| StoreError::Corrupt(format!("generation {g} is out of range")))
+        .ok_or_else(|| StoreError::corrupt(format!("generation {g} is out of range")))
 }
 
 pub(crate) fn state_of(code: i16) -> Result<RecordState, StoreError> {
     RecordState::from_code(code)
-        .ok_or_else(|| StoreError::Corrupt(format!("unknown record state {code}")))
+        .ok_or_else(|| StoreError::corrupt(format!("unknown record state {code}")))
 }
 
 /// The columns of a record row that decide a claim and answer a status.
@@ -162,7 +172,7 @@ impl RecordRow {
         }
         let stored = match &self.fingerprint {
             Some(b) => Some(Fingerprint::from_slice(b).ok_or_else(|| {
-                StoreError::Corrupt(format!(
+                StoreError::corrupt(format!(
                     "the fingerprint of ref {reference} is not 32 bytes"
                 ))
             })?),
@@ -188,7 +198,7 @@ impl RecordRow {
                     completed_at: Timestamp::from_millis(at),
                 },
                 _ => {
-                    return Err(StoreError::Corrupt(format!(
+                    return Err(StoreError::corrupt(format!(
                         "ref {reference} is completed without an answer"
                     )))
                 }
@@ -258,6 +268,16 @@ pub(crate) fn unsettled<G: Into<i64>>(row: UnsettledRow<G>) -> Result<Unsettled,
     })
 }
 
+/// The row id an outbox receipt of the SQL stores carries.
+pub(crate) fn receipt_id(receipt: &Receipt) -> Result<i64, StoreError> {
+    receipt
+        .as_str()
+        .parse()
+        .map_err(|_| StoreError::ForeignReceipt {
+            receipt: receipt.as_str().to_owned(),
+        })
+}
+
 /// An outbox row as read: id, key, generation, topic, payload, attempts before this one.
 pub(crate) type OutboxRow<G> = (i64, Vec<u8>, G, String, String, i32);
 
@@ -265,29 +285,28 @@ pub(crate) type OutboxRow<G> = (i64, Vec<u8>, G, String, String, i32);
 pub(crate) fn outbox_entries<G: Into<i64>>(
     rows: Vec<OutboxRow<G>>,
 ) -> Result<Vec<OutboxEntry>, StoreError> {
-    let mut out = rows
-        .into_iter()
+    let mut rows = rows;
+    rows.sort_by_key(|r| r.0);
+    rows.into_iter()
         .map(|(id, key, generation, topic, payload, attempts)| {
             Ok(OutboxEntry {
-                id,
+                receipt: Receipt::new(id.to_string()),
                 reference: key_of(&key)?.reference(generation_of(generation.into())?),
                 topic,
                 payload,
                 attempts,
             })
         })
-        .collect::<Result<Vec<_>, StoreError>>()?;
-    out.sort_by_key(|e| e.id);
-    Ok(out)
+        .collect()
 }
 
 /// The columns a settlement writes: state, ok, response, completed_at, expires_at. A completed
-/// answer is replayed until `now + window`; a released record stops answering at once.
+/// answer is replayed until `expires_at`; a released record stops answering at once.
 #[allow(clippy::type_complexity)]
 pub(crate) fn settlement_columns(
     settlement: &Settlement,
     now: Timestamp,
-    window: Duration,
+    expires_at: Timestamp,
 ) -> (
     RecordState,
     Option<bool>,
@@ -301,7 +320,7 @@ pub(crate) fn settlement_columns(
             Some(r.ok),
             Some(r.body.as_str()),
             Some(now.as_millis()),
-            Some((now + window).as_millis()),
+            Some(expires_at.as_millis()),
         ),
         Settlement::Released => (
             RecordState::Released,

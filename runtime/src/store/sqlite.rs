@@ -16,8 +16,8 @@ use super::sql::{
     CLAIM_ATTEMPTS, FENCE_ATTEMPTS,
 };
 use super::{
-    BoxFuture, Claim, ClaimRequest, Completion, OutboxEntry, Settlement, Store, StoreError, Token,
-    Unsettled,
+    BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
+    RecordStore, Settlement, StoreError, Token, Unsettled,
 };
 use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
@@ -74,8 +74,8 @@ type SqliteQuery = Query<'static, Sqlite, SqliteArguments>;
 /// A [`Store`] in a SQLite file: survives restarts, serves one machine.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), idempotency::StoreError> {
-/// use idempotency::{store::sqlite::SqliteStore, Idempotency};
+/// # async fn demo() -> Result<(), idempotency::store::StoreError> {
+/// use idempotency::{store::SqliteStore, Idempotency};
 /// let engine = Idempotency::new(SqliteStore::open("idempotency.db").await?);
 /// # let _ = engine; Ok(()) }
 /// ```
@@ -102,7 +102,7 @@ impl SqliteStore {
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-    /// use idempotency::store::sqlite::SqliteStore;
+    /// use idempotency::store::SqliteStore;
     /// let pool = sqlx::sqlite::SqlitePoolOptions::new()
     ///     .max_connections(8)
     ///     .connect_with(SqliteStore::connect_options("idempotency.db"))
@@ -136,12 +136,13 @@ impl SqliteStore {
         .await
         .map_err(db_error)?;
         if file.as_deref().unwrap_or("").is_empty() {
-            return Err(StoreError::Unavailable(
-                "SqliteStore needs a database file: this pool's database is in memory or temporary, so its \
+            return Err(StoreError::Config {
+                problem: "SqliteStore needs a database file: this pool's database is in memory or temporary, so its \
                  records would not survive a recycled connection or a restart and a repeat could run twice. \
                  Open a file (SqliteStore::open(\"idempotency.db\")) or use MemoryStore for tests"
                     .into(),
-            ));
+                source: None,
+            });
         }
         if !journal.eq_ignore_ascii_case("wal") || busy == 0 {
             tracing::warn!(
@@ -167,7 +168,7 @@ impl SqliteStore {
     /// a file that records a migration this build does not know. The constructors call it;
     /// running it again changes nothing.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        let mig = |e: sqlx::Error| StoreError::Migration(e.to_string());
+        let mig = sql::migration_error;
         let mut conn = self.pool.acquire().await.map_err(db_error)?;
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(mig)?;
         sqlx::query(
@@ -213,7 +214,7 @@ impl SqliteStore {
         key: Key,
         token: Token,
         allowed: &[RecordState],
-        what: &str,
+        what: &'static str,
         query: impl Fn() -> SqliteQuery + Send,
     ) -> Result<(), StoreError> {
         for _ in 0..FENCE_ATTEMPTS {
@@ -285,7 +286,7 @@ fn bytes(key: &Key) -> &[u8] {
     &key.as_bytes()[..]
 }
 
-impl Store for SqliteStore {
+impl RecordStore for SqliteStore {
     /// One call to sqlx's SQLite worker answers a fresh claim, a takeover and a repeat alike:
     /// the upsert, then (only when it changed nothing) the row it found, in one prepared batch
     /// (`CLAIM`). The answer comes from that read; a row that changed between the two
@@ -309,7 +310,7 @@ impl Store for SqliteStore {
                     .await
                     .map_err(db_error)?;
                 if rows.len() > 1 {
-                    return Err(StoreError::Corrupt(format!(
+                    return Err(StoreError::corrupt(format!(
                         "a claim of ref {} read {} rows for one key",
                         req.key.reference(1),
                         rows.len()
@@ -407,12 +408,7 @@ impl Store for SqliteStore {
         ))
     }
 
-    fn mark_unknown(
-        &self,
-        key: Key,
-        token: Token,
-        _now: Timestamp,
-    ) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(self.fenced(key, token, &[RecordState::InFlight], "marking the outcome unknown", move || {
             sqlx::query("UPDATE idempotency_records SET state = 2 WHERE key = $1 AND token = $2 AND state = 0")
                 .bind(bytes(&key))
@@ -464,6 +460,34 @@ impl Store for SqliteStore {
         })
     }
 
+    fn settle<'a>(
+        &'a self,
+        key: Key,
+        token: Token,
+        settlement: &'a Settlement,
+        at: Timestamp,
+        expires_at: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let (state, ok, body, completed, expires) =
+            sql::settlement_columns(settlement, at, expires_at);
+        let allowed = &[RecordState::InFlight, RecordState::Unknown];
+        Box::pin(self.fenced(key, token, allowed, "the settlement", move || {
+            sqlx::query(
+                "UPDATE idempotency_records SET token = token + 1, state = $3, ok = $4, response = $5, \
+                 completed_at = $6, expires_at = $7 WHERE key = $1 AND token = $2 AND state IN (0, 2)",
+            )
+            .bind(bytes(&key))
+            .bind(token.0)
+            .bind(state.code())
+            .bind(ok)
+            .bind(body)
+            .bind(completed)
+            .bind(expires)
+        }))
+    }
+}
+
+impl Maintenance for SqliteStore {
     /// A scan that stops after `limit` matches (writers are serialised, so nothing changes the
     /// rows between the scan and the delete).
     fn purge(&self, older_than: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
@@ -500,37 +524,13 @@ impl Store for SqliteStore {
             rows.into_iter().map(sql::unsettled).collect()
         })
     }
+}
 
-    fn settle<'a>(
-        &'a self,
-        key: Key,
-        token: Token,
-        settlement: &'a Settlement,
-        now: Timestamp,
-        window: Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let (state, ok, body, completed, expires) =
-            sql::settlement_columns(settlement, now, window);
-        let allowed = &[RecordState::InFlight, RecordState::Unknown];
-        Box::pin(self.fenced(key, token, allowed, "the settlement", move || {
-            sqlx::query(
-                "UPDATE idempotency_records SET token = token + 1, state = $3, ok = $4, response = $5, \
-                 completed_at = $6, expires_at = $7 WHERE key = $1 AND token = $2 AND state IN (0, 2)",
-            )
-            .bind(bytes(&key))
-            .bind(token.0)
-            .bind(state.code())
-            .bind(ok)
-            .bind(body)
-            .bind(completed)
-            .bind(expires)
-        }))
-    }
-
-    fn outbox_fetch(
+impl OutboxStore for SqliteStore {
+    fn fetch(
         &self,
         now: Timestamp,
-        redeliver_after: Duration,
+        invisible_until: Timestamp,
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
         Box::pin(async move {
@@ -540,7 +540,7 @@ impl Store for SqliteStore {
                  RETURNING id, key, generation, topic, payload, attempts - 1",
             )
             .bind(now.as_millis())
-            .bind((now + redeliver_after).as_millis())
+            .bind(invisible_until.as_millis())
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await
@@ -549,8 +549,9 @@ impl Store for SqliteStore {
         })
     }
 
-    fn outbox_ack(&self, id: i64) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn ack<'a>(&'a self, receipt: &'a Receipt) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
+            let id = sql::receipt_id(receipt)?;
             sqlx::query("DELETE FROM idempotency_outbox WHERE id = $1")
                 .bind(id)
                 .execute(&self.pool)

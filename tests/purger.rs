@@ -1,4 +1,4 @@
-//! `spawn_purger` end to end on a MemoryStore: a pass deletes everything past retention in
+//! The `Purger` end to end on a MemoryStore: a pass deletes everything past retention in
 //! batches, leaves in-flight, unknown and still-retained records alone, and a failed pass is
 //! retried at the next tick. The store is wrapped to count (and once, fail) its purge calls.
 
@@ -6,12 +6,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency::store::{spawn_purger, Store};
-use idempotency::{
-    BoxFuture, Caller, Claim, ClaimRequest, Clock, Completion, Key, ManualClock, MemoryStore,
-    OutboxEntry, RecordStatus, Reference, Settlement, StoreError, StoredResponse, Timestamp, Token,
+use idempotency::clock::{ManualClock, Timestamp};
+use idempotency::key::Key;
+use idempotency::store::{
+    BoxFuture, Claim, ClaimRequest, Completion, Maintenance, MemoryStore, OutboxEntry, OutboxStore,
+    Receipt, RecordStatus, RecordStore, Settlement, Store, StoreError, StoredResponse, Token,
     Unsettled, DEFAULT_RETENTION,
 };
+use idempotency::tasks::Purger;
+use idempotency::{Caller, Idempotency, Reference};
 
 const T0: i64 = 1_796_000_000_000;
 const WINDOW: Duration = Duration::from_secs(900);
@@ -24,7 +27,7 @@ struct Counting {
     fail_first: u32,
 }
 
-impl Store for Counting {
+impl RecordStore for Counting {
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         self.inner.claim(req)
     }
@@ -35,17 +38,12 @@ impl Store for Counting {
         &self,
         key: Key,
         token: Token,
-        now: Timestamp,
+        at: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.inner.release(key, token, now)
+        self.inner.release(key, token, at)
     }
-    fn mark_unknown(
-        &self,
-        key: Key,
-        token: Token,
-        now: Timestamp,
-    ) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.inner.mark_unknown(key, token, now)
+    fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.inner.mark_unknown(key, token)
     }
     fn renew(
         &self,
@@ -55,6 +53,16 @@ impl Store for Counting {
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         self.inner.renew(key, token, until)
     }
+    fn settle<'a>(
+        &'a self,
+        key: Key,
+        token: Token,
+        settlement: &'a Settlement,
+        at: Timestamp,
+        expires_at: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.settle(key, token, settlement, at, expires_at)
+    }
     fn status<'a>(
         &'a self,
         tenant: &'a str,
@@ -62,6 +70,9 @@ impl Store for Counting {
     ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
         self.inner.status(tenant, reference)
     }
+}
+
+impl Maintenance for Counting {
     fn purge(&self, older_than: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
         let n = self.purges.fetch_add(1, Ordering::SeqCst);
         if n < self.fail_first {
@@ -78,26 +89,19 @@ impl Store for Counting {
     ) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
         self.inner.unsettled(now, limit)
     }
-    fn settle<'a>(
-        &'a self,
-        key: Key,
-        token: Token,
-        settlement: &'a Settlement,
-        now: Timestamp,
-        window: Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.settle(key, token, settlement, now, window)
-    }
-    fn outbox_fetch(
+}
+
+impl OutboxStore for Counting {
+    fn fetch(
         &self,
         now: Timestamp,
-        redeliver_after: Duration,
+        invisible_until: Timestamp,
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
-        self.inner.outbox_fetch(now, redeliver_after, limit)
+        self.inner.fetch(now, invisible_until, limit)
     }
-    fn outbox_ack(&self, id: i64) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.inner.outbox_ack(id)
+    fn ack<'a>(&'a self, receipt: &'a Receipt) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.ack(receipt)
     }
 }
 
@@ -164,10 +168,7 @@ async fn the_purger_deletes_in_batches_keeps_what_it_must_and_retries_after_a_fa
     claim(&store, in_flight, T0).await;
     let unknown = key(OLD + 1);
     let t = claim(&store, unknown, T0).await;
-    store
-        .mark_unknown(unknown, t, Timestamp::from_millis(T0))
-        .await
-        .expect("mark unknown");
+    store.mark_unknown(unknown, t).await.expect("mark unknown");
     let recent = key(OLD + 2);
     let t = claim(&store, recent, T0 + 3_600_000).await;
     complete(&store, recent, t, T0 + 3_600_000).await;
@@ -176,8 +177,11 @@ async fn the_purger_deletes_in_batches_keeps_what_it_must_and_retries_after_a_fa
     let now = T0 + WINDOW.as_millis() as i64 + DEFAULT_RETENTION.as_millis() as i64 + 1_800_000;
     let clock = ManualClock::new(Timestamp::from_millis(now));
     let dyn_store: Arc<dyn Store> = store.clone();
-    let dyn_clock: Arc<dyn Clock> = Arc::new(clock);
-    let purger = spawn_purger(dyn_store, dyn_clock, EVERY, DEFAULT_RETENTION);
+    let engine = Idempotency::builder_shared(dyn_store).clock(clock).build();
+    let purger = Purger::new(&engine)
+        .every(EVERY)
+        .retention(DEFAULT_RETENTION)
+        .spawn();
 
     // The first pass fails at once (the store is "restarting"): nothing is deleted, and the
     // purger does not spin on the error.

@@ -6,11 +6,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency::store::Store;
-use idempotency::Clock;
+use idempotency::clock::Clock;
+use idempotency::store::{OutboxStore, RecordStore};
 use idempotency::{
-    Caller, Claim, ClaimRequest, Classify, Disposition, Error, ErrorPolicy, Idempotency, Key,
-    ManualClock, MemoryStore, Outcome, Prepared, RecordState, Timestamp, ToolSpec, UnknownReason,
+    clock::{ManualClock, Timestamp},
+    error::UnknownReason,
+    key::Key,
+    outcome::{ErrorPolicy, Outcome},
+    store::{Claim, ClaimRequest, MemoryStore, RecordState},
+    tool::{Prepared, ToolSpec},
+    Caller, Classify, Disposition, Error, Idempotency,
 };
 use serde::{Deserialize, Serialize};
 
@@ -18,7 +23,7 @@ const T0: i64 = 1_796_000_000_000;
 const WINDOW: Duration = Duration::from_secs(15 * 60);
 
 fn spec() -> ToolSpec {
-    ToolSpec::__wrapped("charge_card", WINDOW, None)
+    ToolSpec::new("charge_card", WINDOW)
 }
 
 #[derive(Debug, thiserror::Error, Serialize, Deserialize, PartialEq)]
@@ -35,7 +40,7 @@ enum ChargeError {
 
 impl From<Error> for ChargeError {
     fn from(e: Error) -> Self {
-        ChargeError::Wrapper(e.to_string())
+        ChargeError::Wrapper(e.advice())
     }
 }
 
@@ -86,7 +91,9 @@ struct World {
 fn world() -> World {
     let clock = ManualClock::new(Timestamp::from_millis(T0));
     let store = Arc::new(MemoryStore::new());
-    let engine = Idempotency::from_arc(store.clone()).with_clock(clock.clone());
+    let engine = Idempotency::builder_shared(store.clone())
+        .clock(clock.clone())
+        .build();
     World {
         engine,
         clock,
@@ -202,7 +209,7 @@ async fn a_concurrent_repeat_is_told_in_flight_with_the_ref() {
         tokio::task::yield_now().await;
     }
     let prepared = Prepared::call(&w.caller, "charge_card", &100u64).unwrap();
-    let second: Outcome<Receipt, idempotency::Failure<ChargeError>> = w
+    let second: Outcome<Receipt, idempotency::outcome::Failure<ChargeError>> = w
         .engine
         .execute_raw(
             &spec(),
@@ -220,8 +227,8 @@ async fn a_concurrent_repeat_is_told_in_flight_with_the_ref() {
     gate.notify_one();
     let first = first.await.unwrap();
     match second.result {
-        Err(idempotency::Failure::Wrapper(e @ Error::InFlight { .. })) => {
-            let msg = e.to_string();
+        Err(idempotency::outcome::Failure::Wrapper(e @ Error::InFlight { .. })) => {
+            let msg = e.advice();
             assert!(msg.contains(&first.reference.unwrap().to_string()), "{msg}");
             assert!(msg.contains("Do not submit it again"), "{msg}");
         }
@@ -246,7 +253,7 @@ async fn business_key_with_other_arguments_is_a_mismatch() {
         };
         let prepared =
             Prepared::business(&w.caller, "create_shipment", &args.order_id, &args).unwrap();
-        let spec = ToolSpec::__wrapped("create_shipment", WINDOW, None);
+        let spec = ToolSpec::new("create_shipment", WINDOW);
         let engine = w.engine.clone();
         let caller = w.caller.clone();
         async move {
@@ -267,7 +274,9 @@ async fn business_key_with_other_arguments_is_a_mismatch() {
     assert!(again.replayed);
     let other = run("9 Elm St").await;
     match other.result {
-        Err(idempotency::Failure::Wrapper(Error::PayloadMismatch { reference, .. })) => {
+        Err(idempotency::outcome::Failure::Wrapper(Error::PayloadMismatch {
+            reference, ..
+        })) => {
             assert_eq!(Some(reference), first.reference)
         }
         r => panic!("expected mismatch, got {r:?}"),
@@ -353,7 +362,7 @@ async fn unknown_errors_keep_the_claim_and_say_so() {
 #[tokio::test(start_paused = true)]
 async fn a_timeout_is_an_unknown_outcome_and_the_repeat_does_not_run() {
     let w = world();
-    let spec = ToolSpec::__wrapped("charge_card", WINDOW, Some(Duration::from_secs(30)));
+    let spec = ToolSpec::new("charge_card", WINDOW).with_timeout(Duration::from_secs(30));
     let run = || {
         let p = w.processor.clone();
         let prepared = Prepared::call(&w.caller, "charge_card", &1u64).unwrap();
@@ -380,7 +389,7 @@ async fn a_timeout_is_an_unknown_outcome_and_the_repeat_does_not_run() {
     };
     let first = run().await;
     match first.result {
-        Err(idempotency::Failure::Wrapper(Error::OutcomeUnknown {
+        Err(idempotency::outcome::Failure::Wrapper(Error::OutcomeUnknown {
             reason: UnknownReason::TimedOut(d),
             ..
         })) => {
@@ -391,7 +400,9 @@ async fn a_timeout_is_an_unknown_outcome_and_the_repeat_does_not_run() {
     let second = run().await;
     assert!(matches!(
         second.result,
-        Err(idempotency::Failure::Wrapper(Error::OutcomeUnknown { .. }))
+        Err(idempotency::outcome::Failure::Wrapper(
+            Error::OutcomeUnknown { .. }
+        ))
     ));
     assert_eq!(w.processor.count(), 1);
 }
@@ -510,7 +521,8 @@ async fn follow_on_work_is_written_with_the_completion_and_not_twice() {
                     async move {
                         let receipt = p.charge();
                         let call = idempotency::Call::current().expect("inside the body");
-                        call.enqueue("receipt_email", &serde_json::json!({"to": "a@example.com"}))?;
+                        call.enqueue("receipt_email", &serde_json::json!({"to": "a@example.com"}))
+                            .map_err(|e| ChargeError::Wrapper(e.to_string()))?;
                         Ok(receipt)
                     },
                 )
@@ -521,7 +533,7 @@ async fn follow_on_work_is_written_with_the_completion_and_not_twice() {
     go().await;
     let msgs = w
         .store
-        .outbox_fetch(w.clock.now(), Duration::from_secs(60), 10)
+        .fetch(w.clock.now(), w.clock.now() + Duration::from_secs(60), 10)
         .await
         .unwrap();
     assert_eq!(msgs.len(), 1);
@@ -592,7 +604,7 @@ async fn a_reference_held_by_another_key_refuses_the_call() {
 
     let p = w.processor.clone();
     let prepared = Prepared::call(&w.caller, "charge_card", &100u64).unwrap();
-    let out: Outcome<Receipt, idempotency::Failure<ChargeError>> = w
+    let out: Outcome<Receipt, idempotency::outcome::Failure<ChargeError>> = w
         .engine
         .execute_raw(
             &spec(),
@@ -603,10 +615,10 @@ async fn a_reference_held_by_another_key_refuses_the_call() {
         )
         .await;
     match out.result {
-        Err(idempotency::Failure::Wrapper(e @ Error::ReferenceTaken { .. })) => {
+        Err(idempotency::outcome::Failure::Wrapper(e @ Error::ReferenceTaken { .. })) => {
             assert_eq!(e.reference(), Some(mine.reference(1)));
             assert!(e.nothing_done() && !e.safe_to_retry());
-            assert!(e.to_string().contains("nothing was done"), "{e}");
+            assert!(e.advice().contains("Nothing was done"), "{}", e.advice());
         }
         other => panic!("expected ReferenceTaken, got {other:?}"),
     }

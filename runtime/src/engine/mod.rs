@@ -1,0 +1,311 @@
+//! The engine: claim → run → record, and the honest answers in between.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{Error, UnknownReason};
+use crate::key::{Caller, Reference};
+use crate::outcome::{ErrorPolicy, Failure, Outcome};
+use crate::record::RecordStatus;
+use crate::store::{Claim, ClaimRequest, Store, StoreError};
+use crate::tool::{Prepared, ToolSpec};
+
+mod attempt;
+
+use attempt::Attempt;
+
+/// The store and clock every idempotent tool of a server shares. Cheap to clone.
+///
+/// ```
+/// use idempotency::{store::MemoryStore, Idempotency};
+/// let engine = Idempotency::new(MemoryStore::new());
+/// # let _ = engine;
+/// ```
+#[derive(Clone)]
+pub struct Idempotency {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    lease: Duration,
+}
+
+impl std::fmt::Debug for Idempotency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Idempotency")
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds an [`Idempotency`]: the store, and optionally the clock and the lease.
+///
+/// ```
+/// use std::time::Duration;
+/// use idempotency::{store::MemoryStore, Idempotency};
+/// let engine = Idempotency::builder(MemoryStore::new())
+///     .lease(Duration::from_secs(60))
+///     .build();
+/// assert_eq!(engine.lease(), Duration::from_secs(60));
+/// ```
+#[must_use = "call .build() to get the engine"]
+pub struct IdempotencyBuilder {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    lease: Duration,
+}
+
+impl std::fmt::Debug for IdempotencyBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyBuilder")
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IdempotencyBuilder {
+    /// Uses `clock` instead of the system clock (tests move a `ManualClock`, feature
+    /// `test-util`).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Sets the claim lease (minimum 1 s; default [`Idempotency::DEFAULT_LEASE`], 30 s). A worker that dies
+    /// leaves its claim in flight until the lease passes and a reconciler settles it; a live
+    /// worker renews it.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease.max(Duration::from_secs(1));
+        self
+    }
+
+    /// The engine.
+    pub fn build(self) -> Idempotency {
+        Idempotency {
+            store: self.store,
+            clock: self.clock,
+            lease: self.lease,
+        }
+    }
+}
+
+impl Idempotency {
+    /// How long a claim's lease lasts unless renewed (30 s); a running body renews it every
+    /// third of its lease.
+    pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+    /// An engine over `store`, on the system clock, with the default lease (30 s).
+    pub fn new(store: impl Store) -> Self {
+        Self::builder(store).build()
+    }
+
+    /// A builder over `store`.
+    pub fn builder(store: impl Store) -> IdempotencyBuilder {
+        Self::builder_shared(Arc::new(store))
+    }
+
+    /// A builder over a store shared with something else (another engine, an admin task).
+    pub fn builder_shared(store: Arc<dyn Store>) -> IdempotencyBuilder {
+        IdempotencyBuilder {
+            store,
+            clock: Arc::new(SystemClock),
+            lease: Self::DEFAULT_LEASE,
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The claim lease.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// What the store knows of `reference`, if it belongs to the caller's tenant.
+    pub async fn status(
+        &self,
+        caller: &Caller,
+        reference: Reference,
+    ) -> Result<Option<RecordStatus>, StoreError> {
+        self.store.status(&caller.tenant, reference).await
+    }
+
+    /// Runs `body` at most once for `prepared`'s key: claims first, then runs, then records; a
+    /// repeat gets the stored answer or the wrapper's honest error, converted into `E`.
+    /// What `#[idempotent]` does on plain functions.
+    pub async fn execute<T, E, Fut>(
+        &self,
+        spec: &ToolSpec,
+        caller: &Caller,
+        prepared: Prepared,
+        policy: ErrorPolicy<E>,
+        body: Fut,
+    ) -> Outcome<T, E>
+    where
+        T: Serialize + DeserializeOwned,
+        E: From<Error>,
+        Fut: Future<Output = Result<T, E>> + Send,
+    {
+        let o = self.execute_raw(spec, caller, prepared, policy, body).await;
+        Outcome {
+            result: o.result.map_err(Failure::into_error),
+            replayed: o.replayed,
+            reference: o.reference,
+        }
+    }
+
+    /// Like [`Idempotency::execute`], keeping the handler's errors and the wrapper's apart
+    /// (what the MCP integration renders).
+    pub async fn execute_raw<T, E, Fut>(
+        &self,
+        spec: &ToolSpec,
+        caller: &Caller,
+        prepared: Prepared,
+        policy: ErrorPolicy<E>,
+        body: Fut,
+    ) -> Outcome<T, Failure<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        Fut: Future<Output = Result<T, E>> + Send,
+    {
+        let span = tracing::debug_span!("idempotent_call", tool = spec.name);
+        tracing::Instrument::instrument(
+            self.claim_and_run(spec, caller, prepared, policy, body),
+            span,
+        )
+        .await
+    }
+
+    async fn claim_and_run<T, E, Fut>(
+        &self,
+        spec: &ToolSpec,
+        caller: &Caller,
+        prepared: Prepared,
+        policy: ErrorPolicy<E>,
+        body: Fut,
+    ) -> Outcome<T, Failure<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        Fut: Future<Output = Result<T, E>> + Send,
+    {
+        let tool = spec.name;
+        let now = self.clock.now();
+        let req = ClaimRequest {
+            key: prepared.key,
+            tenant: &caller.tenant,
+            tool,
+            fingerprint: prepared.fingerprint,
+            now,
+            lease_expires_at: now + self.lease,
+        };
+        let claim = match self.store.claim(&req).await {
+            Ok(c) => c,
+            Err(StoreError::ReferenceTaken { reference }) => {
+                tracing::error!(tool, %reference, "idempotency claim refused: the reference is held by a different key; nothing was run");
+                return refused(Error::ReferenceTaken {
+                    tool: tool.into(),
+                    reference,
+                });
+            }
+            Err(source) => {
+                tracing::warn!(tool, error = %source, "idempotency claim failed; nothing was run");
+                return refused(Error::Store {
+                    tool: tool.into(),
+                    source,
+                });
+            }
+        };
+        match claim {
+            Claim::New { reference, token } => {
+                tracing::debug!(tool, %reference, "idempotency claim");
+                Attempt::new(self, *spec, prepared.key, reference, token)
+                    .run(policy, body)
+                    .await
+            }
+            Claim::Completed {
+                reference,
+                response,
+                ..
+            } => {
+                tracing::debug!(tool, %reference, ok = response.ok, "idempotency replay");
+                let unreadable = |message: String| {
+                    Failure::Wrapper(Error::Replay {
+                        tool: tool.into(),
+                        reference,
+                        message,
+                    })
+                };
+                let result = if response.ok {
+                    serde_json::from_str::<T>(&response.body).map_err(|e| unreadable(e.to_string()))
+                } else {
+                    match (policy.decode)(&response.body) {
+                        Ok(e) => Err(Failure::Handler(e)),
+                        Err(message) => Err(unreadable(message)),
+                    }
+                };
+                Outcome {
+                    result,
+                    replayed: true,
+                    reference: Some(reference),
+                }
+            }
+            Claim::InFlight {
+                reference,
+                claimed_at,
+                ..
+            } => {
+                tracing::info!(tool, %reference, "idempotency in flight");
+                answered(Error::InFlight {
+                    tool: tool.into(),
+                    reference,
+                    since: claimed_at,
+                })
+            }
+            Claim::Unknown { reference, .. } => {
+                tracing::info!(tool, %reference, "idempotency outcome unknown (repeat)");
+                answered(Error::OutcomeUnknown {
+                    tool: tool.into(),
+                    reference,
+                    reason: UnknownReason::Earlier,
+                    source: None,
+                })
+            }
+            Claim::Mismatch { reference } => {
+                tracing::info!(tool, %reference, "idempotency payload mismatch");
+                answered(Error::PayloadMismatch {
+                    tool: tool.into(),
+                    reference,
+                })
+            }
+        }
+    }
+}
+
+/// The wrapper's answer about an existing record (it names the record's reference).
+fn answered<T, E>(e: Error) -> Outcome<T, Failure<E>> {
+    let reference = e.reference();
+    Outcome {
+        result: Err(Failure::Wrapper(e)),
+        replayed: false,
+        reference,
+    }
+}
+
+/// The wrapper's answer when no claim was made.
+fn refused<T, E>(e: Error) -> Outcome<T, Failure<E>> {
+    Outcome {
+        result: Err(Failure::Wrapper(e)),
+        replayed: false,
+        reference: None,
+    }
+}

@@ -1,0 +1,116 @@
+//! Why a store call failed.
+
+use crate::key::Reference;
+
+/// A boxed error a backend keeps as a source.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a store call failed. `Display` says what went wrong in this layer; the underlying error
+/// (the driver's, the I/O's) is the [`source`](std::error::Error::source), never repeated.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The database could not be reached or a statement failed on the way (connection refused,
+    /// reset, timed out): trying again later may work.
+    #[error("the idempotency store could not be reached")]
+    Unavailable(#[source] BoxError),
+    /// The store is configured in a way it cannot work with (an in-memory SQLite database, a
+    /// URL that does not parse). Trying again will not help.
+    #[error("the idempotency store is misconfigured: {problem}")]
+    Config {
+        /// What is wrong and how to fix it.
+        problem: String,
+        /// The underlying error, if there is one.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// An operation kept losing races with concurrent writers of the same record and gave up
+    /// without changing anything. Trying again may work.
+    #[error(
+        "{operation} kept racing with concurrent writers ({attempts} attempts) and changed nothing"
+    )]
+    Contention {
+        /// The operation, e.g. `"the claim"`.
+        operation: &'static str,
+        /// How many times it ran.
+        attempts: usize,
+    },
+    /// The store's schema migrations could not be applied. Trying again will not help until the
+    /// database is fixed or the server upgraded.
+    #[error("the idempotency store's schema could not be migrated: {problem}")]
+    Migration {
+        /// Which migration and what went wrong.
+        problem: String,
+        /// The database's error, if there is one.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// A row could not be read back (wrong length, unknown state code): a newer schema or damage.
+    /// Trying again will not help.
+    #[error("the idempotency store holds a record this version cannot read: {problem}")]
+    Corrupt {
+        /// What could not be read.
+        problem: String,
+        /// The decoder's error, if there is one.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The token presented is no longer the record's: someone else settled or took it over.
+    #[error("the record of ref {reference} has moved on (its fencing token is stale); this worker's result was not recorded")]
+    Fenced {
+        /// The operation's reference.
+        reference: Reference,
+    },
+    /// The record is in a state this operation does not apply to (e.g. releasing a completed record).
+    #[error("the record of ref {reference} is {state}, not in flight; nothing was changed")]
+    WrongState {
+        /// The operation's reference.
+        reference: Reference,
+        /// Its current state.
+        state: &'static str,
+    },
+    /// A record of a *different* key holds this key's reference: the two keys share their first
+    /// 8 bytes. No two live records share a reference (downstream systems deduplicate on it), so
+    /// the claim is refused until that record is purged.
+    #[error("ref {reference} is held by the record of a different key (the two keys share their first 8 bytes); nothing was recorded")]
+    ReferenceTaken {
+        /// The reference both keys map to.
+        reference: Reference,
+    },
+    /// There is no record for the key.
+    #[error("no record for this key")]
+    NotFound,
+    /// An outbox receipt this store did not hand out.
+    #[error("outbox receipt {receipt:?} was not issued by this store")]
+    ForeignReceipt {
+        /// The receipt as given.
+        receipt: String,
+    },
+}
+
+impl StoreError {
+    /// Whether trying the same operation again later may succeed: the store was unreachable, or
+    /// the operation kept losing races. Configuration, migration and corrupt-row errors are not.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Unavailable(_) | StoreError::Contention { .. }
+        )
+    }
+
+    /// A [`StoreError::Migration`] without an underlying error.
+    pub fn migration(problem: impl Into<String>) -> Self {
+        StoreError::Migration {
+            problem: problem.into(),
+            source: None,
+        }
+    }
+
+    /// A [`StoreError::Corrupt`] without an underlying error.
+    pub fn corrupt(problem: impl Into<String>) -> Self {
+        StoreError::Corrupt {
+            problem: problem.into(),
+            source: None,
+        }
+    }
+}
