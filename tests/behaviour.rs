@@ -575,4 +575,92 @@ mod mcp {
         assert_eq!(meta(&d2, META_REPLAYED), Some(json!(true)));
         assert_eq!(processor.calls(), 2);
     }
+
+    /// Every wrapper answer carries one of `STATUSES`, every status is used, and the README's
+    /// status table lists exactly them.
+    #[test]
+    fn every_status_is_emitted_and_the_readme_lists_exactly_them() {
+        use idempotency::error::UnknownReason;
+        use idempotency::key::KeyError;
+        use idempotency::store::StoreError;
+        let r: idempotency::Reference = "3f9a0c1b2d4e5f60-1".parse().unwrap();
+        let tool = || "charge_card".to_string();
+        let every = vec![
+            Error::InFlight {
+                tool: tool(),
+                reference: r,
+                since: idempotency::clock::Timestamp::from_millis(0),
+            },
+            Error::OutcomeUnknown {
+                tool: tool(),
+                reference: r,
+                reason: UnknownReason::Earlier,
+                source: None,
+            },
+            Error::PayloadMismatch {
+                tool: tool(),
+                reference: r,
+            },
+            Error::Store {
+                tool: tool(),
+                source: StoreError::NotFound,
+            },
+            Error::ReferenceTaken {
+                tool: tool(),
+                reference: r,
+            },
+            Error::Arguments {
+                tool: tool(),
+                source: KeyError::EmptyTenant,
+            },
+            Error::InvalidCaller {
+                reason: "no token".into(),
+            },
+            Error::Replay {
+                tool: tool(),
+                reference: r,
+                message: "x".into(),
+            },
+            Error::Unstorable {
+                tool: tool(),
+                reference: r,
+                message: "x".into(),
+            },
+        ];
+        let mut emitted: Vec<String> = every
+            .into_iter()
+            .map(|e| {
+                let text = e.advice();
+                let result = idempotency::mcp::refuse(e).unwrap();
+                assert_eq!(result.is_error, Some(true));
+                assert!(format!("{:?}", result.content).contains(&text[..20]));
+                meta(&result, META_STATUS)
+                    .and_then(|v| v.as_str().map(String::from))
+                    .expect("a status")
+            })
+            .collect();
+        emitted.sort();
+        emitted.dedup();
+        let mut known: Vec<String> = idempotency::mcp::STATUSES
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        known.sort();
+        assert_eq!(emitted, known, "every status is emitted, and only those");
+        let readme = include_str!("../README.md");
+        let start = readme.find("<!-- statuses").expect("README status table");
+        let end = readme
+            .find("<!-- /statuses -->")
+            .expect("README status table end");
+        let mut listed: Vec<String> = readme[start..end]
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split('`').next().map(String::from))
+            .collect();
+        listed.sort();
+        assert_eq!(
+            listed, known,
+            "the README lists exactly the statuses the code emits"
+        );
+    }
 }

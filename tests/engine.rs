@@ -407,37 +407,52 @@ async fn a_timeout_is_an_unknown_outcome_and_the_repeat_does_not_run() {
     assert_eq!(w.processor.count(), 1);
 }
 
+/// A panicking handler is answered, not re-raised: "outcome unknown (the handler failed)", with
+/// its ref, and the record is unknown; the server keeps serving.
 #[tokio::test]
-async fn a_panic_after_start_leaves_the_outcome_unknown() {
-    let w = Arc::new(world());
-    let w2 = w.clone();
-    let joined = tokio::spawn(async move {
-        let p = w2.processor.clone();
-        let prepared = Prepared::call(&w2.caller, "charge_card", &3u64).unwrap();
-        w2.engine
-            .execute(
-                &spec(),
-                &w2.caller,
-                prepared,
-                ErrorPolicy::<ChargeError>::classified(),
-                async move {
-                    p.charge();
-                    if p.count() > 0 {
-                        panic!("bug after the side effect");
-                    }
-                    Ok(Receipt {
-                        charge: 0,
-                        reference: String::new(),
-                    })
-                },
-            )
-            .await
-    })
-    .await;
-    assert!(
-        joined.unwrap_err().is_panic(),
-        "the panic propagates to the caller"
-    );
+async fn a_panic_after_start_is_answered_as_an_unknown_outcome() {
+    let w = world();
+    let p = w.processor.clone();
+    let prepared = Prepared::call(&w.caller, "charge_card", &3u64).unwrap();
+    let first = w
+        .engine
+        .execute_raw(
+            &spec(),
+            &w.caller,
+            prepared,
+            ErrorPolicy::<ChargeError>::classified(),
+            async move {
+                p.charge();
+                if p.count() > 0 {
+                    panic!("bug after the side effect");
+                }
+                Ok(Receipt {
+                    charge: 0,
+                    reference: String::new(),
+                })
+            },
+        )
+        .await;
+    match &first.result {
+        Err(idempotency::outcome::Failure::Wrapper(
+            e @ Error::OutcomeUnknown {
+                reason: UnknownReason::Panicked(m),
+                ..
+            },
+        )) => {
+            assert_eq!(m, "bug after the side effect");
+            assert!(e.advice().contains("Do not retry"), "{}", e.advice());
+            assert_eq!(e.reference(), first.reference);
+        }
+        other => panic!("expected an unknown outcome, got {other:?}"),
+    }
+    let st = w
+        .engine
+        .status(&w.caller, first.reference.unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(st.state, RecordState::Unknown);
     let again = charge(&w, 3).await;
     assert!(matches!(again.result, Err(ChargeError::Wrapper(ref m)) if m.contains("unknown")));
     assert_eq!(w.processor.count(), 1);
@@ -539,6 +554,44 @@ async fn follow_on_work_is_written_with_the_completion_and_not_twice() {
     assert_eq!(msgs.len(), 1);
     assert_eq!(Some(msgs[0].reference), first.reference);
     assert_eq!(msgs[0].topic, "receipt_email");
+}
+
+/// A message queued after the handler returned (from a task that outlived it) would miss the
+/// completion's transaction: it is refused, never dropped silently.
+#[tokio::test]
+async fn enqueue_after_the_call_finished_is_refused() {
+    let w = world();
+    let kept: Arc<std::sync::Mutex<Option<idempotency::Call>>> = Arc::default();
+    let prepared = Prepared::call(&w.caller, "charge_card", &43u64).unwrap();
+    let (p, slot) = (w.processor.clone(), kept.clone());
+    let out = w
+        .engine
+        .execute(
+            &spec(),
+            &w.caller,
+            prepared,
+            ErrorPolicy::<ChargeError>::classified(),
+            async move {
+                *slot.lock().unwrap() = idempotency::Call::current();
+                Ok(p.charge())
+            },
+        )
+        .await;
+    assert!(out.result.is_ok());
+    let call = kept.lock().unwrap().take().expect("the body saw its call");
+    let late = call.enqueue("receipt_email", &serde_json::json!({"to": "a@example.com"}));
+    match late {
+        Err(e @ idempotency::outbox::EnqueueError::Closed { .. }) => {
+            assert!(e.to_string().contains(&call.reference().to_string()), "{e}")
+        }
+        other => panic!("expected Closed, got {other:?}"),
+    }
+    let msgs = w
+        .store
+        .fetch(w.clock.now(), w.clock.now() + Duration::from_secs(60), 10)
+        .await
+        .unwrap();
+    assert!(msgs.is_empty(), "nothing was written for the late message");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -430,7 +430,11 @@ async fn postgres_outage_fails_closed_and_recovers() {
         match call(amount).await.result {
             Err(Failure::Wrapper(e @ Error::Store { .. })) => {
                 assert!(e.nothing_done());
-                assert!(e.advice().contains("Nothing was done") && e.safe_to_retry(), "{}", e.advice());
+                assert!(
+                    e.advice().contains("Nothing was done") && e.safe_to_retry(),
+                    "{}",
+                    e.advice()
+                );
             }
             other => panic!("expected a fail-closed answer, got {other:?}"),
         }
@@ -715,7 +719,18 @@ async fn a_panic_before_the_side_effect_is_unknown_until_reconciled_then_runs_on
             .await
         })
     };
-    assert!(run(true).await.expect_err("panics").is_panic());
+    let panicked = run(true).await.expect("a panic is answered, not re-raised");
+    assert!(
+        matches!(
+            panicked.result,
+            Err(Failure::Wrapper(Error::OutcomeUnknown {
+                reason: UnknownReason::Panicked(_),
+                ..
+            }))
+        ),
+        "{:?}",
+        panicked.result
+    );
     let r = run(false).await.expect("no panic");
     assert!(
         matches!(

@@ -1,5 +1,9 @@
 //! The example servers through real MCP clients: in-process (duplex), a child process over stdio,
 //! and streamable HTTP with two bearer identities.
+//!
+//! No test waits by the clock: the stub processor says when a charge arrives and, when gated,
+//! holds it until the test releases it; [`Finished`] counts the tool calls the server has
+//! answered; the HTTP server's address comes from its own "listening on" line.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,10 +14,14 @@ use idempotency_examples::carrier::Carrier;
 use idempotency_examples::charge::Payments;
 use idempotency_examples::processor::Processor;
 use idempotency_examples::shipment::Shipping;
-use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::RunningService;
-use rmcp::{RoleClient, ServerHandler, ServiceExt};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult,
+    PaginatedRequestParams, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RunningService};
+use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Value};
+use tokio::sync::watch;
 
 type Client = RunningService<RoleClient, ()>;
 
@@ -25,6 +33,57 @@ async fn connect<S: ServerHandler + Send + Sync + 'static>(server: S) -> Client 
         }
     });
     ().serve(client_io).await.expect("client connects")
+}
+
+/// Fails the test instead of hanging it when an awaited event never comes (a guard, not a wait:
+/// every event here arrives in milliseconds).
+async fn soon<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), fut)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+/// A server that counts the `tools/call` requests it has finished: the count goes up when the
+/// inner handler's future has returned (for a wrapped tool: after the outcome was recorded),
+/// whether or not the client still waits for the answer.
+struct Finished<S> {
+    inner: S,
+    done: watch::Sender<usize>,
+}
+
+impl<S> Finished<S> {
+    fn new(inner: S) -> (Self, watch::Receiver<usize>) {
+        let (done, seen) = watch::channel(0);
+        (Finished { inner, done }, seen)
+    }
+}
+
+impl<S: ServerHandler> ServerHandler for Finished<S> {
+    fn get_info(&self) -> ServerConfig {
+        self.inner.get_info()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let answer = self.inner.call_tool(request, context).await;
+        self.done.send_modify(|n| *n += 1);
+        answer
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        self.inner.list_tools(request, context).await
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.inner.get_tool(name)
+    }
 }
 
 async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
@@ -100,14 +159,16 @@ async fn tools_list_shows_the_hint_exactly_on_wrapped_tools() {
 #[tokio::test]
 async fn concurrent_repeat_is_in_flight_and_the_processor_charges_once() {
     let engine = Idempotency::new(MemoryStore::new());
-    let processor = Arc::new(Processor::new(Duration::from_millis(500)));
+    let processor = Arc::new(Processor::gated());
     let client =
         Arc::new(connect(payments(&engine, Caller::new("acme", "alice"), &processor)).await);
     let c2 = client.clone();
     let first = tokio::spawn(async move { call(&c2, "charge_card", charge_args()).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The first call has claimed its key and is held inside the processor.
+    soon("the first charge", processor.entered(1)).await;
     let second = call(&client, "charge_card", charge_args()).await;
-    let first = first.await.unwrap();
+    processor.release(1);
+    let first = soon("the first answer", first).await.unwrap();
     assert_eq!(first.is_error, Some(false), "{}", text(&first));
     assert_eq!(second.is_error, Some(true));
     assert_eq!(meta_str(&second, META_STATUS).as_deref(), Some("in_flight"));
@@ -251,28 +312,32 @@ async fn over_http_two_bearer_identities_are_isolated() {
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     use rmcp::transport::StreamableHttpClientTransport;
     let db = temp_db("http");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    // Port 0: the server binds a free port and logs it once it listens.
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_charge_card"))
-        .args(["--http", &format!("127.0.0.1:{port}")])
+        .args(["--http", "127.0.0.1:0"])
         .env("IDEMPOTENCY_SQLITE", &db)
         .env_remove("DATABASE_URL")
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let url = format!("http://127.0.0.1:{port}/mcp");
-    for _ in 0..100 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            break;
+    let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = soon("the server's \"listening on\" line", async {
+        while let Some(line) = log.next_line().await.expect("read the server's log") {
+            if let Some((_, at)) = line.split_once("listening on ") {
+                return at.trim().to_owned();
+            }
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        panic!("charge_card --http exited before listening");
+    })
+    .await;
+    assert!(
+        url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"),
+        "{url}"
+    );
+    // Keep draining the log so the server never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = log.next_line().await {} });
     let client_for = |token: &str| {
         let cfg = StreamableHttpClientTransportConfig::with_uri(url.clone())
             .auth_header(token.to_owned());
@@ -312,8 +377,11 @@ async fn a_call_cancelled_by_the_client_still_tells_the_truth() {
     use rmcp::model::{CallToolRequest, ClientRequest};
     use rmcp::service::PeerRequestOptions;
     let engine = Idempotency::new(MemoryStore::new());
-    let processor = Arc::new(Processor::new(Duration::from_millis(800)));
-    let client = connect(payments(&engine, Caller::new("acme", "alice"), &processor)).await;
+    // Gated: the charge cannot finish before the client's timeout, however slow the machine.
+    let processor = Arc::new(Processor::gated());
+    let (server, mut finished) =
+        Finished::new(payments(&engine, Caller::new("acme", "alice"), &processor));
+    let client = connect(server).await;
     let params = CallToolRequestParams::new("charge_card")
         .with_arguments(charge_args().as_object().cloned().unwrap_or_default());
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
@@ -327,9 +395,13 @@ async fn a_call_cancelled_by_the_client_still_tells_the_truth() {
         .await
         .expect("sent");
     assert!(
-        handle.await_response().await.is_err(),
+        soon("the client's timeout", handle.await_response())
+            .await
+            .is_err(),
         "the client timed out and cancelled"
     );
+    // The abandoned call claimed its key and is held inside the processor.
+    soon("the abandoned charge", processor.entered(1)).await;
     let during = call(&client, "charge_card", charge_args()).await;
     assert_eq!(
         meta_str(&during, META_STATUS).as_deref(),
@@ -337,7 +409,16 @@ async fn a_call_cancelled_by_the_client_still_tells_the_truth() {
         "{}",
         text(&during)
     );
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    // `during` has been answered, so it is finished call 1; let the abandoned call finish too
+    // and wait until its handler has returned (its receipt recorded).
+    assert_eq!(*finished.borrow(), 1);
+    processor.release(1);
+    soon(
+        "the abandoned call to finish",
+        finished.wait_for(|n| *n >= 2),
+    )
+    .await
+    .expect("the server is still running");
     let after = call(&client, "charge_card", charge_args()).await;
     assert!(
         replayed(&after),

@@ -2,8 +2,11 @@
 
 use std::sync::Arc;
 
+use serde::Serialize;
+
+use crate::canonical::canonical_json;
 use crate::key::Reference;
-use crate::outbox::Pending;
+use crate::outbox::{EnqueueError, OutboxMessage, Pending};
 
 tokio::task_local! {
     static CURRENT: Call;
@@ -44,6 +47,24 @@ impl Call {
     /// The tool's name.
     pub fn tool(&self) -> &'static str {
         self.tool
+    }
+
+    /// Queues follow-on work (the receipt email) to be written in the same transaction as the
+    /// completion; a [`Dispatcher`](crate::outbox::Dispatcher) delivers it at least once, keyed
+    /// by the reference. Nothing is written if the call does not complete. Refused once the
+    /// handler has returned (its messages were already written).
+    pub fn enqueue(
+        &self,
+        topic: impl Into<String>,
+        payload: &impl Serialize,
+    ) -> Result<(), EnqueueError> {
+        let message = OutboxMessage {
+            topic: topic.into(),
+            payload: canonical_json(payload)?,
+        };
+        self.outbox.push(message).map_err(|_| EnqueueError::Closed {
+            reference: self.reference,
+        })
     }
 
     /// `body`, run with this call as [`Call::current`].

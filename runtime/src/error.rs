@@ -18,9 +18,20 @@ pub enum UnknownReason {
     TimedOut(Duration),
     /// The handler said so (an error with [`Disposition::Unknown`](crate::Disposition::Unknown)); its message.
     Handler(String),
+    /// The handler panicked while it was running; its message.
+    Panicked(String),
     /// The side effect ran but its answer could not be recorded (the store's error is the
     /// [`Error`]'s source).
     NotRecorded,
+    /// While this attempt ran, its record was settled by someone else (a reconciler that found
+    /// its lease passed), so its result could not be recorded.
+    LeaseLost,
+    /// An identical call's lease ended at this time without a word from its worker (it crashed,
+    /// was cut off, or could not record its outcome); it has not been reconciled yet.
+    Unreported {
+        /// When its lease ended.
+        lease_ended: Timestamp,
+    },
     /// An earlier call with these arguments ended this way; it has not been reconciled yet.
     Earlier,
 }
@@ -30,9 +41,15 @@ impl std::fmt::Display for UnknownReason {
         match self {
             UnknownReason::TimedOut(d) => write!(f, "it did not finish within {}", humanize(*d)),
             UnknownReason::Handler(m) => write!(f, "{m}"),
-            UnknownReason::NotRecorded => {
-                f.write_str("it ran but its answer could not be recorded")
-            }
+            UnknownReason::Panicked(m) => write!(f, "the handler failed while it was running ({m})"),
+            UnknownReason::NotRecorded => f.write_str("it ran but its answer could not be recorded"),
+            UnknownReason::LeaseLost => f.write_str(
+                "its record was settled elsewhere while it ran (its lease had passed), so its result was not recorded",
+            ),
+            UnknownReason::Unreported { lease_ended } => write!(
+                f,
+                "an identical call's worker has not reported since its lease ended at {lease_ended}"
+            ),
             UnknownReason::Earlier => f.write_str("an earlier identical call did not report back"),
         }
     }
@@ -106,6 +123,20 @@ pub enum Error {
         #[source]
         source: StoreError,
     },
+    /// The handler failed without taking effect (a retryable error), but its claim could not be
+    /// given back, so repeats cannot run yet.
+    #[error("{tool} did not take effect, but its claim (ref {reference}) could not be released")]
+    NotReleased {
+        /// The tool.
+        tool: String,
+        /// The claim's reference.
+        reference: Reference,
+        /// What the handler said.
+        handler: String,
+        /// Why the release failed.
+        #[source]
+        source: StoreError,
+    },
     /// A different call's record holds this call's reference (their keys share the first 8
     /// bytes, a 1-in-2^64 coincidence per live record). Nothing was done: two live calls never
     /// share a reference, since downstream systems deduplicate on it.
@@ -162,7 +193,8 @@ impl Error {
             | Error::PayloadMismatch { reference, .. }
             | Error::ReferenceTaken { reference, .. }
             | Error::Replay { reference, .. }
-            | Error::Unstorable { reference, .. } => Some(*reference),
+            | Error::Unstorable { reference, .. }
+            | Error::NotReleased { reference, .. } => Some(*reference),
             _ => None,
         }
     }
@@ -178,6 +210,7 @@ impl Error {
         matches!(
             self,
             Error::InFlight { .. }
+                | Error::NotReleased { .. }
                 | Error::PayloadMismatch { .. }
                 | Error::ReferenceTaken { .. }
                 | Error::Store { .. }
@@ -209,6 +242,9 @@ impl Error {
             }
             Error::Store { source, .. } => format!(
                 "Nothing was done, and trying again will not help: {source}. Report this to the server's operator."
+            ),
+            Error::NotReleased { reference, handler, .. } => format!(
+                "The handler said: {handler}. Nothing was done, but a repeat is told the call is in progress until its lease passes, and then that its outcome is unknown until it is reconciled; call {STATUS_TOOL} with ref {reference} to follow it."
             ),
             Error::ReferenceTaken { .. } => "Nothing was done. Retrying will not help until that record is purged; report this to the server's operator.".to_owned(),
             Error::Arguments { source, .. } => format!("{}.", deepest(source)),

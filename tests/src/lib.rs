@@ -2,3 +2,4 @@
 
 pub mod pg;
 pub mod proxy;
+pub mod scripted;

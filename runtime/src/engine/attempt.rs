@@ -3,7 +3,7 @@
 //! before its record is settled.
 
 use std::future::Future;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -39,9 +39,12 @@ pub(super) struct Attempt {
 
 enum Finished<O> {
     Done(O),
-    Panicked(Box<dyn std::any::Any + Send>),
+    Panicked(String),
     TimedOut(Duration),
 }
+
+/// How long the store may take to settle a record after the body, beyond the call's timeout.
+const SETTLE_GRACE: Duration = Duration::from_secs(1);
 
 impl Attempt {
     pub(super) fn new(
@@ -68,7 +71,10 @@ impl Attempt {
         self.spec.name
     }
 
-    /// Runs `body` and records what it returned; the answer this attempt gives.
+    /// Runs `body` and records what it returned; the answer this attempt gives. With a timeout,
+    /// the answer comes within the timeout plus [`SETTLE_GRACE`] whatever the store does: a
+    /// store call after the body that has not answered by then is abandoned (this attempt's drop
+    /// guard settles the record in the background) and the answer is "outcome unknown".
     pub(super) async fn run<T, E, Fut>(
         mut self,
         policy: ErrorPolicy<E>,
@@ -78,60 +84,78 @@ impl Attempt {
         T: Serialize + DeserializeOwned,
         Fut: Future<Output = Result<T, E>> + Send,
     {
+        let started = tokio::time::Instant::now();
+        let deadline = self.spec.timeout.map(|t| started + t);
+        let settle_by = deadline.map(|d| d + SETTLE_GRACE);
         let call = Call::new(self.reference, self.tool());
         let mut running = Running {
             body: Box::pin(call.clone().scope(body)),
             started: &self.started,
         };
-        let finished = self.drive(&mut running).await;
+        let (finished, lost) = self.drive(&mut running, deadline).await;
         drop(running);
         let result = match finished {
             Finished::TimedOut(after) => {
                 tracing::warn!(tool = self.tool(), reference = %self.reference, ?after, "idempotency timeout: outcome unknown");
-                self.mark_unknown().await;
+                self.mark_unknown(settle_by).await;
                 Err(self.unknown(UnknownReason::TimedOut(after), None))
             }
-            Finished::Panicked(payload) => {
-                tracing::error!(tool = self.tool(), reference = %self.reference, "idempotency handler panicked: outcome unknown");
-                self.mark_unknown().await;
-                resume_unwind(payload)
+            Finished::Panicked(message) => {
+                tracing::error!(tool = self.tool(), reference = %self.reference, panic = %message, "idempotency handler panicked: outcome unknown");
+                self.mark_unknown(settle_by).await;
+                Err(self.unknown(UnknownReason::Panicked(message), None))
+            }
+            Finished::Done(_) if lost.is_some() => {
+                // The record was settled by someone else while the body ran: whatever it
+                // returned cannot be recorded, and the settlement stands.
+                self.settled = true;
+                tracing::warn!(tool = self.tool(), reference = %self.reference, error = ?lost,
+                    "idempotency: the claim was settled elsewhere while the body ran; its result is not recorded");
+                Err(self.unknown(UnknownReason::LeaseLost, lost))
             }
             Finished::Done(Ok(value)) => match serde_json::to_string(&value) {
                 Ok(body) => {
                     let response = StoredResponse { ok: true, body };
-                    match self.record(&response, &call).await {
+                    match self.record(&response, &call, settle_by).await {
                         Ok(()) => Ok(value),
                         Err(e) => Err(self.unknown(UnknownReason::NotRecorded, Some(e))),
                     }
                 }
                 Err(e) => {
-                    self.mark_unknown().await;
+                    self.mark_unknown(settle_by).await;
                     Err(self.unstorable(e.to_string()))
                 }
             },
             Finished::Done(Err(err)) => match (policy.classify)(&err) {
                 Disposition::Retryable => {
                     tracing::debug!(tool = self.tool(), reference = %self.reference, "idempotency release (retryable error)");
-                    self.release().await;
-                    Err(Failure::Handler(err))
+                    match self.release(settle_by).await {
+                        Ok(()) => Err(Failure::Handler(err)),
+                        Err(source) => Err(Failure::Wrapper(Error::NotReleased {
+                            tool: self.tool().into(),
+                            reference: self.reference,
+                            handler: (policy.describe)(&err),
+                            source,
+                        })),
+                    }
                 }
                 Disposition::Definitive => match (policy.encode)(&err) {
                     Ok(body) => {
                         let response = StoredResponse { ok: false, body };
-                        match self.record(&response, &call).await {
+                        match self.record(&response, &call, settle_by).await {
                             Ok(()) => Err(Failure::Handler(err)),
                             Err(e) => Err(self.unknown(UnknownReason::NotRecorded, Some(e))),
                         }
                     }
                     Err(message) => {
-                        self.mark_unknown().await;
+                        self.mark_unknown(settle_by).await;
                         Err(self.unstorable(message))
                     }
                 },
                 Disposition::Unknown => {
                     let reason = UnknownReason::Handler((policy.describe)(&err));
                     tracing::warn!(tool = self.tool(), reference = %self.reference, "idempotency outcome unknown (handler)");
-                    self.mark_unknown().await;
+                    self.mark_unknown(settle_by).await;
                     Err(self.unknown(reason, None))
                 }
             },
@@ -160,32 +184,63 @@ impl Attempt {
         })
     }
 
-    /// Polls the body until it finishes, panics or runs out of time, renewing the lease every
-    /// third of it.
-    async fn drive<Fut: Future>(&self, running: &mut Running<'_, Fut>) -> Finished<Fut::Output> {
-        let start = tokio::time::Instant::now();
-        let deadline = self.spec.timeout.map(|t| start + t);
-        let renew_every = self.lease / 3;
-        let mut next_renew = start + renew_every;
+    /// Polls the body until it finishes, panics or runs past `deadline`, while renewing the
+    /// lease every third of it concurrently (a slow or hung renewal never delays the body or the
+    /// deadline). A renewal that finds the record settled by someone else stops the renewals:
+    /// the second value says so, and the body's result will not be recorded.
+    async fn drive<Fut: Future>(
+        &self,
+        running: &mut Running<'_, Fut>,
+        deadline: Option<tokio::time::Instant>,
+    ) -> (Finished<Fut::Output>, Option<StoreError>) {
+        let mut lost = None;
+        let finished = {
+            let renewals = self.renew_until_lost();
+            tokio::pin!(renewals);
+            let timed_out = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(timed_out);
+            loop {
+                tokio::select! {
+                    biased;
+                    out = &mut *running => break match out {
+                        Ok(v) => Finished::Done(v),
+                        Err(p) => Finished::Panicked(panic_message(&*p)),
+                    },
+                    () = &mut timed_out => {
+                        break Finished::TimedOut(self.spec.timeout.unwrap_or_default());
+                    }
+                    e = &mut renewals, if lost.is_none() => lost = Some(e),
+                }
+            }
+        };
+        (finished, lost)
+    }
+
+    /// Renews the lease every third of it; returns when a renewal finds the record no longer
+    /// this attempt's (fenced, settled, gone). Other failures are logged and retried.
+    async fn renew_until_lost(&self) -> StoreError {
+        let every = self.lease / 3;
         loop {
-            let wake = deadline.map_or(next_renew, |d| d.min(next_renew));
-            tokio::select! {
-                biased;
-                out = &mut *running => return match out {
-                    Ok(v) => Finished::Done(v),
-                    Err(p) => Finished::Panicked(p),
-                },
-                _ = tokio::time::sleep_until(wake) => {
-                    if let (Some(d), Some(t)) = (deadline, self.spec.timeout) {
-                        if tokio::time::Instant::now() >= d {
-                            return Finished::TimedOut(t);
-                        }
-                    }
-                    next_renew = tokio::time::Instant::now() + renew_every;
-                    let until = self.clock.now() + self.lease;
-                    if let Err(e) = self.store.renew(self.key, self.token, until).await {
-                        tracing::warn!(tool = self.tool(), reference = %self.reference, error = %e, "idempotency lease renewal failed");
-                    }
+            tokio::time::sleep(every).await;
+            let until = self.clock.now() + self.lease;
+            match self.store.renew(self.key, self.token, until).await {
+                Ok(()) => {}
+                Err(
+                    e @ (StoreError::Fenced { .. }
+                    | StoreError::WrongState { .. }
+                    | StoreError::NotFound),
+                ) => {
+                    tracing::warn!(tool = self.tool(), reference = %self.reference, error = %e,
+                        "idempotency lease renewal refused: the record was settled elsewhere; renewals stop");
+                    return e;
+                }
+                Err(e) => {
+                    tracing::warn!(tool = self.tool(), reference = %self.reference, error = %e, "idempotency lease renewal failed; retrying")
                 }
             }
         }
@@ -193,7 +248,12 @@ impl Attempt {
 
     /// Completes the record with `response` and the call's outbox. The guard stays armed until
     /// the store has answered. `Err` only when the answer could not be recorded.
-    async fn record(&mut self, response: &StoredResponse, call: &Call) -> Result<(), StoreError> {
+    async fn record(
+        &mut self,
+        response: &StoredResponse,
+        call: &Call,
+        settle_by: Option<tokio::time::Instant>,
+    ) -> Result<(), StoreError> {
         let now = self.clock.now();
         let outbox = call.outbox.take();
         let completion = Completion {
@@ -204,7 +264,7 @@ impl Attempt {
             expires_at: now + self.spec.window,
             outbox: &outbox,
         };
-        let done = self.store.complete(&completion).await;
+        let done = bounded(settle_by, self.store.complete(&completion)).await;
         match done {
             Ok(()) => {
                 self.settled = true;
@@ -225,33 +285,95 @@ impl Attempt {
             Err(e) => {
                 tracing::error!(tool = self.tool(), reference = %self.reference, error = %e,
                     "idempotency completion failed after the side effect: outcome unknown");
-                self.mark_unknown().await;
+                self.mark_unknown(settle_by).await;
                 Err(e)
             }
         }
     }
 
-    /// Marks the outcome unknown; a failure is logged (the lease will expire and the reconciler
-    /// will see it).
-    async fn mark_unknown(&mut self) {
-        match self.store.mark_unknown(self.key, self.token).await {
-            Ok(()) => {}
+    /// Marks the outcome unknown. A failure is logged (the lease will pass and the reconciler
+    /// will see it); a store that does not answer by `settle_by` is left to the drop guard.
+    async fn mark_unknown(&mut self, settle_by: Option<tokio::time::Instant>) {
+        match bounded(settle_by, self.store.mark_unknown(self.key, self.token)).await {
+            Ok(()) => self.settled = true,
+            Err(e @ StoreError::Unavailable(_)) if is_elapsed(&e) => {
+                tracing::error!(tool = self.tool(), reference = %self.reference,
+                    "idempotency: the store did not answer in time to mark the outcome unknown; it is retried in the background");
+            }
             Err(e) => {
+                self.settled = true;
                 tracing::error!(tool = self.tool(), reference = %self.reference, error = %e,
                     "idempotency could not mark the outcome unknown; the claim stays in flight until reconciled");
             }
         }
-        self.settled = true;
     }
 
-    /// Gives the claim back: nothing was done.
-    async fn release(&mut self) {
-        let now = self.clock.now();
-        if let Err(e) = self.store.release(self.key, self.token, now).await {
-            tracing::error!(tool = self.tool(), reference = %self.reference, error = %e,
-                "idempotency release failed; the claim stays in flight until reconciled");
+    /// Gives the claim back: nothing was done. A failed release is tried once more; if that
+    /// fails too, the error says so (a repeat would be told "in flight").
+    async fn release(&mut self, settle_by: Option<tokio::time::Instant>) -> Result<(), StoreError> {
+        let mut last = None;
+        for attempt in 1..=2 {
+            let now = self.clock.now();
+            match bounded(settle_by, self.store.release(self.key, self.token, now)).await {
+                Ok(()) => {
+                    self.settled = true;
+                    return Ok(());
+                }
+                Err(
+                    e @ (StoreError::Fenced { .. }
+                    | StoreError::WrongState { .. }
+                    | StoreError::NotFound),
+                ) => {
+                    // Settled elsewhere (a reconciler): that settlement stands.
+                    self.settled = true;
+                    tracing::warn!(tool = self.tool(), reference = %self.reference, error = %e, "idempotency release refused: the record was settled elsewhere");
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::error!(tool = self.tool(), reference = %self.reference, error = %e, attempt, "idempotency release failed");
+                    let elapsed = is_elapsed(&e);
+                    last = Some(e);
+                    if elapsed {
+                        break;
+                    }
+                }
+            }
         }
-        self.settled = true;
+        let e = last.unwrap_or(StoreError::NotFound);
+        if !is_elapsed(&e) {
+            self.settled = true;
+        }
+        Err(e)
+    }
+}
+
+/// `fut`, abandoned at `by` with an "unavailable: no answer in time" error.
+async fn bounded<F>(by: Option<tokio::time::Instant>, fut: F) -> Result<(), StoreError>
+where
+    F: Future<Output = Result<(), StoreError>>,
+{
+    match by {
+        None => fut.await,
+        Some(by) => match tokio::time::timeout_at(by, fut).await {
+            Ok(r) => r,
+            Err(elapsed) => Err(StoreError::Unavailable(Box::new(elapsed))),
+        },
+    }
+}
+
+/// Whether `e` is [`bounded`]'s "no answer in time".
+fn is_elapsed(e: &StoreError) -> bool {
+    matches!(e, StoreError::Unavailable(source) if source.is::<tokio::time::error::Elapsed>())
+}
+
+/// A panic's message, when it has one.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_owned()
     }
 }
 

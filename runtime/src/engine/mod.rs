@@ -261,6 +261,23 @@ impl Idempotency {
             }
             Claim::InFlight {
                 reference,
+                lease_expires_at,
+                ..
+            } if now >= lease_expires_at => {
+                // Nobody has renewed the claim since its lease ended: its worker is gone or
+                // could not record its outcome. Not "in progress" as if someone were working.
+                tracing::info!(tool, %reference, %lease_expires_at, "idempotency in flight with its lease passed: outcome unknown");
+                answered(Error::OutcomeUnknown {
+                    tool: tool.into(),
+                    reference,
+                    reason: UnknownReason::Unreported {
+                        lease_ended: lease_expires_at,
+                    },
+                    source: None,
+                })
+            }
+            Claim::InFlight {
+                reference,
                 claimed_at,
                 ..
             } => {

@@ -121,7 +121,7 @@ const COMPLETED_ERR: i16 = 4;
 
 type PgQuery = Query<'static, Postgres, PgArguments>;
 
-/// A [`Store`] on PostgreSQL, for servers with several replicas.
+/// A [`Store`](super::Store) on PostgreSQL, for servers with several replicas.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), idempotency::store::StoreError> {

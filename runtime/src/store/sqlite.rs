@@ -71,7 +71,7 @@ WHERE key = $1 AND token = $2 AND state = 0";
 
 type SqliteQuery = Query<'static, Sqlite, SqliteArguments>;
 
-/// A [`Store`] in a SQLite file: survives restarts, serves one machine.
+/// A [`Store`](super::Store) in a SQLite file: survives restarts, serves one machine.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), idempotency::store::StoreError> {

@@ -1,0 +1,211 @@
+//! A store wrapper whose methods do what a test scripts: pass through, fail, park until the test
+//! lets them go (signalling that they were entered), hang forever, or commit and then lose the
+//! reply. Unscripted calls pass through to the wrapped store.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use idempotency::clock::Timestamp;
+use idempotency::key::Key;
+use idempotency::store::{
+    BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
+    RecordStatus, RecordStore, Settlement, Store, StoreError, Token, Unsettled,
+};
+use idempotency::Reference;
+use tokio::sync::{mpsc, Semaphore};
+
+/// A store method.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    Claim,
+    Complete,
+    Release,
+    MarkUnknown,
+    Renew,
+    Settle,
+    Status,
+    Purge,
+    Unsettled,
+    Fetch,
+    Ack,
+}
+
+/// What one call of a method does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    /// Calls the wrapped store.
+    Pass,
+    /// Answers `Unavailable` without calling the wrapped store.
+    Fail,
+    /// Signals that it was entered, waits until [`Scripted::unpark`], then calls the wrapped store.
+    Park,
+    /// Never answers.
+    Hang,
+    /// Calls the wrapped store (so the change commits), then answers `Unavailable`: the reply
+    /// was lost.
+    CommitThenFail,
+}
+
+/// The wrapper.
+pub struct Scripted {
+    inner: Arc<dyn Store>,
+    plan: Mutex<HashMap<Op, VecDeque<Act>>>,
+    calls: Mutex<HashMap<Op, usize>>,
+    parked_tx: mpsc::UnboundedSender<Op>,
+    parked_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Op>>,
+    gate: Semaphore,
+}
+
+impl Scripted {
+    pub fn new(inner: Arc<dyn Store>) -> Arc<Self> {
+        let (parked_tx, parked_rx) = mpsc::unbounded_channel();
+        Arc::new(Scripted {
+            inner,
+            plan: Mutex::default(),
+            calls: Mutex::default(),
+            parked_tx,
+            parked_rx: tokio::sync::Mutex::new(parked_rx),
+            gate: Semaphore::new(0),
+        })
+    }
+
+    /// The next calls of `op` do `acts`, in order; later ones pass through.
+    pub fn script(&self, op: Op, acts: impl IntoIterator<Item = Act>) {
+        let mut plan = self.plan.lock().unwrap_or_else(PoisonError::into_inner);
+        plan.entry(op).or_default().extend(acts);
+    }
+
+    /// How many times `op` was called.
+    pub fn calls(&self, op: Op) -> usize {
+        let calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        calls.get(&op).copied().unwrap_or(0)
+    }
+
+    /// Waits until a call parks, and says which method it was.
+    pub async fn parked(&self) -> Op {
+        let mut rx = self.parked_rx.lock().await;
+        rx.recv().await.expect("the sender lives as long as the store")
+    }
+
+    /// Lets one parked call go on.
+    pub fn unpark(&self) {
+        self.gate.add_permits(1);
+    }
+
+    fn next(&self, op: Op) -> Act {
+        *self
+            .calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(op)
+            .or_default() += 1;
+        let mut plan = self.plan.lock().unwrap_or_else(PoisonError::into_inner);
+        plan.get_mut(&op)
+            .and_then(VecDeque::pop_front)
+            .unwrap_or(Act::Pass)
+    }
+
+    fn run<'a, T: Send + 'a>(
+        &'a self,
+        op: Op,
+        call: impl Future<Output = Result<T, StoreError>> + Send + 'a,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        let act = self.next(op);
+        Box::pin(async move {
+            match act {
+                Act::Pass => call.await,
+                Act::Fail => Err(unavailable(op)),
+                Act::Hang => std::future::pending().await,
+                Act::Park => {
+                    let _ = self.parked_tx.send(op);
+                    self.gate.acquire().await.expect("never closed").forget();
+                    call.await
+                }
+                Act::CommitThenFail => {
+                    let _ = call.await;
+                    Err(unavailable(op))
+                }
+            }
+        })
+    }
+}
+
+fn unavailable(op: Op) -> StoreError {
+    StoreError::Unavailable(format!("scripted failure of {op:?}").into())
+}
+
+impl RecordStore for Scripted {
+    fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
+        self.run(Op::Claim, self.inner.claim(req))
+    }
+    fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.run(Op::Complete, self.inner.complete(c))
+    }
+    fn release(
+        &self,
+        key: Key,
+        token: Token,
+        at: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.run(Op::Release, self.inner.release(key, token, at))
+    }
+    fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.run(Op::MarkUnknown, self.inner.mark_unknown(key, token))
+    }
+    fn renew(
+        &self,
+        key: Key,
+        token: Token,
+        until: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.run(Op::Renew, self.inner.renew(key, token, until))
+    }
+    fn settle<'a>(
+        &'a self,
+        key: Key,
+        token: Token,
+        settlement: &'a Settlement,
+        at: Timestamp,
+        expires_at: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.run(
+            Op::Settle,
+            self.inner.settle(key, token, settlement, at, expires_at),
+        )
+    }
+    fn status<'a>(
+        &'a self,
+        tenant: &'a str,
+        reference: Reference,
+    ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
+        self.run(Op::Status, self.inner.status(tenant, reference))
+    }
+}
+
+impl Maintenance for Scripted {
+    fn purge(&self, older_than: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
+        self.run(Op::Purge, self.inner.purge(older_than, limit))
+    }
+    fn unsettled(
+        &self,
+        now: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
+        self.run(Op::Unsettled, self.inner.unsettled(now, limit))
+    }
+}
+
+impl OutboxStore for Scripted {
+    fn fetch(
+        &self,
+        now: Timestamp,
+        invisible_until: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
+        self.run(Op::Fetch, self.inner.fetch(now, invisible_until, limit))
+    }
+    fn ack<'a>(&'a self, receipt: &'a Receipt) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.run(Op::Ack, self.inner.ack(receipt))
+    }
+}
