@@ -1,15 +1,143 @@
-//! The function being wrapped, read into what generation needs: rmcp tool or not, which parameter
-//! is the context, which carries the arguments, where the rmcp request is, and the `Result<T, E>`
-//! it returns. Only what the shape of the signature decides is checked here; rules that combine
-//! the options with the function live in `check.rs`.
+//! The parsing layer for the item: the function with its body kept as tokens ([`ItemFn`]), then
+//! read into what generation needs: rmcp tool or not, which parameter is the context, which
+//! carries the arguments, where the rmcp request is, and the `Result<T, E>` it returns. Only what
+//! the shape of the signature decides is checked here; rules that combine the options with the
+//! function live in `check.rs`.
 
+use proc_macro2::{Delimiter, Group, TokenStream, TokenTree};
+use quote::ToTokens;
 use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
 use syn::{
-    Attribute, FnArg, GenericArgument, Ident, ItemFn, LitStr, Pat, PathArguments, ReturnType, Type,
+    Attribute, FnArg, GenericArgument, Ident, LitStr, Meta, Pat, PathArguments, ReturnType,
+    Signature, Token, Type, TypeParamBound, Visibility,
 };
 
 use crate::attr::Options;
 use crate::ctxt::Ctxt;
+
+/// What `#[idempotent]` applies to when the item is not a function at all.
+pub const NOT_A_FN: &str =
+    "#[idempotent] applies to an `async fn` (a free function or a `&self` method)";
+
+/// `#[attrs] vis sig { body }`, the body kept as unparsed tokens (tracing-attributes'
+/// `MaybeItemFn`, tokio-macros' `ItemFn`): a syntax error in the body is rustc's to report, at the
+/// bad token, and the body is not parsed twice.
+#[derive(Clone)]
+pub struct ItemFn {
+    pub attrs: Vec<Attribute>,
+    pub vis: Visibility,
+    pub sig: Signature,
+    /// The brace-delimited body, as written.
+    pub body: Group,
+}
+
+/// After the attributes and the visibility: `const`, `async`, `unsafe`, `extern "abi"`, then `fn`.
+fn starts_a_fn(input: ParseStream) -> bool {
+    let fork = input.fork();
+    let _ = fork.parse::<Option<Token![const]>>();
+    let _ = fork.parse::<Option<Token![async]>>();
+    let _ = fork.parse::<Option<Token![unsafe]>>();
+    if fork
+        .parse::<Option<Token![extern]>>()
+        .is_ok_and(|e| e.is_some())
+    {
+        let _ = fork.parse::<Option<LitStr>>();
+    }
+    fork.peek(Token![fn])
+}
+
+impl Parse for ItemFn {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let attrs = input.call(Attribute::parse_outer)?;
+        let vis: Visibility = input.parse()?;
+        if !starts_a_fn(input) {
+            return Err(input.error(NOT_A_FN));
+        }
+        // syn's own error, at the token of the signature it could not read.
+        let sig: Signature = input.parse()?;
+        let body = match input.parse::<TokenTree>() {
+            Ok(TokenTree::Group(g)) if g.delimiter() == Delimiter::Brace => g,
+            Ok(other) => {
+                return Err(syn::Error::new(
+                    other.span(),
+                    "expected the function's body `{ ... }`: #[idempotent] wraps a function with a body",
+                ))
+            }
+            Err(_) => {
+                return Err(syn::Error::new_spanned(
+                    &sig,
+                    "expected the function's body `{ ... }`: #[idempotent] wraps a function with a body",
+                ))
+            }
+        };
+        if !input.is_empty() {
+            return Err(input.error("unexpected tokens after the function's body"));
+        }
+        Ok(ItemFn {
+            attrs,
+            vis,
+            sig,
+            body,
+        })
+    }
+}
+
+impl ToTokens for ItemFn {
+    fn to_tokens(&self, tokens: &mut TokenStream) {
+        for a in &self.attrs {
+            a.to_tokens(tokens);
+        }
+        self.vis.to_tokens(tokens);
+        self.sig.to_tokens(tokens);
+        self.body.to_tokens(tokens);
+    }
+}
+
+/// `Pin<Box<dyn Future<Output = ..> + ..>>` (any paths ending in `Pin`, `Box`, `Future`): the
+/// shape rmcp's `#[tool]` gives an `async fn`. Read from the syntax tree, not from its text.
+pub fn is_boxed_future(ret: &ReturnType) -> bool {
+    let ReturnType::Type(_, ty) = ret else {
+        return false;
+    };
+    let Some(boxed) = only_type_arg(ty, "Pin") else {
+        return false;
+    };
+    let Some(Type::TraitObject(object)) = only_type_arg(boxed, "Box").map(ungroup) else {
+        return false;
+    };
+    object.bounds.iter().any(|b| match b {
+        TypeParamBound::Trait(t) => last_segment_is(&t.path, "Future"),
+        _ => false,
+    })
+}
+
+/// `ty` without invisible or parenthesised grouping.
+fn ungroup(mut ty: &Type) -> &Type {
+    loop {
+        match ty {
+            Type::Group(g) => ty = &g.elem,
+            Type::Paren(p) => ty = &p.elem,
+            _ => return ty,
+        }
+    }
+}
+
+/// `X` of `..::Name<X>`: a path type ending in `name` with exactly one generic argument, a type.
+fn only_type_arg<'a>(ty: &'a Type, name: &str) -> Option<&'a Type> {
+    let Type::Path(p) = ungroup(ty) else {
+        return None;
+    };
+    let seg = p.path.segments.last().filter(|s| s.ident == name)?;
+    let PathArguments::AngleBracketed(args) = &seg.arguments else {
+        return None;
+    };
+    match (args.args.len(), args.args.first()) {
+        (1, Some(GenericArgument::Type(t))) => Some(t),
+        _ => None,
+    }
+}
 
 pub enum Mode {
     /// A free function or method taking a context (`IdempotencyContext`).
@@ -323,11 +451,24 @@ impl Function {
     }
 }
 
+/// The comma-separated contents of `#[tool(...)]` or `annotations(...)`.
+pub type Metas = Punctuated<Meta, Token![,]>;
+
+/// The contents of rmcp's `#[tool]` / `#[tool(...)]`.
+pub fn tool_args(attr: &Attribute) -> syn::Result<Metas> {
+    match &attr.meta {
+        Meta::Path(_) => Ok(Metas::new()),
+        Meta::List(list) => list.parse_args_with(Metas::parse_terminated),
+        Meta::NameValue(nv) => Err(syn::Error::new(
+            nv.eq_token.span,
+            "expected #[tool] or #[tool(...)]",
+        )),
+    }
+}
+
 /// `name = "..."` inside `#[tool(...)]`.
 fn tool_name(attr: &Attribute) -> Option<LitStr> {
-    let metas = attr
-        .parse_args_with(syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated)
-        .ok()?;
+    let metas = tool_args(attr).ok()?;
     metas.iter().find_map(|m| match m {
         syn::Meta::NameValue(nv) if nv.path.is_ident("name") => match &nv.value {
             syn::Expr::Lit(syn::ExprLit {
@@ -338,4 +479,47 @@ fn tool_name(attr: &Attribute) -> Option<LitStr> {
         },
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boxed_future_is_read_from_the_syntax_tree() {
+        let yes: [ReturnType; 4] = [
+            syn::parse_quote!(-> ::std::pin::Pin<Box<dyn ::std::future::Future<Output = u8> + Send + '_>>),
+            syn::parse_quote!(-> Pin<Box<dyn Future<Output = ()>>>),
+            syn::parse_quote!(-> core::pin::Pin<std::boxed::Box<dyn Send + Future<Output = u8>>>),
+            syn::parse_quote!(-> Pin<Box<(dyn Future<Output = u8> + Send)>>),
+        ];
+        for ret in &yes {
+            assert!(is_boxed_future(ret), "{}", ret.to_token_stream());
+        }
+        let no: [ReturnType; 6] = [
+            syn::parse_quote!(),
+            syn::parse_quote!(-> Result<u8, E>),
+            // The text contains "Future", the type is not a boxed future.
+            syn::parse_quote!(-> Pin<Box<FutureReceipt>>),
+            syn::parse_quote!(-> Pin<Box<dyn NotAFuture<Output = u8>>>),
+            syn::parse_quote!(-> Pin<&mut dyn Future<Output = u8>>),
+            syn::parse_quote!(-> Box<dyn Future<Output = u8>>),
+        ];
+        for ret in &no {
+            assert!(!is_boxed_future(ret), "{}", ret.to_token_stream());
+        }
+    }
+
+    #[test]
+    fn the_body_is_not_parsed() {
+        let item: ItemFn =
+            syn::parse_str("#[doc = \"d\"] pub async fn f(x: u8) -> u8 { let = ; }").unwrap();
+        assert_eq!(item.body.stream().to_string(), "let = ;");
+        assert_eq!(item.attrs.len(), 1);
+        assert!(item.sig.asyncness.is_some());
+        let e = syn::parse_str::<ItemFn>("struct S;").err().unwrap();
+        assert_eq!(e.to_string(), NOT_A_FN);
+        assert!(syn::parse_str::<ItemFn>("const X: u8 = 1;").is_err());
+        assert!(syn::parse_str::<ItemFn>("const unsafe extern \"C\" fn f() {}").is_ok());
+    }
 }

@@ -354,7 +354,7 @@ mod tests {
     use quote::quote;
 
     fn parse(ts: TokenStream) -> (Options, Option<String>) {
-        let mut cx = Ctxt::default();
+        let mut cx = Ctxt::new();
         let o = Options::parse(&mut cx, ts);
         (
             o,
@@ -439,10 +439,11 @@ mod tests {
 
         #[test]
         fn option_parser_never_panics(s in "[a-z_=\", \\[\\]0-9.:]{0,40}") {
-            let mut cx = Ctxt::default();
+            let mut cx = Ctxt::new();
             if let Ok(ts) = s.parse::<TokenStream>() {
                 let _ = Options::parse(&mut cx, ts);
             }
+            let _ = cx.check();
         }
     }
 }

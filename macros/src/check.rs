@@ -1,9 +1,10 @@
-//! Rules that need more than one piece: the item as a whole (async, order with rmcp's `#[tool]`,
-//! applied twice, generics) before it is read, and the options against the function after.
+//! The validating layer: rules that need more than one piece: the item as a whole (async, order
+//! with rmcp's `#[tool]`, applied twice, generics) before it is read, and the options against the
+//! function after (with `hint`'s rules for the `#[tool]` attribute).
 
-use syn::{GenericParam, ItemFn};
+use syn::GenericParam;
 
-use crate::ast::{is_attr, Function, Mode};
+use crate::ast::{is_attr, is_boxed_future, Function, ItemFn, Mode};
 use crate::attr::Options;
 use crate::ctxt::Ctxt;
 use crate::hint;
@@ -15,7 +16,7 @@ pub fn item(cx: &mut Ctxt, item: &ItemFn) -> bool {
     }
     let sig = &item.sig;
     if sig.asyncness.is_none() {
-        if crate::fallback::is_boxed_future(&sig.output) {
+        if is_boxed_future(&sig.output) {
             cx.error(
                 sig.fn_token.span,
                 "place #[idempotent] above #[tool]: below it, rmcp has already turned the async fn into a boxed future and generated the tool's annotations",
@@ -57,7 +58,7 @@ pub fn function(cx: &mut Ctxt, f: &Function, opts: &Options) {
         if let Some(c) = &opts.context {
             cx.error(
                 c.span,
-                "`context` does not apply to rmcp tools: the engine and the caller come from `self` (idempotency::mcp::IdempotentServer) and the request",
+                "`context` does not apply to rmcp tools: the engine and the caller come from `self` (idempotency::IdempotencyContext<RequestContext<RoleServer>>) and the request",
             );
         }
         hint::check_tool(cx, &f.item.attrs[tool]);

@@ -1,30 +1,28 @@
-//! Generation: the claim → run → record wrapper around the user's body, and the descriptor
-//! (`ToolSpec`) that carries `idempotent_hint`. Generated code names the runtime only through
-//! `<crate>::__private`, and its locals start with `__idem_`.
+//! The generating layer: the claim → run → record wrapper around the user's body, the
+//! descriptor (`ToolSpec`), and the `#[tool]` attribute with the hint merged in. Generated code
+//! names the runtime only through `<crate>::__private`; its locals start with `__idem_` and are
+//! spanned at `Span::mixed_site()`, so the user's body can neither see nor shadow them.
 
 use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
-use syn::{FnArg, Ident, ItemFn};
+use syn::{Attribute, FnArg, Ident, Meta, MetaList};
 
-use crate::ast::{Context, Function, Mode, Request};
+use crate::ast::{is_attr, tool_args, Context, Function, ItemFn, Metas, Mode, Request};
 use crate::attr::{KeyPath, OnError, Options, Segment};
 use crate::ctxt::Ctxt;
-use crate::{check, fallback, hint};
+use crate::emit::with_error;
+use crate::{check, fallback};
 
+/// `#[idempotent]`: parse (options, item) → validate → generate; on error, the item (or rmcp's
+/// stand-in) beside every error.
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     let item_fn: ItemFn = match syn::parse2(item.clone()) {
         Ok(f) => f,
-        Err(_) => {
-            let e = syn::Error::new(
-                Span::call_site(),
-                "#[idempotent] applies to an `async fn` (a free function or a `&self` method)",
-            );
-            return with_error(item, e);
-        }
+        Err(e) => return with_error(item, e),
     };
-    let mut cx = Ctxt::default();
+    let mut cx = Ctxt::new();
     let opts = Options::parse(&mut cx, args);
     let function = if check::item(&mut cx, &item_fn) {
         Function::from_item(&mut cx, &item_fn, &opts)
@@ -40,10 +38,7 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         (Err(e), _) => {
             // An rmcp tool gets a stand-in that rmcp's router accepts (unless another
             // #[idempotent] on it is still to expand).
-            let again = item_fn
-                .attrs
-                .iter()
-                .any(|a| crate::ast::is_attr(a, "idempotent"));
+            let again = item_fn.attrs.iter().any(|a| is_attr(a, "idempotent"));
             let stub = if again {
                 None
             } else {
@@ -52,13 +47,6 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
             with_error(stub.unwrap_or(item), e)
         }
     }
-}
-
-/// tokio-macros' habit: on error, emit the user's item unchanged beside the errors, so IDEs and
-/// later diagnostics see the function as written.
-pub fn with_error(item: TokenStream, e: syn::Error) -> TokenStream {
-    let err = e.into_compile_error();
-    quote!(#item #err)
 }
 
 /// `tokens` with every span set to `span`: the runtime's path inside a `quote_spanned!`, so that
@@ -81,8 +69,9 @@ fn respan(tokens: &TokenStream, span: Span) -> TokenStream {
         .collect()
 }
 
+/// A generated local: hygienic (`mixed_site`), so the user's body cannot name it, nor shadow it.
 fn local(name: &str) -> Ident {
-    Ident::new(name, Span::call_site())
+    Ident::new(name, Span::mixed_site())
 }
 
 /// The method descriptor's name: `charge_card` → `CHARGE_CARD_TOOL`.
@@ -118,11 +107,11 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
     let rmcp = matches!(f.mode, Mode::Rmcp { .. });
 
     let window = opts.window_ms();
-    let timeout = opts.timeout.as_ref().map(|t| {
+    let mut spec = quote!(#p::ToolSpec::new(#name, #p::Duration::from_millis(#window)));
+    if let Some(t) = &opts.timeout {
         let ms = t.value;
-        quote!(.with_timeout(#p::Duration::from_millis(#ms)))
-    });
-    let spec = quote!(#p::ToolSpec::new(#name, #p::Duration::from_millis(#window)) #timeout);
+        spec.extend(quote!(.with_timeout(#p::Duration::from_millis(#ms))));
+    }
     let (spec_path, descriptor) = if f.method {
         let c = const_name(fn_name);
         let descriptor = quote! {
@@ -148,7 +137,7 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
             #[allow(non_snake_case, dead_code)]
             #vis mod #fn_name {
                 #glob
-                /// The wrapped tool's descriptor: name, window, timeout, `idempotent_hint() == true`.
+                /// The wrapped tool's descriptor: name, window, timeout.
                 pub const TOOL: #p::ToolSpec = #spec;
             }
         };
@@ -192,29 +181,31 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         }
     };
 
-    // The signature: the arguments parameter is renamed (the user's pattern is rebound inside the
-    // body, after the key is computed); rmcp also gets a request parameter and a tool result.
+    // The signature: the arguments parameter is renamed to a hygienic local; the user's pattern,
+    // with the user's spans, is rebound inside the body (after the key is computed), so the body
+    // resolves the names it declared. rmcp also gets a request parameter and a tool result.
     let mut sig = item.sig.clone();
     if let FnArg::Typed(t) = &mut sig.inputs[f.args.index] {
         *t.pat = syn::parse_quote!(#args_local);
     }
     let user_args = &f.args.pat;
     let mut rebind = quote!(let #user_args = #args_local;);
-    let block = &item.block;
+    let block = &item.body;
+    let fake = local("__idem_fake_return");
     let fake_return = quote! {
         #[allow(unknown_lints, unreachable_code, clippy::diverging_sub_expression, clippy::empty_loop, clippy::needless_return, clippy::unreachable)]
         if false {
-            let __idem_fake_return: #ret = loop {};
-            return __idem_fake_return;
+            let #fake: #ret = loop {};
+            return #fake;
         }
     };
 
-    let attrs: Vec<syn::Attribute> = item
+    let attrs: Vec<Attribute> = item
         .attrs
         .iter()
         .enumerate()
         .map(|(i, a)| match f.mode {
-            Mode::Rmcp { tool } if tool == i => hint::merge(a),
+            Mode::Rmcp { tool } if tool == i => merge_hint(a),
             _ => a.clone(),
         })
         .collect();
@@ -228,65 +219,74 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         local("__idem_prepared"),
         local("__idem_body"),
     );
+    let (c, e, pv, v) = (
+        local("__idem_c"),
+        local("__idem_e"),
+        local("__idem_p"),
+        local("__idem_v"),
+    );
     let po = respan(&p, ok.span());
     let execute = quote_spanned! {ok.span()=>
-        #po::Idempotency::execute_raw::<#ok, #err, _>(#engine, &#spec_path, &#caller, #prepared, #policy, #body_local).await
+        #po::Idempotency::execute_raw::<#ok, #err, _>(&#engine, &#spec_path, &#caller, #prepared, #policy, #body_local).await
     };
     let (prologue, finish) = if rmcp {
+        let request_local = local("__idem_request");
         let request = match &f.request {
             Some(Request::Named(id)) => quote!(#id),
             Some(Request::Renamed { index, pat }) => {
                 if let FnArg::Typed(t) = &mut sig.inputs[*index] {
-                    *t.pat = syn::parse_quote!(__idem_request);
+                    *t.pat = syn::parse_quote!(#request_local);
                 }
-                rebind.extend(quote!(let #pat = __idem_request;));
-                quote!(__idem_request)
+                rebind.extend(quote!(let #pat = #request_local;));
+                quote!(#request_local)
             }
             Some(Request::Injected) | None => {
-                sig.inputs.push(syn::parse_quote!(
-                    __idem_request: #p::rmcp::service::RequestContext<#p::rmcp::RoleServer>
-                ));
-                quote!(__idem_request)
+                sig.inputs
+                    .push(syn::parse_quote!(#request_local: #p::mcp::Request));
+                quote!(#request_local)
             }
         };
         sig.output =
             syn::parse_quote!(-> #p::Result<#p::rmcp::model::CallToolResult, #p::rmcp::ErrorData>);
+        let cx = quote!(#p::IdempotencyContext::<#p::mcp::Request>);
         let prologue = quote! {
-            let __idem_engine = #p::IdempotencyContext::<#p::mcp::Request>::idempotency(self);
-            let #caller = match #p::IdempotencyContext::<#p::mcp::Request>::caller(self, &#request) {
-                #p::Result::Ok(__idem_c) => __idem_c,
-                #p::Result::Err(__idem_e) => return #p::mcp::refuse(__idem_e),
+            let #engine = #p::Clone::clone(#cx::idempotency(self));
+            let #caller = match #cx::caller(self, &#request) {
+                #p::Result::Ok(#c) => #c,
+                #p::Result::Err(#e) => return #p::mcp::refuse(#e),
             };
-            let __idem_prepared = match #prepare {
-                #p::Result::Ok(__idem_p) => __idem_p,
-                #p::Result::Err(__idem_e) => return #p::mcp::refuse(__idem_e),
+            let #prepared = match #prepare {
+                #p::Result::Ok(#pv) => #pv,
+                #p::Result::Err(#e) => return #p::mcp::refuse(#e),
             };
         };
         let finish = quote!(#p::mcp::answer(#execute));
         (prologue, finish)
     } else {
+        // Only shared reborrows (`&*ctx`), each ending with its statement, and an owned engine:
+        // the body can then move the context, even a `ctx: &mut Ctx`.
         let ctx = match &f.context {
-            Context::Receiver => quote!(self),
-            Context::Param(id) => quote!(#id),
+            Context::Receiver => quote!(&*self),
+            Context::Param(id) => quote!(&*#id),
         };
+        let cx = quote!(#p::IdempotencyContext::<()>);
         let from = quote_spanned!(err.span()=> <#err as #pe::From<#pe::Error>>::from);
         let prologue = quote! {
-            let __idem_ctx = #ctx;
-            let __idem_engine = #p::IdempotencyContext::<()>::idempotency(__idem_ctx);
-            let #caller = match #p::IdempotencyContext::<()>::caller(__idem_ctx, &()) {
-                #p::Result::Ok(__idem_c) => __idem_c,
-                #p::Result::Err(__idem_e) => return #p::Result::Err(#from(__idem_e)),
+            let #engine = #p::Clone::clone(#cx::idempotency(#ctx));
+            let #caller = match #cx::caller(#ctx, &()) {
+                #p::Result::Ok(#c) => #c,
+                #p::Result::Err(#e) => return #p::Result::Err(#from(#e)),
             };
-            let __idem_prepared = match #prepare {
-                #p::Result::Ok(__idem_p) => __idem_p,
-                #p::Result::Err(__idem_e) => return #p::Result::Err(#from(__idem_e)),
+            let #prepared = match #prepare {
+                #p::Result::Ok(#pv) => #pv,
+                #p::Result::Err(#e) => return #p::Result::Err(#from(#e)),
             };
         };
         let finish = quote! {
             match #execute.result {
-                #p::Result::Ok(__idem_v) => #p::Result::Ok(__idem_v),
-                #p::Result::Err(#p::Failure::Handler(__idem_e)) => #p::Result::Err(__idem_e),
-                #p::Result::Err(#p::Failure::Wrapper(__idem_e)) => #p::Result::Err(#from(__idem_e)),
+                #p::Result::Ok(#v) => #p::Result::Ok(#v),
+                #p::Result::Err(#p::Failure::Handler(#e)) => #p::Result::Err(#e),
+                #p::Result::Err(#p::Failure::Wrapper(#e)) => #p::Result::Err(#from(#e)),
             }
         };
         (prologue, finish)
@@ -303,11 +303,56 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         #(#attrs)*
         #vis #sig {
             #prologue
-            let __idem_body = #body;
+            let #body_local = #body;
             #finish
         }
         #descriptor
     }
+}
+
+/// `#[tool(...)]` with `idempotent_hint = true` merged into its `annotations(...)` (added when
+/// absent). Everything else keeps its tokens and spans. Call after
+/// `hint::check_tool` passed.
+fn merge_hint(attr: &Attribute) -> Attribute {
+    let Ok(metas) = tool_args(attr) else {
+        return attr.clone();
+    };
+    let mut items: Vec<TokenStream> = Vec::new();
+    let mut merged = false;
+    for m in &metas {
+        match m {
+            Meta::List(list) if list.path.is_ident("annotations") => {
+                merged = true;
+                let inner = list
+                    .parse_args_with(Metas::parse_terminated)
+                    .unwrap_or_default();
+                let has = inner.iter().any(
+                    |a| matches!(a, Meta::NameValue(nv) if nv.path.is_ident("idempotent_hint")),
+                );
+                let mut tokens = list.tokens.clone();
+                if !has {
+                    if !inner.is_empty() && !inner.trailing_punct() {
+                        tokens.extend(quote!(,));
+                    }
+                    tokens.extend(quote!(idempotent_hint = true));
+                }
+                let list = MetaList {
+                    tokens,
+                    ..list.clone()
+                };
+                items.push(list.into_token_stream());
+            }
+            other => items.push(other.into_token_stream()),
+        }
+    }
+    if !merged {
+        items.push(quote!(annotations(idempotent_hint = true)));
+    }
+    let path = attr.path();
+    let pound = attr.pound_token;
+    let mut out: Attribute = syn::parse_quote!(#pound[#path(#(#items),*)]);
+    out.bracket_token = attr.bracket_token;
+    out
 }
 
 #[cfg(test)]
@@ -394,6 +439,188 @@ mod tests {
         assert!(out.contains("my_idem :: __private"), "{out}");
         assert!(!out.contains(":: idempotency ::"), "{out}");
         assert!(out.contains("use super :: * ;"), "{out}");
+    }
+
+    fn merged(attr: Attribute) -> String {
+        merge_hint(&attr).to_token_stream().to_string()
+    }
+
+    #[test]
+    fn merges_into_annotations() {
+        assert_eq!(
+            merged(syn::parse_quote!(#[tool])),
+            "# [tool (annotations (idempotent_hint = true))]"
+        );
+        assert_eq!(
+            merged(syn::parse_quote!(#[tool(description = "d")])),
+            "# [tool (description = \"d\" , annotations (idempotent_hint = true))]"
+        );
+        assert_eq!(
+            merged(syn::parse_quote!(#[rmcp::tool(annotations(title = "T"), name = "n")])),
+            "# [rmcp :: tool (annotations (title = \"T\" , idempotent_hint = true) , name = \"n\")]"
+        );
+        assert_eq!(
+            merged(syn::parse_quote!(#[tool(annotations(idempotent_hint = true))])),
+            "# [tool (annotations (idempotent_hint = true))]"
+        );
+    }
+
+    #[test]
+    fn spec_uses_the_const_builder() {
+        let out = expand(
+            quote!(window = "2h"),
+            quote!(
+                async fn charge(ctx: &Ctx, args: A) -> Result<R, E> {
+                    Ok(R)
+                }
+            ),
+        );
+        assert!(
+            out.contains(":: idempotency :: __private :: ToolSpec :: new (\"charge\" , :: idempotency :: __private :: Duration :: from_millis (7200000u64))"),
+            "{out}"
+        );
+        assert!(!out.contains("with_timeout"), "{out}");
+        assert!(!out.contains("__wrapped"), "{out}");
+        let out = expand(
+            quote!(timeout = "30s"),
+            quote!(
+                async fn ship(&self, args: A) -> Result<R, E> {
+                    Ok(R)
+                }
+            ),
+        );
+        assert!(
+            out.contains(". with_timeout (:: idempotency :: __private :: Duration :: from_millis (30000u64))"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn context_is_read_through_a_shared_reborrow() {
+        let out = expand(
+            quote!(),
+            quote!(
+                async fn charge(ctx: &mut Ctx, args: A) -> Result<R, E> {
+                    ctx.count += 1;
+                    Ok(R)
+                }
+            ),
+        );
+        assert!(!out.contains("compile_error"), "{out}");
+        let cx = ":: idempotency :: __private :: IdempotencyContext :: < () >";
+        assert!(
+            out.contains(&format!(
+                "__idem_engine = :: idempotency :: __private :: Clone :: clone ({cx} :: idempotency (& * ctx))"
+            )),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("{cx} :: caller (& * ctx , & ())")),
+            "{out}"
+        );
+        // The context itself is never moved before the body, which moves it.
+        assert!(!out.contains("= ctx ;"), "{out}");
+        assert!(
+            out.contains("execute_raw :: < R , E , _ > (& __idem_engine"),
+            "{out}"
+        );
+        let out = expand(
+            quote!(),
+            quote!(
+                async fn ship(&self, args: A) -> Result<R, E> {
+                    Ok(R)
+                }
+            ),
+        );
+        assert!(
+            out.contains(&format!("{cx} :: idempotency (& * self)")),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn rmcp_tool_uses_the_context_trait_for_the_request() {
+        let out = expand(
+            quote!(),
+            quote!(
+                #[tool]
+                async fn charge(&self, Parameters(args): Parameters<A>) -> Result<R, E> {
+                    Ok(R)
+                }
+            ),
+        );
+        if cfg!(feature = "rmcp") {
+            let cx = ":: idempotency :: __private :: IdempotencyContext :: < :: idempotency :: __private :: mcp :: Request >";
+            assert!(
+                out.contains(&format!("{cx} :: idempotency (self)")),
+                "{out}"
+            );
+            assert!(
+                out.contains(&format!("{cx} :: caller (self , & __idem_request)")),
+                "{out}"
+            );
+            assert!(
+                out.contains("__idem_request : :: idempotency :: __private :: mcp :: Request"),
+                "{out}"
+            );
+            assert!(
+                out.contains("annotations (idempotent_hint = true)"),
+                "{out}"
+            );
+        }
+        assert!(!out.contains("IdempotentServer"), "{out}");
+    }
+
+    #[test]
+    fn body_is_kept_as_tokens() {
+        // A syntax error in the body is not ours to report: the body is emitted as written.
+        let item: TokenStream =
+            "async fn charge(ctx: &Ctx, args: A) -> Result<R, E> { let x = ; Ok(R) }"
+                .parse()
+                .unwrap();
+        let out = expand(quote!(), item);
+        assert!(!out.contains("compile_error"), "{out}");
+        assert!(
+            out.contains("let args = __idem_args ; { let x = ; Ok (R) }"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn what_is_not_a_function_keeps_a_precise_error() {
+        let out = expand(
+            quote!(),
+            quote!(
+                struct S;
+            ),
+        );
+        assert!(out.contains("applies to an `async fn`"), "{out}");
+        assert!(out.starts_with("struct S ;"), "{out}");
+        // A broken signature: syn's own error, not "applies to an async fn".
+        let out = expand(
+            quote!(),
+            quote!(async fn charge(ctx: &Ctx, args:) -> R { 1 }),
+        );
+        assert!(out.contains("compile_error"), "{out}");
+        assert!(!out.contains("applies to an `async fn`"), "{out}");
+        let out = expand(
+            quote!(),
+            quote!(
+                async fn charge(ctx: &Ctx, args: A) -> Result<R, E>;
+            ),
+        );
+        assert!(out.contains("expected the function's body"), "{out}");
+        let out = expand(
+            quote!(),
+            quote!(
+                async fn charge(ctx: &Ctx, args: A) -> Result<R, E> {}
+                struct S;
+            ),
+        );
+        assert!(
+            out.contains("unexpected tokens after the function's body"),
+            "{out}"
+        );
     }
 
     proptest::proptest! {

@@ -1,28 +1,13 @@
-//! The hint follows the code: `#[idempotent]` merges `idempotent_hint = true` into rmcp's
-//! `#[tool(annotations(...))]` (rmcp rejects a second `annotations`), and `#[idempotent_tools]`
-//! rejects the hint on a tool that is not wrapped.
+//! The hint follows the code (validating layer): a wrapped tool's `#[tool]` must not contradict
+//! the `idempotent_hint = true` that `expand` merges into it, and `#[idempotent_tools]` rejects the
+//! hint on a tool that is not wrapped.
 
 use proc_macro2::{Span, TokenStream};
-use quote::{quote, ToTokens};
-use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
-use syn::{Attribute, Expr, ExprLit, Lit, Meta, MetaList, Token};
+use syn::{Attribute, Expr, ExprLit, Lit, Meta, MetaList};
 
-use crate::ast::is_attr;
+use crate::ast::{is_attr, tool_args, Metas};
 use crate::ctxt::Ctxt;
-
-type Metas = Punctuated<Meta, Token![,]>;
-
-fn tool_args(attr: &Attribute) -> syn::Result<Metas> {
-    match &attr.meta {
-        Meta::Path(_) => Ok(Metas::new()),
-        Meta::List(list) => list.parse_args_with(Metas::parse_terminated),
-        Meta::NameValue(nv) => Err(syn::Error::new(
-            nv.eq_token.span,
-            "expected #[tool] or #[tool(...)]",
-        )),
-    }
-}
 
 fn annotations(metas: &Metas) -> Option<&MetaList> {
     metas.iter().find_map(|m| match m {
@@ -74,64 +59,23 @@ pub fn check_tool(cx: &mut Ctxt, attr: &Attribute) {
     }
 }
 
-/// `#[tool(...)]` with `idempotent_hint = true` merged into its `annotations(...)` (added when
-/// absent). Everything else keeps its tokens and spans. Call after [`check_tool`] passed.
-pub fn merge(attr: &Attribute) -> Attribute {
-    let Ok(metas) = tool_args(attr) else {
-        return attr.clone();
-    };
-    let mut items: Vec<TokenStream> = Vec::new();
-    let mut merged = false;
-    for m in &metas {
-        match m {
-            Meta::List(list) if list.path.is_ident("annotations") => {
-                merged = true;
-                let inner = list
-                    .parse_args_with(Metas::parse_terminated)
-                    .unwrap_or_default();
-                let has = inner.iter().any(
-                    |a| matches!(a, Meta::NameValue(nv) if nv.path.is_ident("idempotent_hint")),
-                );
-                let mut tokens = list.tokens.clone();
-                if !has {
-                    if !inner.is_empty() && !inner.trailing_punct() {
-                        tokens.extend(quote!(,));
-                    }
-                    tokens.extend(quote!(idempotent_hint = true));
-                }
-                let list = MetaList {
-                    tokens,
-                    ..list.clone()
-                };
-                items.push(list.into_token_stream());
-            }
-            other => items.push(other.into_token_stream()),
-        }
-    }
-    if !merged {
-        items.push(quote!(annotations(idempotent_hint = true)));
-    }
-    let path = attr.path();
-    let pound = attr.pound_token;
-    let mut out: Attribute = syn::parse_quote!(#pound[#path(#(#items),*)]);
-    out.bracket_token = attr.bracket_token;
-    out
-}
-
 /// `#[idempotent_tools]`: an `idempotent_hint = true` on a method without `#[idempotent]` is an
 /// error at the hint. The impl is emitted unchanged.
 pub fn check_impl(item: TokenStream) -> TokenStream {
     let imp: syn::ItemImpl = match syn::parse2(item.clone()) {
         Ok(i) => i,
+        // An impl that does not parse (a syntax error in a method's body): emitted unchanged, so
+        // the error is reported as the syntax error it is, not as "not an impl".
+        Err(_) if is_impl(item.clone()) => return item,
         Err(e) => {
             let e = syn::Error::new(
                 e.span(),
                 "#[idempotent_tools] applies to an `impl` block (put it above #[tool_router])",
             );
-            return crate::expand::with_error(item, e);
+            return crate::emit::with_error(item, e);
         }
     };
-    let mut cx = Ctxt::default();
+    let mut cx = Ctxt::new();
     for it in &imp.items {
         let syn::ImplItem::Fn(f) = it else { continue };
         // A wrapped tool (even one wrapped below #[tool], which #[idempotent] itself rejects).
@@ -153,45 +97,48 @@ pub fn check_impl(item: TokenStream) -> TokenStream {
     }
     match cx.check() {
         Ok(()) => item,
-        Err(e) => crate::expand::with_error(item, e),
+        Err(e) => crate::emit::with_error(item, e),
     }
+}
+
+/// `#[attrs] vis unsafe? impl`: the item is an impl block, whatever follows.
+fn is_impl(item: TokenStream) -> bool {
+    let head = |input: syn::parse::ParseStream| -> syn::Result<bool> {
+        input.call(Attribute::parse_outer)?;
+        input.parse::<syn::Visibility>()?;
+        input.parse::<Option<syn::Token![unsafe]>>()?;
+        let is_impl = input.peek(syn::Token![impl]);
+        input.parse::<TokenStream>()?;
+        Ok(is_impl)
+    };
+    syn::parse::Parser::parse2(head, item).unwrap_or(false)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn merged(attr: Attribute) -> String {
-        merge(&attr).to_token_stream().to_string()
-    }
-
-    #[test]
-    fn merges_into_annotations() {
-        assert_eq!(
-            merged(syn::parse_quote!(#[tool])),
-            "# [tool (annotations (idempotent_hint = true))]"
-        );
-        assert_eq!(
-            merged(syn::parse_quote!(#[tool(description = "d")])),
-            "# [tool (description = \"d\" , annotations (idempotent_hint = true))]"
-        );
-        assert_eq!(
-            merged(syn::parse_quote!(#[rmcp::tool(annotations(title = "T"), name = "n")])),
-            "# [rmcp :: tool (annotations (title = \"T\" , idempotent_hint = true) , name = \"n\")]"
-        );
-        assert_eq!(
-            merged(syn::parse_quote!(#[tool(annotations(idempotent_hint = true))])),
-            "# [tool (annotations (idempotent_hint = true))]"
-        );
-    }
-
     #[test]
     fn rejects_false_hint() {
-        let mut cx = Ctxt::default();
+        let mut cx = Ctxt::new();
         check_tool(
             &mut cx,
             &syn::parse_quote!(#[tool(annotations(idempotent_hint = false))]),
         );
         assert!(cx.check().is_err());
+    }
+
+    #[test]
+    fn impl_with_a_broken_body_is_left_to_rustc() {
+        let item: TokenStream =
+            "impl S { #[tool(annotations(idempotent_hint = true))] fn f(&self) { let = ; } }"
+                .parse()
+                .unwrap();
+        assert_eq!(check_impl(item.clone()).to_string(), item.to_string());
+        let out = check_impl(quote::quote!(
+            struct S;
+        ))
+        .to_string();
+        assert!(out.contains("applies to an `impl` block"), "{out}");
     }
 }

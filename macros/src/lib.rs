@@ -3,17 +3,25 @@
 //! re-exports them; generated code reaches the runtime only through `::idempotency::__private`
 //! (override the path with `crate = "..."`).
 //!
-//! Pipeline (serde_derive / tracing-attributes style): `attr` parses the options into a typed
-//! model, `check` rejects items that cannot be wrapped, `ast` reads the function (context,
-//! arguments, `Result<T, E>`, rmcp or not), `check` again weighs the options against it,
-//! `expand` generates, `hint` keeps `idempotentHint` honest. Errors are collected and reported
-//! together; on error the original item is emitted beside them (`fallback`: for an rmcp tool, with
-//! the signature rmcp's router expects, so rmcp adds no follow-on errors).
+//! Pipeline (serde_derive / tracing-attributes style), in layers that only call downwards:
+//!
+//! 1. parse: `attr` reads the options into a typed model; `ast` reads the item (attributes,
+//!    visibility and signature with syn, the body kept as unparsed tokens) and then the function
+//!    (context, arguments, `Result<T, E>`, rmcp or not);
+//! 2. validate: `check` rejects items that cannot be wrapped and weighs the options against the
+//!    function; `hint` keeps `idempotentHint` honest;
+//! 3. generate: `expand` writes the wrapper, the descriptor and the merged `#[tool]`; `fallback`
+//!    the stand-in for an rmcp tool that could not be wrapped.
+//!
+//! `ctxt` (errors, collected and reported together) and `emit` (the item beside the errors) sit
+//! below all three. On error the original item is emitted beside the errors (for an rmcp tool,
+//! with the signature rmcp's router expects, so rmcp adds no follow-on errors).
 
 mod ast;
 mod attr;
 mod check;
 mod ctxt;
+mod emit;
 mod expand;
 mod fallback;
 mod hint;
@@ -49,8 +57,10 @@ use proc_macro::TokenStream;
 /// # Plain functions and methods
 ///
 /// - **Context**: the parameter named by `context`, else the first parameter whose type is a
-///   reference `&Ctx`, else `&self`. It implements `idempotency::IdempotencyContext` (the engine
-///   and the caller).
+///   reference `&Ctx` (or `&mut Ctx`), else `&self`. It implements
+///   `idempotency::IdempotencyContext` (that is, `IdempotencyContext<()>`: the engine, and the
+///   caller for the request `()`). The engine and the caller are read through a shared reborrow
+///   before the body runs, so the body may use the context as it likes, even a `&mut Ctx`.
 /// - **Arguments**: exactly one other parameter, any pattern, `T: Serialize`; the key is computed
 ///   from its canonical JSON. No generic parameters, no `impl Trait` arguments.
 /// - **Return type**: `Result<T, E>` spelled with two type arguments (any path ending in
@@ -61,12 +71,13 @@ use proc_macro::TokenStream;
 ///   type namespace); a method `charge_card` gets the associated const `CHARGE_CARD_TOOL` (the
 ///   name upper-cased, `_TOOL` appended) — so it works in inherent impls, not trait impls; an
 ///   associated fn without `self` is treated as a free function and is not supported. Both
-///   report `idempotent_hint() == true`.
+///   are `const` items of type `idempotency::tool::ToolSpec` (name, window, timeout).
 ///
 /// # rmcp tools (feature `rmcp`)
 ///
 /// Place it **above** `#[tool(...)]` on a `&self` method of a `#[tool_router]` impl whose type
-/// implements `idempotency::mcp::IdempotentServer`. It merges `idempotent_hint = true` into the
+/// implements `idempotency::IdempotencyContext<RequestContext<RoleServer>>` (the engine, and the
+/// caller read from rmcp's request). It merges `idempotent_hint = true` into the
 /// tool's `annotations(...)` (a written `idempotent_hint = false` is an error), keys on `T` of the
 /// one `Parameters<T>` argument, takes the caller from the request (its own
 /// `RequestContext<RoleServer>` parameter, or one it adds), and answers with a `CallToolResult`
@@ -93,7 +104,60 @@ pub fn idempotent_tools(args: TokenStream, item: TokenStream) -> TokenStream {
     let args = proc_macro2::TokenStream::from(args);
     if !args.is_empty() {
         let e = syn::Error::new_spanned(args, "#[idempotent_tools] takes no options");
-        return expand::with_error(item.into(), e).into();
+        return emit::with_error(item.into(), e).into();
     }
     hint::check_impl(item.into()).into()
+}
+
+#[cfg(test)]
+mod layering {
+    /// Each module, lowest layer first: a module may use only modules listed before it, so the
+    /// modules form no cycle (parse → validate → generate).
+    const LAYERS: &[(&str, &str)] = &[
+        ("ctxt", include_str!("ctxt.rs")),
+        ("emit", include_str!("emit.rs")),
+        ("attr", include_str!("attr.rs")),
+        ("ast", include_str!("ast.rs")),
+        ("hint", include_str!("hint.rs")),
+        ("check", include_str!("check.rs")),
+        ("fallback", include_str!("fallback.rs")),
+        ("expand", include_str!("expand.rs")),
+    ];
+
+    /// The modules `src` names as `crate::m` or `crate::{m, ..}`.
+    fn uses(src: &str) -> Vec<String> {
+        let ident = |s: &str| -> String {
+            s.trim_start()
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect()
+        };
+        let mut found = Vec::new();
+        for (at, _) in src.match_indices("crate::") {
+            let rest = &src[at + "crate::".len()..];
+            match rest.strip_prefix('{') {
+                Some(group) => {
+                    let group = &group[..group.find('}').unwrap_or(group.len())];
+                    found.extend(group.split(',').map(ident));
+                }
+                None => found.push(ident(rest)),
+            }
+        }
+        found.retain(|m| !m.is_empty());
+        found
+    }
+
+    #[test]
+    fn modules_only_use_lower_layers() {
+        for (i, (module, src)) in LAYERS.iter().enumerate() {
+            for used in uses(src) {
+                let below = LAYERS[..i].iter().any(|(m, _)| *m == used);
+                assert!(below, "`{module}` uses `{used}`, which is not below it");
+            }
+        }
+        assert_eq!(
+            uses("use crate::ast::X; use crate::{check, fallback};"),
+            ["ast", "check", "fallback"]
+        );
+    }
 }

@@ -9,7 +9,7 @@ impl IdempotencyContext for Ctx {
     fn idempotency(&self) -> &Idempotency {
         &self.0
     }
-    fn caller(&self) -> Result<Caller, Error> {
+    fn caller(&self, _: &()) -> Result<Caller, Error> {
         Ok(Caller::new("acme", "alice"))
     }
 }

@@ -1,7 +1,7 @@
 //! #[idempotent] placed below #[tool]: rmcp has already rewritten the method.
 #![allow(dead_code)]
-use idempotency::mcp::{IdempotentServer, Identity};
-use idempotency::{idempotent, Caller, Error, Idempotency};
+use idempotency::mcp::Identity;
+use idempotency::{idempotent, Caller, Error, Idempotency, IdempotencyContext};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{schemars, tool, tool_router, RoleServer};
@@ -17,7 +17,7 @@ struct Payments {
     identity: Identity,
 }
 
-impl IdempotentServer for Payments {
+impl IdempotencyContext<RequestContext<RoleServer>> for Payments {
     fn idempotency(&self) -> &Idempotency {
         &self.engine
     }

@@ -1,6 +1,7 @@
 //! Business keys: one field, a nested field, several fields; `context = "..."` picks the context.
 
-use idempotency::{idempotent, Caller, Error, Idempotency, IdempotencyContext, MemoryStore};
+use idempotency::store::MemoryStore;
+use idempotency::{idempotent, Caller, Error, Idempotency, IdempotencyContext};
 use serde::Serialize;
 
 struct Ctx {
@@ -11,7 +12,7 @@ impl IdempotencyContext for Ctx {
     fn idempotency(&self) -> &Idempotency {
         &self.engine
     }
-    fn caller(&self) -> Result<Caller, Error> {
+    fn caller(&self, _: &()) -> Result<Caller, Error> {
         Ok(Caller::new("acme", "alice"))
     }
 }

@@ -1,7 +1,8 @@
 //! `crate = "..."`: an absolute path, and a name brought in with `use` (as a renamed dependency
 //! would be), also inside the generated descriptor module.
 
-use idem::{idempotent, Caller, Error, Idempotency, IdempotencyContext, MemoryStore};
+use idem::store::MemoryStore;
+use idem::{idempotent, Caller, Error, Idempotency, IdempotencyContext};
 use idempotency as idem;
 
 struct Ctx(Idempotency);
@@ -10,7 +11,7 @@ impl IdempotencyContext for Ctx {
     fn idempotency(&self) -> &Idempotency {
         &self.0
     }
-    fn caller(&self) -> Result<Caller, Error> {
+    fn caller(&self, _: &()) -> Result<Caller, Error> {
         Ok(Caller::new("acme", "alice"))
     }
 }
@@ -40,9 +41,12 @@ async fn main() {
     assert_eq!(relative(&ctx, 1).await.ok(), Some(1));
     assert_eq!(absolute(&ctx, 2).await.ok(), Some(2));
     assert_eq!(ctx.method(3).await.ok(), Some(3));
-    assert!(
-        relative::TOOL.idempotent_hint()
-            && absolute::TOOL.idempotent_hint()
-            && Ctx::METHOD_TOOL.idempotent_hint()
+    assert_eq!(
+        [
+            relative::TOOL.name(),
+            absolute::TOOL.name(),
+            Ctx::METHOD_TOOL.name()
+        ],
+        ["relative", "absolute", "method"]
     );
 }

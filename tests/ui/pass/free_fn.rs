@@ -1,8 +1,8 @@
 //! A free function: context `&Ctx`, arguments by value, errors classified by `Classify`.
 
+use idempotency::store::MemoryStore;
 use idempotency::{
     idempotent, Call, Caller, Classify, Disposition, Error, Idempotency, IdempotencyContext,
-    MemoryStore,
 };
 use serde::{Deserialize, Serialize};
 
@@ -14,7 +14,7 @@ impl IdempotencyContext for Ctx {
     fn idempotency(&self) -> &Idempotency {
         &self.engine
     }
-    fn caller(&self) -> Result<Caller, Error> {
+    fn caller(&self, _: &()) -> Result<Caller, Error> {
         Ok(Caller::new("acme", "alice"))
     }
 }
@@ -63,7 +63,6 @@ pub async fn charge_card(ctx: &Ctx, args: ChargeArgs) -> Result<Receipt, ChargeE
 
 #[tokio::main]
 async fn main() {
-    assert!(charge_card::TOOL.idempotent_hint());
     assert_eq!(charge_card::TOOL.name(), "charge_card");
     assert_eq!(
         charge_card::TOOL.window(),

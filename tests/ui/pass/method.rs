@@ -1,6 +1,7 @@
 //! A `&self` method: the receiver is the context; the descriptor is an associated const.
 
-use idempotency::{idempotent, Caller, Error, Idempotency, IdempotencyContext, MemoryStore};
+use idempotency::store::MemoryStore;
+use idempotency::{idempotent, Caller, Error, Idempotency, IdempotencyContext};
 use serde::Serialize;
 
 struct Server {
@@ -11,7 +12,7 @@ impl IdempotencyContext for Server {
     fn idempotency(&self) -> &Idempotency {
         &self.engine
     }
-    fn caller(&self) -> Result<Caller, Error> {
+    fn caller(&self, _: &()) -> Result<Caller, Error> {
         Ok(Caller::new("acme", "alice"))
     }
 }
@@ -40,7 +41,6 @@ impl Server {
 
 #[tokio::main]
 async fn main() {
-    assert!(Server::CREATE_SHIPMENT_TOOL.idempotent_hint());
     assert_eq!(
         Server::CREATE_SHIPMENT_TOOL.timeout(),
         Some(std::time::Duration::from_secs(30))

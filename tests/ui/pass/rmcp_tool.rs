@@ -1,8 +1,9 @@
 //! An rmcp tool: #[idempotent] above #[tool] in a #[tool_router] impl checked by
 //! #[idempotent_tools]; the hint is merged into `annotations(...)`.
 
-use idempotency::mcp::{IdempotentServer, Identity};
-use idempotency::{idempotent, idempotent_tools, Caller, Error, Idempotency, MemoryStore};
+use idempotency::mcp::Identity;
+use idempotency::store::MemoryStore;
+use idempotency::{idempotent, idempotent_tools, Caller, Error, Idempotency, IdempotencyContext};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
@@ -24,7 +25,7 @@ struct Payments {
     identity: Identity,
 }
 
-impl IdempotentServer for Payments {
+impl IdempotencyContext<RequestContext<RoleServer>> for Payments {
     fn idempotency(&self) -> &Idempotency {
         &self.engine
     }
