@@ -6,21 +6,19 @@ use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::guard::{Answer, Guard, OnDrop};
 use crate::call::Call;
-use crate::clock::Clock;
 use crate::error::{Error, UnknownReason};
 use crate::key::{Key, Reference};
-use crate::outbox::OutboxMessage;
 use crate::outcome::{Disposition, ErrorPolicy, Failure, Outcome};
 use crate::record::StoredResponse;
-use crate::store::{Completion, Store, StoreError, Token};
+use crate::store::{StoreError, Token};
 use crate::tool::ToolSpec;
 
 /// A claimed call. Until its record is settled, dropping it (the caller's future dropped: client
@@ -29,48 +27,9 @@ use crate::tool::ToolSpec;
 /// completed with the answer if the body returned one that was being recorded, otherwise
 /// outcome unknown.
 pub(super) struct Attempt {
-    store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
     lease: Duration,
     spec: ToolSpec,
-    key: Key,
-    reference: Reference,
-    token: Token,
-    started: AtomicBool,
-    on_drop: OnDrop,
-}
-
-/// What the drop guard does if the attempt is dropped now.
-enum OnDrop {
-    /// Release if the body never started, else mark the outcome unknown.
-    Undecided,
-    /// The body ended with a retryable error: nothing was done.
-    Release,
-    /// The body returned this answer; it was being recorded.
-    Complete(Box<Answer>),
-    /// The record is settled; nothing to do.
-    Nothing,
-}
-
-/// A completion the attempt owns (the store's [`Completion`] borrows from it).
-struct Answer {
-    response: StoredResponse,
-    outbox: Vec<OutboxMessage>,
-    now: crate::clock::Timestamp,
-    expires_at: crate::clock::Timestamp,
-}
-
-impl Answer {
-    fn completion(&self, key: Key, token: Token) -> Completion<'_> {
-        Completion {
-            key,
-            token,
-            response: &self.response,
-            now: self.now,
-            expires_at: self.expires_at,
-            outbox: &self.outbox,
-        }
-    }
+    guard: Guard,
 }
 
 enum Finished<O> {
@@ -91,15 +50,16 @@ impl Attempt {
         token: Token,
     ) -> Self {
         Attempt {
-            store: engine.store.clone(),
-            clock: engine.clock.clone(),
             lease: engine.lease,
             spec,
-            key,
-            reference,
-            token,
-            started: AtomicBool::new(false),
-            on_drop: OnDrop::Undecided,
+            guard: Guard::new(
+                engine.store.clone(),
+                engine.clock.clone(),
+                key,
+                reference,
+                token,
+                spec.name,
+            ),
         }
     }
 
@@ -123,29 +83,29 @@ impl Attempt {
         let started = tokio::time::Instant::now();
         let deadline = self.spec.timeout.map(|t| started + t);
         let settle_by = deadline.map(|d| d + SETTLE_GRACE);
-        let call = Call::new(self.reference, self.tool());
+        let call = Call::new(self.guard.reference, self.tool());
         let mut running = Running {
             body: Box::pin(call.clone().scope(body)),
-            started: &self.started,
+            started: &self.guard.started,
         };
         let (finished, lost) = self.drive(&mut running, deadline).await;
         drop(running);
         let result = match finished {
             Finished::TimedOut(after) => {
-                tracing::warn!(tool = self.tool(), reference = %self.reference, ?after, "idempotency timeout: outcome unknown");
+                tracing::warn!(tool = self.tool(), reference = %self.guard.reference, ?after, "idempotency timeout: outcome unknown");
                 self.mark_unknown(settle_by).await;
                 Err(self.unknown(UnknownReason::TimedOut(after), None))
             }
             Finished::Panicked(message) => {
-                tracing::error!(tool = self.tool(), reference = %self.reference, panic = %message, "idempotency handler panicked: outcome unknown");
+                tracing::error!(tool = self.tool(), reference = %self.guard.reference, panic = %message, "idempotency handler panicked: outcome unknown");
                 self.mark_unknown(settle_by).await;
                 Err(self.unknown(UnknownReason::Panicked(message), None))
             }
             Finished::Done(_) if lost.is_some() => {
                 // The record was settled by someone else while the body ran: whatever it
                 // returned cannot be recorded, and the settlement stands.
-                self.on_drop = OnDrop::Nothing;
-                tracing::warn!(tool = self.tool(), reference = %self.reference, error = ?lost,
+                self.guard.on_drop = OnDrop::Nothing;
+                tracing::warn!(tool = self.tool(), reference = %self.guard.reference, error = ?lost,
                     "idempotency: the claim was settled elsewhere while the body ran; its result is not recorded");
                 Err(self.unknown(UnknownReason::LeaseLost, lost))
             }
@@ -164,12 +124,12 @@ impl Attempt {
             },
             Finished::Done(Err(err)) => match (policy.classify)(&err) {
                 Disposition::Retryable => {
-                    tracing::debug!(tool = self.tool(), reference = %self.reference, "idempotency release (retryable error)");
+                    tracing::debug!(tool = self.tool(), reference = %self.guard.reference, "idempotency release (retryable error)");
                     match self.release(settle_by).await {
                         Ok(()) => Err(Failure::Handler(err)),
                         Err(source) => Err(Failure::Wrapper(Error::NotReleased {
                             tool: self.tool().into(),
-                            reference: self.reference,
+                            reference: self.guard.reference,
                             handler: (policy.describe)(&err),
                             source,
                         })),
@@ -190,7 +150,7 @@ impl Attempt {
                 },
                 Disposition::Unknown => {
                     let reason = UnknownReason::Handler((policy.describe)(&err));
-                    tracing::warn!(tool = self.tool(), reference = %self.reference, "idempotency outcome unknown (handler)");
+                    tracing::warn!(tool = self.tool(), reference = %self.guard.reference, "idempotency outcome unknown (handler)");
                     self.mark_unknown(settle_by).await;
                     Err(self.unknown(reason, None))
                 }
@@ -199,14 +159,14 @@ impl Attempt {
         Outcome {
             result,
             replayed: false,
-            reference: Some(self.reference),
+            reference: Some(self.guard.reference),
         }
     }
 
     fn unknown<E>(&self, reason: UnknownReason, source: Option<StoreError>) -> Failure<E> {
         Failure::Wrapper(Error::OutcomeUnknown {
             tool: self.tool().into(),
-            reference: self.reference,
+            reference: self.guard.reference,
             reason,
             source,
         })
@@ -215,7 +175,7 @@ impl Attempt {
     fn unstorable<E>(&self, message: String) -> Failure<E> {
         Failure::Wrapper(Error::Unstorable {
             tool: self.tool().into(),
-            reference: self.reference,
+            reference: self.guard.reference,
             message,
         })
     }
@@ -263,21 +223,28 @@ impl Attempt {
         let every = self.lease / 3;
         loop {
             tokio::time::sleep(every).await;
-            let until = self.clock.now() + self.lease;
+            let until = self.guard.clock.now() + self.lease;
             let by = tokio::time::Instant::now() + every;
-            match bounded(Some(by), self.store.renew(self.key, self.token, until)).await {
+            match bounded(
+                Some(by),
+                self.guard
+                    .store
+                    .renew(self.guard.key, self.guard.token, until),
+            )
+            .await
+            {
                 Ok(()) => {}
                 Err(
                     e @ (StoreError::Fenced { .. }
                     | StoreError::WrongState { .. }
                     | StoreError::NotFound),
                 ) => {
-                    tracing::warn!(tool = self.tool(), reference = %self.reference, error = %e,
+                    tracing::warn!(tool = self.tool(), reference = %self.guard.reference, error = %e,
                         "idempotency lease renewal refused: the record was settled elsewhere; renewals stop");
                     return e;
                 }
                 Err(e) => {
-                    tracing::warn!(tool = self.tool(), reference = %self.reference, error = %e, "idempotency lease renewal failed; retrying")
+                    tracing::warn!(tool = self.tool(), reference = %self.guard.reference, error = %e, "idempotency lease renewal failed; retrying")
                 }
             }
         }
@@ -292,18 +259,18 @@ impl Attempt {
         call: &Call,
         settle_by: Option<tokio::time::Instant>,
     ) -> Result<(), StoreError> {
-        let now = self.clock.now();
-        self.on_drop = OnDrop::Complete(Box::new(Answer {
+        let now = self.guard.clock.now();
+        self.guard.on_drop = OnDrop::Complete(Box::new(Answer {
             response,
             outbox: call.outbox.take(),
             now,
             expires_at: now + self.spec.window,
         }));
-        let OnDrop::Complete(answer) = &self.on_drop else {
+        let OnDrop::Complete(answer) = &self.guard.on_drop else {
             unreachable!("set on the line above")
         };
-        let completion = answer.completion(self.key, self.token);
-        let done = bounded(settle_by, self.store.complete(&completion)).await;
+        let completion = answer.completion(self.guard.key, self.guard.token);
+        let done = bounded(settle_by, self.guard.store.complete(&completion)).await;
         let unsent: Vec<String> = match &done {
             Err(StoreError::Fenced { .. } | StoreError::WrongState { .. }) => {
                 answer.outbox.iter().map(|m| m.topic.clone()).collect()
@@ -312,30 +279,30 @@ impl Attempt {
         };
         match done {
             Ok(()) => {
-                self.on_drop = OnDrop::Nothing;
-                tracing::debug!(tool = self.tool(), reference = %self.reference, "idempotency complete");
+                self.guard.on_drop = OnDrop::Nothing;
+                tracing::debug!(tool = self.tool(), reference = %self.guard.reference, "idempotency complete");
                 Ok(())
             }
             Err(e @ (StoreError::Fenced { .. } | StoreError::WrongState { .. })) => {
                 // The settlement (the reconciler's, from the processor) stands; this worker's
                 // follow-on messages were not written with it. Say so, with their topics, so
                 // whoever settled it can send them.
-                self.on_drop = OnDrop::Nothing;
-                tracing::warn!(tool = self.tool(), reference = %self.reference, error = %e,
+                self.guard.on_drop = OnDrop::Nothing;
+                tracing::warn!(tool = self.tool(), reference = %self.guard.reference, error = %e,
                     unsent_outbox = unsent.len(), unsent_topics = ?unsent,
                     "idempotency late completion rejected: the record was settled by someone else");
                 Ok(())
             }
             Err(e) if is_elapsed(&e) => {
                 // The store did not answer in time: the guard completes it in the background.
-                tracing::error!(tool = self.tool(), reference = %self.reference,
+                tracing::error!(tool = self.tool(), reference = %self.guard.reference,
                     "idempotency: the store did not answer the completion in time; outcome unknown to the caller, completion retried in the background");
                 Err(e)
             }
             Err(e) => {
-                tracing::error!(tool = self.tool(), reference = %self.reference, error = %e,
+                tracing::error!(tool = self.tool(), reference = %self.guard.reference, error = %e,
                     "idempotency completion failed after the side effect: outcome unknown");
-                self.on_drop = OnDrop::Undecided;
+                self.guard.on_drop = OnDrop::Undecided;
                 self.mark_unknown(settle_by).await;
                 Err(e)
             }
@@ -345,15 +312,22 @@ impl Attempt {
     /// Marks the outcome unknown. A failure is logged (the lease will pass and the reconciler
     /// will see it); a store that does not answer by `settle_by` is left to the drop guard.
     async fn mark_unknown(&mut self, settle_by: Option<tokio::time::Instant>) {
-        match bounded(settle_by, self.store.mark_unknown(self.key, self.token)).await {
-            Ok(()) => self.on_drop = OnDrop::Nothing,
+        match bounded(
+            settle_by,
+            self.guard
+                .store
+                .mark_unknown(self.guard.key, self.guard.token),
+        )
+        .await
+        {
+            Ok(()) => self.guard.on_drop = OnDrop::Nothing,
             Err(e) if is_elapsed(&e) => {
-                tracing::error!(tool = self.tool(), reference = %self.reference,
+                tracing::error!(tool = self.tool(), reference = %self.guard.reference,
                     "idempotency: the store did not answer in time to mark the outcome unknown; it is retried in the background");
             }
             Err(e) => {
-                self.on_drop = OnDrop::Nothing;
-                tracing::error!(tool = self.tool(), reference = %self.reference, error = %e,
+                self.guard.on_drop = OnDrop::Nothing;
+                tracing::error!(tool = self.tool(), reference = %self.guard.reference, error = %e,
                     "idempotency could not mark the outcome unknown; the claim stays in flight until reconciled");
             }
         }
@@ -362,13 +336,20 @@ impl Attempt {
     /// Gives the claim back: nothing was done. A failed release is tried once more; if that
     /// fails too, the error says so (a repeat would be told "in flight").
     async fn release(&mut self, settle_by: Option<tokio::time::Instant>) -> Result<(), StoreError> {
-        self.on_drop = OnDrop::Release;
+        self.guard.on_drop = OnDrop::Release;
         let mut last = None;
         for attempt in 1..=2 {
-            let now = self.clock.now();
-            match bounded(settle_by, self.store.release(self.key, self.token, now)).await {
+            let now = self.guard.clock.now();
+            match bounded(
+                settle_by,
+                self.guard
+                    .store
+                    .release(self.guard.key, self.guard.token, now),
+            )
+            .await
+            {
                 Ok(()) => {
-                    self.on_drop = OnDrop::Nothing;
+                    self.guard.on_drop = OnDrop::Nothing;
                     return Ok(());
                 }
                 Err(
@@ -377,12 +358,12 @@ impl Attempt {
                     | StoreError::NotFound),
                 ) => {
                     // Settled elsewhere (a reconciler): that settlement stands.
-                    self.on_drop = OnDrop::Nothing;
-                    tracing::warn!(tool = self.tool(), reference = %self.reference, error = %e, "idempotency release refused: the record was settled elsewhere");
+                    self.guard.on_drop = OnDrop::Nothing;
+                    tracing::warn!(tool = self.tool(), reference = %self.guard.reference, error = %e, "idempotency release refused: the record was settled elsewhere");
                     return Ok(());
                 }
                 Err(e) => {
-                    tracing::error!(tool = self.tool(), reference = %self.reference, error = %e, attempt, "idempotency release failed");
+                    tracing::error!(tool = self.tool(), reference = %self.guard.reference, error = %e, attempt, "idempotency release failed");
                     let elapsed = is_elapsed(&e);
                     last = Some(e);
                     if elapsed {
@@ -393,7 +374,7 @@ impl Attempt {
         }
         let e = last.unwrap_or(StoreError::NotFound);
         if !is_elapsed(&e) {
-            self.on_drop = OnDrop::Nothing;
+            self.guard.on_drop = OnDrop::Nothing;
         }
         Err(e)
     }
@@ -426,63 +407,6 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "a panic without a message".to_owned()
-    }
-}
-
-impl Drop for Attempt {
-    fn drop(&mut self) {
-        let on_drop = std::mem::replace(&mut self.on_drop, OnDrop::Nothing);
-        let on_drop = match on_drop {
-            OnDrop::Nothing => return,
-            OnDrop::Undecided if self.started.load(Ordering::Relaxed) => OnDrop::Undecided,
-            OnDrop::Undecided => OnDrop::Release,
-            other => other,
-        };
-        let (store, key, token, reference, tool) = (
-            self.store.clone(),
-            self.key,
-            self.token,
-            self.reference,
-            self.tool(),
-        );
-        let now = self.clock.now();
-        let what = match &on_drop {
-            OnDrop::Release => "release",
-            OnDrop::Complete(_) => "complete",
-            _ => "mark unknown",
-        };
-        tracing::warn!(tool, %reference, settle = what, "idempotency call dropped before it was recorded; settling it in the background");
-        let settle = async move {
-            let r = match on_drop {
-                OnDrop::Release => store.release(key, token, now).await,
-                OnDrop::Complete(answer) => {
-                    match store.complete(&answer.completion(key, token)).await {
-                        Err(
-                            e @ (StoreError::Fenced { .. }
-                            | StoreError::WrongState { .. }
-                            | StoreError::NotFound),
-                        ) => Err(e),
-                        Err(e) => {
-                            tracing::error!(tool, %reference, error = %e, "idempotency could not complete a dropped call; marking it unknown");
-                            store.mark_unknown(key, token).await
-                        }
-                        ok => ok,
-                    }
-                }
-                _ => store.mark_unknown(key, token).await,
-            };
-            if let Err(e) = r {
-                tracing::error!(tool, %reference, error = %e, "idempotency could not settle a dropped call; the reconciler will see its lease expire");
-            }
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(h) => {
-                h.spawn(settle);
-            }
-            Err(_) => {
-                tracing::error!(tool, %reference, "idempotency call dropped outside a Tokio runtime; the reconciler will see its lease expire")
-            }
-        }
     }
 }
 

@@ -16,6 +16,7 @@ use crate::store::{Claim, ClaimRequest, Store, StoreError};
 use crate::tool::{Prepared, ToolSpec};
 
 mod attempt;
+mod guard;
 
 use attempt::Attempt;
 

@@ -1,0 +1,137 @@
+//! The drop guard of an attempt: if the caller's future is dropped before the record is settled
+//! (client gone, a timeout around the call, shutdown), it settles the record in the background
+//! with what is known at that point.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::clock::{Clock, Timestamp};
+use crate::key::{Key, Reference};
+use crate::outbox::OutboxMessage;
+use crate::record::StoredResponse;
+use crate::store::{Completion, Store, StoreError, Token};
+
+/// What an attempt holds of its claim, and what to do with it if dropped now.
+pub(super) struct Guard {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) key: Key,
+    pub(super) reference: Reference,
+    pub(super) token: Token,
+    pub(super) tool: &'static str,
+    /// Set at the body's first poll.
+    pub(super) started: AtomicBool,
+    pub(super) on_drop: OnDrop,
+}
+
+impl Guard {
+    pub(super) fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        key: Key,
+        reference: Reference,
+        token: Token,
+        tool: &'static str,
+    ) -> Self {
+        Guard {
+            store,
+            clock,
+            key,
+            reference,
+            token,
+            tool,
+            started: AtomicBool::new(false),
+            on_drop: OnDrop::Undecided,
+        }
+    }
+}
+
+/// What the drop guard does if the attempt is dropped now.
+pub(super) enum OnDrop {
+    /// Release if the body never started, else mark the outcome unknown.
+    Undecided,
+    /// The body ended with a retryable error: nothing was done.
+    Release,
+    /// The body returned this answer; it was being recorded.
+    Complete(Box<Answer>),
+    /// The record is settled; nothing to do.
+    Nothing,
+}
+
+/// A completion the attempt owns (the store's [`Completion`] borrows from it).
+pub(super) struct Answer {
+    pub(super) response: StoredResponse,
+    pub(super) outbox: Vec<OutboxMessage>,
+    pub(super) now: Timestamp,
+    pub(super) expires_at: Timestamp,
+}
+
+impl Answer {
+    pub(super) fn completion(&self, key: Key, token: Token) -> Completion<'_> {
+        Completion {
+            key,
+            token,
+            response: &self.response,
+            now: self.now,
+            expires_at: self.expires_at,
+            outbox: &self.outbox,
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let on_drop = std::mem::replace(&mut self.on_drop, OnDrop::Nothing);
+        let on_drop = match on_drop {
+            OnDrop::Nothing => return,
+            OnDrop::Undecided if self.started.load(Ordering::Relaxed) => OnDrop::Undecided,
+            OnDrop::Undecided => OnDrop::Release,
+            other => other,
+        };
+        let (store, key, token, reference, tool) = (
+            self.store.clone(),
+            self.key,
+            self.token,
+            self.reference,
+            self.tool,
+        );
+        let now = self.clock.now();
+        let what = match &on_drop {
+            OnDrop::Release => "release",
+            OnDrop::Complete(_) => "complete",
+            _ => "mark unknown",
+        };
+        tracing::warn!(tool, %reference, settle = what, "idempotency call dropped before it was recorded; settling it in the background");
+        let settle = async move {
+            let r = match on_drop {
+                OnDrop::Release => store.release(key, token, now).await,
+                OnDrop::Complete(answer) => {
+                    match store.complete(&answer.completion(key, token)).await {
+                        Err(
+                            e @ (StoreError::Fenced { .. }
+                            | StoreError::WrongState { .. }
+                            | StoreError::NotFound),
+                        ) => Err(e),
+                        Err(e) => {
+                            tracing::error!(tool, %reference, error = %e, "idempotency could not complete a dropped call; marking it unknown");
+                            store.mark_unknown(key, token).await
+                        }
+                        ok => ok,
+                    }
+                }
+                _ => store.mark_unknown(key, token).await,
+            };
+            if let Err(e) = r {
+                tracing::error!(tool, %reference, error = %e, "idempotency could not settle a dropped call; the reconciler will see its lease expire");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(settle);
+            }
+            Err(_) => {
+                tracing::error!(tool, %reference, "idempotency call dropped outside a Tokio runtime; the reconciler will see its lease expire")
+            }
+        }
+    }
+}
