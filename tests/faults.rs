@@ -238,6 +238,7 @@ async fn kill9_worker() {
     let db = Db::open(&target).await;
     let engine = Idempotency::builder_shared(Db::store(&target).await)
         .lease(LEASE)
+        .without_reconciler()
         .build();
     let prepared = Prepared::call(&caller(), "charge_card", &4200u64).expect("key");
     let _: Outcome<Receipt, ChargeError> = engine
@@ -297,6 +298,7 @@ async fn kill9_scenario(target: String) {
     let engine = Idempotency::builder_shared(store.clone())
         .clock(clock.clone())
         .lease(LEASE)
+        .without_reconciler()
         .build();
     let repeat = || {
         let engine = engine.clone();
@@ -599,6 +601,7 @@ async fn contention_after_release(store: Arc<dyn Store>) {
     let engine = Idempotency::builder_shared(store)
         .clock(clock.clone())
         .lease(Duration::from_secs(30))
+        .without_reconciler()
         .build();
     let key = Prepared::call(&caller(), "charge_card", &9u64).expect("key");
     // A worker claims and dies (no completion).
@@ -700,6 +703,7 @@ async fn a_panic_before_the_side_effect_is_unknown_until_reconciled_then_runs_on
     let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
     let engine = Idempotency::builder(MemoryStore::new())
         .clock(clock.clone())
+        .without_reconciler()
         .build();
     let charges = Arc::new(AtomicUsize::new(0));
     let run = |fail: bool| {
@@ -760,6 +764,7 @@ async fn a_late_completion_after_settlement_is_rejected() {
     let engine = Idempotency::builder(MemoryStore::new())
         .clock(clock.clone())
         .lease(Duration::from_secs(1))
+        .without_reconciler()
         .build();
     let gate = Arc::new(tokio::sync::Notify::new());
     let g2 = gate.clone();

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idempotency::store::SqliteStore;
+use idempotency::store::Store;
 use idempotency::{
     clock::{ManualClock, Timestamp},
     outcome::{ErrorPolicy, Outcome},
@@ -14,6 +15,7 @@ use idempotency::{
     Caller, Error, Idempotency,
 };
 use idempotency_tests::pg::unique_name;
+use idempotency_tests::scripted::{Act, Op, Scripted};
 use serde::{Deserialize, Serialize};
 
 const WINDOW: Duration = Duration::from_secs(900);
@@ -116,4 +118,104 @@ async fn a_repeat_after_a_restart_replays() {
     assert_eq!(later.result.expect("a new charge").charge, 2);
     assert_ne!(later.reference, first.reference);
     assert_eq!(processor.count(), 2);
+}
+
+/// The runtime shuts down in the middle of a call (the body is running): whatever its drop guard
+/// could do went down with the runtime. After a restart on the same file the record is not "in
+/// progress" forever: once its lease has passed, the restarted engine's lease-expiry rounds make
+/// it "outcome unknown", and a repeat is told so without running.
+#[test]
+fn a_call_cut_off_by_a_runtime_shutdown_is_not_in_flight_after_a_restart() {
+    let file = File(std::env::temp_dir().join(format!("{}.db", unique_name("shutdown"))));
+    let clock = ManualClock::new(Timestamp::from_millis(1_796_000_000_000));
+    let processor = Processor::default();
+    let lease = Duration::from_secs(30);
+    let caller = Caller::new("acme", "alice");
+    let spec = ToolSpec::new("charge_card", WINDOW);
+    let prepared = Prepared::call(&caller, "charge_card", &7u64).expect("key");
+    let reference = prepared.key.reference(1);
+
+    let first = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    first.block_on(async {
+        let store = SqliteStore::open(&file.0).await.expect("open");
+        let engine = Idempotency::builder(store)
+            .clock(clock.clone())
+            .lease(lease)
+            .build();
+        let entered = Arc::new(tokio::sync::Notify::new());
+        let (e, p, c, s) = (entered.clone(), processor.clone(), caller.clone(), spec);
+        tokio::spawn(async move {
+            let _ = engine
+                .execute(&s, &c, prepared, ErrorPolicy::retryable(), async move {
+                    let charged = p.charge().await;
+                    e.notify_one();
+                    std::future::pending::<()>().await;
+                    charged
+                })
+                .await;
+        });
+        entered.notified().await;
+    });
+    drop(first); // the server goes down mid-call
+    assert_eq!(processor.count(), 1);
+
+    let second = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    second.block_on(async {
+        clock.advance(lease + Duration::from_secs(1));
+        let store = SqliteStore::open(&file.0).await.expect("reopen");
+        // The second lease-expiry round parks, so the test knows the first one has finished.
+        let scripted = Scripted::new(Arc::new(store.clone()));
+        scripted.script(Op::Unsettled, [Act::Pass, Act::Park]);
+        let shared: Arc<dyn Store> = scripted.clone();
+        let engine = Idempotency::builder_shared(shared)
+            .clock(clock.clone())
+            .lease(lease)
+            .reconcile_every(Duration::from_millis(10))
+            .build();
+        let repeat = |p: Processor| {
+            let prepared = Prepared::call(&caller, "charge_card", &7u64).expect("key");
+            let engine = engine.clone();
+            let caller = caller.clone();
+            async move {
+                engine
+                    .execute(
+                        &spec,
+                        &caller,
+                        prepared,
+                        ErrorPolicy::retryable(),
+                        p.charge(),
+                    )
+                    .await
+            }
+        };
+        // The lease has passed with no word from the worker: never "in progress".
+        let told = repeat(processor.clone()).await;
+        assert!(
+            matches!(
+                told.result,
+                Err(ChargeError::Wrapper(Error::OutcomeUnknown { .. }))
+            ),
+            "{:?}",
+            told.result
+        );
+        // The restarted engine's first round (started by that call) settles the record itself
+        // as unknown; the second round parks.
+        assert_eq!(scripted.parked().await, Op::Unsettled);
+        let state = engine
+            .status(&caller, reference)
+            .await
+            .expect("status")
+            .map(|s| s.state);
+        assert_eq!(state, Some(idempotency::store::RecordState::Unknown));
+        scripted.unpark();
+        assert_eq!(processor.count(), 1, "nothing ran again");
+        drop(engine);
+        store.pool().close().await;
+    });
 }

@@ -11,8 +11,9 @@ use idempotency::clock::{Clock, ManualClock, Timestamp};
 use idempotency::error::UnknownReason;
 use idempotency::outcome::{ErrorPolicy, Failure, Outcome};
 use idempotency::store::{MemoryStore, RecordState, Settlement, Store};
+use idempotency::store::{StoredResponse, Unsettled};
 use idempotency::tool::{Prepared, ToolSpec};
-use idempotency::{Caller, Error, Idempotency, Reference};
+use idempotency::{Caller, Error, Idempotency, IdempotencyBuilder, Reference};
 use idempotency_tests::scripted::{Act, Op, Scripted};
 
 const T0: i64 = 1_796_000_000_000;
@@ -41,15 +42,22 @@ struct World {
     caller: Caller,
 }
 
+/// An engine whose lease expiry is driven by the test (no background rounds).
 fn world() -> World {
+    world_with(|b| b.without_reconciler())
+}
+
+fn world_with(configure: impl FnOnce(IdempotencyBuilder) -> IdempotencyBuilder) -> World {
     let clock = ManualClock::new(Timestamp::from_millis(T0));
     let inner: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let store = Scripted::new(inner);
     let shared: Arc<dyn Store> = store.clone();
-    let engine = Idempotency::builder_shared(shared)
-        .clock(clock.clone())
-        .lease(LEASE)
-        .build();
+    let engine = configure(
+        Idempotency::builder_shared(shared)
+            .clock(clock.clone())
+            .lease(LEASE),
+    )
+    .build();
     World {
         engine,
         store,
@@ -408,4 +416,95 @@ async fn a_worker_that_could_not_record_is_not_in_progress_forever() {
         later.result
     );
     assert_eq!(w.charges.load(Ordering::SeqCst), 1);
+}
+
+/// A call whose worker could not record leaves its claim in flight; once the lease has passed,
+/// the engine's own lease-expiry rounds (on by default) make it "outcome unknown", and the
+/// status says so instead of "in progress" forever.
+#[tokio::test(start_paused = true)]
+async fn by_default_an_expired_claim_becomes_unknown() {
+    let w = world_with(|b| b.reconcile_every(Duration::from_secs(10)));
+    let r = reference(&w, 12);
+    w.store.script(Op::Complete, [Act::Fail]);
+    w.store.script(Op::MarkUnknown, [Act::Fail]);
+    let out = charge(&w, spec(), 12, false).await;
+    assert!(out.result.is_err());
+    assert_eq!(state(&w, r).await, Some(RecordState::InFlight));
+    // A round before the lease passes leaves it alone.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(state(&w, r).await, Some(RecordState::InFlight));
+    w.clock.advance(LEASE);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(settled(&w, r).await, Some(RecordState::Unknown));
+    let again = charge(&w, spec(), 12, false).await;
+    assert!(
+        matches!(
+            again.result,
+            Err(Failure::Wrapper(Error::OutcomeUnknown {
+                reason: UnknownReason::Earlier,
+                ..
+            }))
+        ),
+        "{:?}",
+        again.result
+    );
+    assert_eq!(w.charges.load(Ordering::SeqCst), 1);
+}
+
+/// With a `Reconcile` of the server's, the expired claim is settled from the processor's own
+/// record: a repeat gets that answer and nothing runs twice.
+#[tokio::test(start_paused = true)]
+async fn with_a_reconcile_function_the_processor_settles_it() {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let seen = asked.clone();
+    let w = world_with(move |b| {
+        b.reconcile(
+            move |claim: Unsettled| {
+                let seen = seen.clone();
+                async move {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    assert_eq!(claim.state, RecordState::InFlight);
+                    // The processor's record of this reference: it charged 13.
+                    Ok(Settlement::Completed(StoredResponse {
+                        ok: true,
+                        body: "13".into(),
+                    }))
+                }
+            },
+            WINDOW,
+        )
+        .reconcile_every(Duration::from_secs(10))
+    });
+    let r = reference(&w, 13);
+    w.store.script(Op::Complete, [Act::Fail]);
+    w.store.script(Op::MarkUnknown, [Act::Fail]);
+    assert!(charge(&w, spec(), 13, false).await.result.is_err());
+    w.clock.advance(LEASE);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(settled(&w, r).await, Some(RecordState::Completed));
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    let again = charge(&w, spec(), 13, false).await;
+    assert!(again.replayed);
+    assert_eq!(again.result.ok(), Some(13));
+    assert_eq!(w.charges.load(Ordering::SeqCst), 1);
+}
+
+/// The rounds stop with the engine: no background work outlives the last clone.
+#[tokio::test(start_paused = true)]
+async fn the_rounds_stop_with_the_engine() {
+    let w = world_with(|b| b.reconcile_every(Duration::from_secs(10)));
+    assert!(charge(&w, spec(), 14, false).await.result.is_ok());
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    let rounds = w.store.calls(Op::Unsettled);
+    assert!(
+        rounds >= 3,
+        "{rounds} rounds in 25 s at one every 10 s (the first at once)"
+    );
+    let store = w.store.clone();
+    drop(w);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(
+        store.calls(Op::Unsettled) <= rounds + 1,
+        "at most the round already due"
+    );
 }

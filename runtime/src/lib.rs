@@ -79,6 +79,7 @@ pub mod key;
 pub mod mcp;
 pub mod outbox;
 pub mod outcome;
+mod periodic;
 mod record;
 pub mod store;
 pub mod tasks;

@@ -16,9 +16,11 @@ use crate::store::{Claim, ClaimRequest, Store, StoreError};
 use crate::tool::{Prepared, ToolSpec};
 
 mod attempt;
+pub(crate) mod expiry;
 mod guard;
 
 use attempt::Attempt;
+use expiry::{Background, Reconcile};
 
 /// The store and clock every idempotent tool of a server shares. Cheap to clone.
 ///
@@ -32,6 +34,8 @@ pub struct Idempotency {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     lease: Duration,
+    /// Lease-expiry handling, started at the first call; `None` when turned off.
+    background: Option<Arc<Background>>,
 }
 
 impl std::fmt::Debug for Idempotency {
@@ -57,6 +61,19 @@ pub struct IdempotencyBuilder {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     lease: Duration,
+    expiry: Expiry,
+}
+
+/// What the engine does about claims whose lease passed.
+enum Expiry {
+    /// Nothing: another process reconciles (or a test drives it by hand).
+    Off,
+    /// Rounds every `every` (default: the lease), settling through `reconcile` (default: unknown).
+    On {
+        reconcile: Option<Arc<dyn Reconcile>>,
+        every: Option<Duration>,
+        window: Duration,
+    },
 }
 
 impl std::fmt::Debug for IdempotencyBuilder {
@@ -83,12 +100,62 @@ impl IdempotencyBuilder {
         self
     }
 
-    /// The engine.
+    /// Settles claims whose lease passed (a worker that crashed, was cut off, or could not
+    /// record) through `reconcile`, which asks your processor by reference; answers it settles
+    /// are replayed for `window`. Without this, such a claim becomes "outcome unknown" (its
+    /// worker has not reported), which is true, and stays so until someone reconciles it.
+    pub fn reconcile(mut self, reconcile: impl Reconcile, window: Duration) -> Self {
+        let every = match &self.expiry {
+            Expiry::On { every, .. } => *every,
+            Expiry::Off => None,
+        };
+        self.expiry = Expiry::On {
+            reconcile: Some(Arc::new(reconcile)),
+            every,
+            window,
+        };
+        self
+    }
+
+    /// How often the lease-expiry rounds run (default: every lease). A claim whose worker is gone
+    /// is settled within its lease plus this.
+    pub fn reconcile_every(mut self, every: Duration) -> Self {
+        if let Expiry::On { every: e, .. } = &mut self.expiry {
+            *e = Some(every);
+        }
+        self
+    }
+
+    /// No lease-expiry handling in this engine: for a server whose claims another process
+    /// reconciles ([`tasks::Reconciler`](crate::tasks::Reconciler)), or a test that drives it by
+    /// hand. A crashed call then stays "in progress" until something settles it.
+    pub fn without_reconciler(mut self) -> Self {
+        self.expiry = Expiry::Off;
+        self
+    }
+
+    /// The engine. Its lease-expiry rounds start with its first call (inside the runtime that
+    /// serves it) and stop when the last clone of the engine is dropped.
     pub fn build(self) -> Idempotency {
+        let background = match self.expiry {
+            Expiry::Off => None,
+            Expiry::On {
+                reconcile,
+                every,
+                window,
+            } => Some(Arc::new(Background::new(
+                self.store.clone(),
+                self.clock.clone(),
+                reconcile,
+                every.unwrap_or(self.lease),
+                window,
+            ))),
+        };
         Idempotency {
             store: self.store,
             clock: self.clock,
             lease: self.lease,
+            background,
         }
     }
 }
@@ -98,7 +165,8 @@ impl Idempotency {
     /// third of its lease.
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
-    /// An engine over `store`, on the system clock, with the default lease (30 s).
+    /// An engine over `store`, on the system clock, with the default lease (30 s) and the default
+    /// lease-expiry handling (a claim whose lease passed becomes "outcome unknown").
     pub fn new(store: impl Store) -> Self {
         Self::builder(store).build()
     }
@@ -114,6 +182,11 @@ impl Idempotency {
             store,
             clock: Arc::new(SystemClock),
             lease: Self::DEFAULT_LEASE,
+            expiry: Expiry::On {
+                reconcile: None,
+                every: None,
+                window: Duration::from_secs(900),
+            },
         }
     }
 
@@ -179,6 +252,9 @@ impl Idempotency {
         T: Serialize + DeserializeOwned,
         Fut: Future<Output = Result<T, E>> + Send,
     {
+        if let Some(b) = &self.background {
+            b.ensure_started();
+        }
         let span = tracing::debug_span!("idempotent_call", tool = spec.name);
         tracing::Instrument::instrument(
             self.claim_and_run(spec, caller, prepared, policy, body),

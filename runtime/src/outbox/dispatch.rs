@@ -9,8 +9,8 @@ use tokio::task::JoinHandle;
 use super::OutboxEntry;
 use crate::clock::Clock;
 use crate::engine::Idempotency;
+use crate::periodic::spawn_periodic;
 use crate::store::{BoxError, Store, StoreError};
-use crate::tasks::spawn_periodic;
 
 /// How many times a message is handed out before the dispatcher gives up on it.
 const DEFAULT_MAX_ATTEMPTS: i32 = 10;
@@ -125,6 +125,7 @@ where
                 if let Err(e) = this.run_once().await {
                     tracing::warn!(error = %e, "idempotency outbox round failed");
                 }
+                true
             }
         })
     }

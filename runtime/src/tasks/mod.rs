@@ -8,33 +8,15 @@
 //! - [`Dispatcher`](crate::outbox::Dispatcher): delivers outbox messages at least once.
 //!
 //! Each round that fails is logged and retried at the next tick; ticks missed while a round ran
-//! long are not made up in a burst ([`MissedTickBehavior::Delay`]).
-
-use std::future::Future;
-use std::time::Duration;
-
-use tokio::task::JoinHandle;
-use tokio::time::MissedTickBehavior;
+//! long are not made up in a burst (Tokio's `MissedTickBehavior::Delay`).
+//!
+//! The engine runs lease-expiry handling of its own unless told not to
+//! ([`IdempotencyBuilder::reconcile`](crate::IdempotencyBuilder::reconcile)); a [`Reconciler`]
+//! is for a process that settles claims apart from the servers (an admin job).
 
 mod purge;
 mod reconcile;
 
+pub use crate::engine::expiry::{Reconcile, ReconcileReport};
 pub use purge::Purger;
-pub use reconcile::{Reconcile, ReconcileReport, Reconciler};
-
-/// Spawns `round()` every `every` (the first at once), until the handle is aborted or the
-/// runtime shuts down. A zero period, on which Tokio's interval panics, becomes 1 ms.
-pub(crate) fn spawn_periodic<F, Fut>(every: Duration, mut round: F) -> JoinHandle<()>
-where
-    F: FnMut() -> Fut + Send + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every.max(Duration::from_millis(1)));
-        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            round().await;
-        }
-    })
-}
+pub use reconcile::Reconciler;

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use super::spawn_periodic;
 use crate::clock::Clock;
 use crate::engine::Idempotency;
+use crate::periodic::spawn_periodic;
 use crate::store::{Store, StoreError, DEFAULT_RETENTION};
 
 /// How many records one [`Maintenance::purge`](crate::store::Maintenance::purge) call deletes; a
@@ -88,6 +88,7 @@ impl Purger {
                         tracing::warn!(error = %e, "idempotency purge failed; retrying at the next tick")
                     }
                 }
+                true
             }
         })
     }

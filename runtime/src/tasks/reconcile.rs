@@ -1,69 +1,15 @@
-//! Settling the claims whose outcome is lost: a worker died between claim and complete (its
-//! lease expired), or the outcome is unknown (timeout, a panic, a store failure after the side
-//! effect). Nothing is ever re-run because a lease expired: the reconciler asks *you* —
-//! typically the processor, by reference — and records what you find.
+//! A [`Reconciler`] as a task of its own: the engine's lease-expiry rounds, run apart from the
+//! servers (an admin job), on a schedule.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use super::spawn_periodic;
-use crate::clock::Clock;
+use crate::engine::expiry::{Reconcile, ReconcileReport, Rounds};
 use crate::engine::Idempotency;
-use crate::store::{BoxError, BoxFuture, Settlement, Store, StoreError, Unsettled};
-
-/// What you tell the reconciler about one unsettled claim.
-///
-/// ```
-/// use idempotency::store::{BoxError, BoxFuture, Settlement, Unsettled};
-/// use idempotency::tasks::Reconcile;
-/// struct AskProcessor;
-/// impl Reconcile for AskProcessor {
-///     fn reconcile<'a>(&'a self, claim: &'a Unsettled) -> BoxFuture<'a, Result<Settlement, BoxError>> {
-///         Box::pin(async move {
-///             // e.g. GET /charges?idempotency_key={claim.reference}
-///             Ok(Settlement::Released)
-///         })
-///     }
-/// }
-/// ```
-pub trait Reconcile: Send + Sync + 'static {
-    /// Finds out what happened to `claim` (ask the processor by `claim.reference`). Return
-    /// `Completed` with the answer a repeat should get, `Released` if it certainly did not happen,
-    /// `Unknown` if you still cannot tell; an `Err` leaves the claim as it is for the next round.
-    fn reconcile<'a>(&'a self, claim: &'a Unsettled)
-        -> BoxFuture<'a, Result<Settlement, BoxError>>;
-}
-
-impl<F, Fut> Reconcile for F
-where
-    F: Fn(Unsettled) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Settlement, BoxError>> + Send + 'static,
-{
-    fn reconcile<'a>(
-        &'a self,
-        claim: &'a Unsettled,
-    ) -> BoxFuture<'a, Result<Settlement, BoxError>> {
-        Box::pin(self(claim.clone()))
-    }
-}
-
-/// What one reconciliation round did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ReconcileReport {
-    /// Claims looked at.
-    pub examined: usize,
-    /// Settled as completed.
-    pub completed: usize,
-    /// Settled as released.
-    pub released: usize,
-    /// Still unknown (marked so).
-    pub unknown: usize,
-    /// Skipped: the reconcile function failed, or someone else settled it first (fenced).
-    pub skipped: usize,
-}
+use crate::periodic::spawn_periodic;
+use crate::store::StoreError;
 
 /// Finds unsettled claims and settles them through a [`Reconcile`].
 ///
@@ -84,12 +30,8 @@ pub struct ReconcileReport {
 /// # }
 /// ```
 pub struct Reconciler {
-    store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
-    reconcile: Arc<dyn Reconcile>,
+    rounds: Rounds,
     every: Duration,
-    window: Duration,
-    batch: u32,
 }
 
 impl Reconciler {
@@ -98,12 +40,12 @@ impl Reconciler {
     /// tools' window).
     pub fn new(engine: &Idempotency, reconcile: impl Reconcile) -> Self {
         Reconciler {
-            store: engine.store().clone(),
-            clock: engine.clock().clone(),
-            reconcile: Arc::new(reconcile),
+            rounds: Rounds::new(
+                engine.store().clone(),
+                engine.clock().clone(),
+                Arc::new(reconcile),
+            ),
             every: Duration::from_secs(30),
-            window: Duration::from_secs(900),
-            batch: 100,
         }
     }
 
@@ -115,59 +57,19 @@ impl Reconciler {
 
     /// How long a settled answer is replayed, from the settlement.
     pub fn window(mut self, window: Duration) -> Self {
-        self.window = window;
+        self.rounds.window = window;
         self
     }
 
     /// How many claims one round takes at most (at least 1).
     pub fn batch(mut self, batch: u32) -> Self {
-        self.batch = batch.max(1);
+        self.rounds.batch = batch.max(1);
         self
     }
 
     /// One round: every unsettled claim (lease expired, or unknown) is asked about once.
     pub async fn run_once(&self) -> Result<ReconcileReport, StoreError> {
-        let now = self.clock.now();
-        let claims = self.store.unsettled(now, self.batch).await?;
-        let mut report = ReconcileReport {
-            examined: claims.len(),
-            ..Default::default()
-        };
-        for claim in &claims {
-            let settlement = match self.reconcile.reconcile(claim).await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(tool = %claim.tool, reference = %claim.reference, error = %e, "idempotency reconcile failed; will retry");
-                    report.skipped += 1;
-                    continue;
-                }
-            };
-            let at = self.clock.now();
-            match self
-                .store
-                .settle(claim.key, claim.token, &settlement, at, at + self.window)
-                .await
-            {
-                Ok(()) => {
-                    tracing::info!(tool = %claim.tool, reference = %claim.reference, settlement = kind(&settlement), "idempotency reconcile");
-                    match settlement {
-                        Settlement::Completed(_) => report.completed += 1,
-                        Settlement::Released => report.released += 1,
-                        Settlement::Unknown => report.unknown += 1,
-                    }
-                }
-                Err(
-                    e @ (StoreError::Fenced { .. }
-                    | StoreError::WrongState { .. }
-                    | StoreError::NotFound),
-                ) => {
-                    tracing::info!(reference = %claim.reference, error = %e, "idempotency reconcile: already settled elsewhere");
-                    report.skipped += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(report)
+        self.rounds.run_once().await
     }
 
     /// Runs a round every [`Reconciler::every`] (the first at once) in a background task, until
@@ -181,15 +83,8 @@ impl Reconciler {
                 if let Err(e) = this.run_once().await {
                     tracing::warn!(error = %e, "idempotency reconcile round failed");
                 }
+                true
             }
         })
-    }
-}
-
-fn kind(s: &Settlement) -> &'static str {
-    match s {
-        Settlement::Completed(_) => "completed",
-        Settlement::Released => "released",
-        Settlement::Unknown => "unknown",
     }
 }
