@@ -449,6 +449,9 @@ mod mcp {
             let reference = Call::current()
                 .map(|c| c.reference().to_string())
                 .ok_or(ChargeError::Unavailable)?;
+            if args.amount == 13 {
+                panic!("the processor client tripped over an amount of 13");
+            }
             let args = super::charge(args.amount, &args.currency);
             self.processor.charge(&reference, &args).await
         }
@@ -661,6 +664,42 @@ mod mcp {
         assert_eq!(
             listed, known,
             "the README lists exactly the statuses the code emits"
+        );
+    }
+
+    /// A panicking wrapped tool is answered over MCP (the client does not time out): isError,
+    /// "outcome unknown (the handler failed …), ref X, call idempotency_status"; the record is
+    /// unknown, a repeat is told so and does not run, and the server keeps serving.
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_tool_is_answered_and_the_server_keeps_serving() {
+        let processor = Arc::new(Processor::default());
+        let client = connect(payments(&processor)).await;
+        let args = json!({"amount": 13, "currency": "EUR"});
+        let first = call(&client, "charge_card", args.clone()).await;
+        assert_eq!(first.is_error, Some(true));
+        assert_eq!(meta(&first, META_STATUS), Some(json!("outcome_unknown")));
+        let text = format!("{:?}", first.content);
+        assert!(
+            text.contains("the handler failed while it was running"),
+            "{text}"
+        );
+        assert!(text.contains("tripped over an amount of 13"), "{text}");
+        assert!(text.contains("idempotency_status"), "{text}");
+        let reference = meta(&first, META_REF).expect("the ref");
+        let again = call(&client, "charge_card", args).await;
+        assert_eq!(meta(&again, META_STATUS), Some(json!("outcome_unknown")));
+        assert_eq!(meta(&again, META_REF), Some(reference));
+        let other = call(
+            &client,
+            "charge_card",
+            json!({"amount": 100, "currency": "EUR"}),
+        )
+        .await;
+        assert_ne!(other.is_error, Some(true), "{other:?}");
+        assert_eq!(
+            processor.calls(),
+            1,
+            "only the healthy call reached the processor"
         );
     }
 }
