@@ -101,17 +101,27 @@ pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> Timestamp;
 }
 
-/// The system's wall clock.
+/// The system's wall clock as it read when the process first asked, moved on by the monotonic
+/// clock since: a step of the wall clock while the process runs (an operator, a VM resumed, a
+/// bad NTP source) neither shortens nor lengthens a window or a lease. A restarted process reads
+/// the wall clock afresh.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
 
+/// The wall clock (ms since the epoch) and the monotonic instant it was read at.
+static ANCHOR: std::sync::OnceLock<(i64, std::time::Instant)> = std::sync::OnceLock::new();
+
+fn wall_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
-        let ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            .unwrap_or(0);
-        Timestamp(ms)
+        let (wall, at) = *ANCHOR.get_or_init(|| (wall_now(), std::time::Instant::now()));
+        Timestamp(wall).saturating_add(at.elapsed())
     }
 }
 

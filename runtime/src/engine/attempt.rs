@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use super::guard::{Answer, Guard, OnDrop};
 use crate::call::Call;
+use crate::clock::Timestamp;
 use crate::error::{Error, UnknownReason};
 use crate::key::{Key, Reference};
 use crate::outcome::{Disposition, ErrorPolicy, Failure, Outcome};
@@ -29,6 +30,9 @@ use crate::tool::ToolSpec;
 pub(super) struct Attempt {
     lease: Duration,
     spec: ToolSpec,
+    /// When the claim was made (the engine's clock then). No time this attempt records is
+    /// earlier: a clock stepped back while the body ran must not shorten the window.
+    claimed_at: Timestamp,
     guard: Guard,
 }
 
@@ -48,10 +52,12 @@ impl Attempt {
         key: Key,
         reference: Reference,
         token: Token,
+        claimed_at: Timestamp,
     ) -> Self {
         Attempt {
             lease: engine.lease,
             spec,
+            claimed_at,
             guard: Guard::new(
                 engine.store.clone(),
                 engine.clock.clone(),
@@ -61,6 +67,11 @@ impl Attempt {
                 spec.name,
             ),
         }
+    }
+
+    /// The engine's clock, never earlier than the claim.
+    fn now(&self) -> Timestamp {
+        self.guard.clock.now().max(self.claimed_at)
     }
 
     fn tool(&self) -> &'static str {
@@ -223,7 +234,7 @@ impl Attempt {
         let every = self.lease / 3;
         loop {
             tokio::time::sleep(every).await;
-            let until = self.guard.clock.now() + self.lease;
+            let until = self.now() + self.lease;
             let by = tokio::time::Instant::now() + every;
             match bounded(
                 Some(by),
@@ -259,7 +270,7 @@ impl Attempt {
         call: &Call,
         settle_by: Option<tokio::time::Instant>,
     ) -> Result<(), StoreError> {
-        let now = self.guard.clock.now();
+        let now = self.now();
         self.guard.on_drop = OnDrop::Complete(Box::new(Answer {
             response,
             outbox: call.outbox.take(),

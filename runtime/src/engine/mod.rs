@@ -305,7 +305,7 @@ impl Idempotency {
         match claim {
             Claim::New { reference, token } => {
                 tracing::debug!(tool, %reference, "idempotency claim");
-                Attempt::new(self, *spec, prepared.key, reference, token)
+                Attempt::new(self, *spec, prepared.key, reference, token, now)
                     .run(policy, body)
                     .await
             }
