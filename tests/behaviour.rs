@@ -180,6 +180,29 @@ async fn key_order_whitespace_and_defaulted_fields_do_not_change_the_key() {
     assert_eq!(ctx.processor.calls(), 1);
 }
 
+/// Numbers are keyed by the typed value the handler reads: for an `f64` field `1e2`, `100` and
+/// `100.0` are one key; an integer field refuses `1e2` when the arguments are read, before any
+/// key exists. String escapes do not matter either.
+#[test]
+fn number_spelling_and_escapes_follow_the_typed_value() {
+    #[derive(Serialize, Deserialize)]
+    struct Weight {
+        kg: f64,
+        label: String,
+    }
+    let caller = idempotency::Caller::new("acme", "alice");
+    let key = |json: &str| {
+        let w: Weight = serde_json::from_str(json).unwrap();
+        idempotency::key::Key::for_call(&caller, "ship", &w).unwrap()
+    };
+    let a = key(r#"{"kg":1e2,"label":"A"}"#);
+    assert_eq!(a, key(r#"{"kg":100,"label":"\u0041"}"#));
+    assert_eq!(a, key(r#"{"label":"A","kg":100.0}"#));
+    assert_ne!(a, key(r#"{"kg":100.5,"label":"A"}"#));
+    let refused = serde_json::from_str::<ChargeArgs>(r#"{"amount":1e2,"currency":"EUR"}"#);
+    assert!(refused.is_err(), "a u64 field refuses 1e2 before keying");
+}
+
 #[tokio::test(start_paused = true)]
 async fn different_amounts_are_different_calls() {
     let ctx = ctx();
