@@ -263,6 +263,81 @@ async fn create_shipment_same_order_other_address_is_a_mismatch() {
     assert_eq!(carrier.labels(), 1);
 }
 
+/// Arguments are checked before anything happens, and their refusal releases the claim instead
+/// of being stored: the corrected call for the same order runs (it is not a payload mismatch
+/// against a stored refusal), the carrier makes exactly one label, and a repeat of the
+/// corrected call replays it.
+#[tokio::test]
+async fn a_bad_address_does_not_hold_the_order_and_the_corrected_call_ships_once() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let carrier = Arc::new(Carrier::default());
+    let client = connect(Shipping::new(
+        engine,
+        Identity::stdio(Caller::new("acme", "alice")),
+        carrier.clone(),
+    ))
+    .await;
+    let bad = json!({"order_id": "o-88", "address": "   "});
+    let refused = call(&client, "create_shipment", bad.clone()).await;
+    assert_eq!(refused.is_error, Some(true));
+    assert!(
+        text(&refused).contains("address is empty"),
+        "{}",
+        text(&refused)
+    );
+    assert_eq!(
+        meta_str(&refused, META_STATUS),
+        None,
+        "the handler's own refusal"
+    );
+    assert_eq!(carrier.labels(), 0, "the carrier was never asked");
+    // Not stored: the same bad call is checked again, not replayed.
+    let refused_again = call(&client, "create_shipment", bad).await;
+    assert_eq!(refused_again.is_error, Some(true));
+    assert!(!replayed(&refused_again));
+
+    let good = json!({"order_id": "o-88", "address": "1 Main St"});
+    let shipped = call(&client, "create_shipment", good.clone()).await;
+    assert_eq!(shipped.is_error, Some(false), "{}", text(&shipped));
+    assert!(!replayed(&shipped));
+    // The released claim kept its reference: the corrected call ships under it.
+    assert_eq!(meta_str(&shipped, META_REF), meta_str(&refused, META_REF));
+    let repeat = call(&client, "create_shipment", good).await;
+    assert!(replayed(&repeat), "{}", text(&repeat));
+    assert_eq!(repeat.content, shipped.content);
+    assert_eq!(carrier.labels(), 1, "exactly one label at the carrier");
+}
+
+/// The same pattern in `charge_card`: a non-positive amount or an unknown currency is refused
+/// before the processor is asked, and nothing is stored for it.
+#[tokio::test]
+async fn invalid_charges_are_refused_before_the_processor_and_not_stored() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let processor = Arc::new(Processor::default());
+    let client = connect(payments(&engine, Caller::new("acme", "alice"), &processor)).await;
+    for (args, says) in [
+        (
+            json!({"amount_cents": 0, "currency": "EUR", "card_token": "tok_visa"}),
+            "amount must be positive",
+        ),
+        (
+            json!({"amount_cents": 4200, "currency": "XYZ", "card_token": "tok_visa"}),
+            "unknown currency",
+        ),
+    ] {
+        for _ in 0..2 {
+            let r = call(&client, "charge_card", args.clone()).await;
+            assert_eq!(r.is_error, Some(true));
+            assert!(text(&r).contains(says), "{}", text(&r));
+            assert!(!replayed(&r), "a refusal of bad arguments is not stored");
+        }
+    }
+    assert_eq!(processor.charges(), 0);
+    let ok = call(&client, "charge_card", charge_args()).await;
+    assert_eq!(ok.is_error, Some(false), "{}", text(&ok));
+    assert_eq!(processor.charges(), 1);
+}
+
 fn remove_db(path: &std::path::Path) {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
