@@ -1,5 +1,8 @@
 //! The `charge_card` server: `charge_card` wrapped with `#[idempotent(window = "15m")]`, `refund`
 //! left unwrapped (so `tools/list` shows the difference), and `idempotency_status`.
+//!
+//! Arguments are checked first and their refusal is [`Disposition::Retryable`] (released, not
+//! stored): only the processor's own answers are final.
 
 use std::sync::Arc;
 
@@ -31,6 +34,29 @@ pub struct ChargeArgs {
     pub description: Option<String>,
 }
 
+/// The currencies the stub processor takes.
+pub const CURRENCIES: &[&str] = &["CHF", "EUR", "GBP", "JPY", "USD"];
+
+impl ChargeArgs {
+    /// Checks the arguments before the processor is asked (and before anything is stored).
+    pub fn validate(&self) -> Result<(), ChargeError> {
+        if self.amount_cents == 0 {
+            return Err(ChargeError::Invalid("the amount must be positive".into()));
+        }
+        if !CURRENCIES.contains(&self.currency.as_str()) {
+            return Err(ChargeError::Invalid(format!(
+                "unknown currency {:?} (one of {})",
+                self.currency,
+                CURRENCIES.join(", ")
+            )));
+        }
+        if self.card_token.trim().is_empty() {
+            return Err(ChargeError::Invalid("the card token is empty".into()));
+        }
+        Ok(())
+    }
+}
+
 /// The arguments of `refund`.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RefundArgs {
@@ -41,6 +67,9 @@ pub struct RefundArgs {
 /// Why a charge failed, and what that means for a repeat.
 #[derive(Debug, thiserror::Error, Serialize, Deserialize)]
 pub enum ChargeError {
+    /// The arguments are wrong; the processor was not asked. Correct them and call again.
+    #[error("invalid charge, nothing was charged: {0}. Correct it and call again.")]
+    Invalid(String),
     /// The card was declined: final, replayed to repeats.
     #[error("the card was declined: {0}")]
     Declined(String),
@@ -52,6 +81,8 @@ pub enum ChargeError {
 impl Classify for ChargeError {
     fn disposition(&self) -> Disposition {
         match self {
+            // Nothing happened: released, not stored, so it never stands in for a later call.
+            ChargeError::Invalid(_) => Disposition::Retryable,
             ChargeError::Declined(_) => Disposition::Definitive,
             ChargeError::Unavailable => Disposition::Retryable,
         }
@@ -101,6 +132,8 @@ impl Payments {
         &self,
         Parameters(args): Parameters<ChargeArgs>,
     ) -> Result<Receipt, ChargeError> {
+        // First, before any side effect: a refusal here releases the claim (see Classify).
+        args.validate()?;
         if args.card_token.starts_with("tok_declined") {
             return Err(ChargeError::Declined("insufficient funds".into()));
         }

@@ -1,14 +1,17 @@
 //! Shared pieces of the example servers: store choice by environment, the transports (stdio by
-//! default, `--http ADDR` for streamable HTTP with bearer identities), and the downstream stubs.
+//! default, `--http ADDR` for streamable HTTP with bearer identities and caller-bound sessions,
+//! `--http ADDR --stateless` for streamable HTTP without sessions), and the downstream stubs.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use idempotency::mcp::CallerBoundSessions;
 use idempotency::store::{PostgresStore, SqliteStore};
 use idempotency::{Caller, Idempotency};
 use rmcp::transport::streamable_http_server::{
-    session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
+    session::{local::LocalSessionManager, never::NeverSessionManager},
+    StreamableHttpServerConfig, StreamableHttpService,
 };
 use rmcp::{ServerHandler, ServiceExt};
 
@@ -40,21 +43,39 @@ pub enum Transport {
     /// JSON-RPC over stdin/stdout; the caller is the configured local identity.
     Stdio,
     /// Streamable HTTP at this address; each request's caller comes from its bearer token.
-    Http(SocketAddr),
+    Http(SocketAddr, HttpMode),
+}
+
+/// Whether the HTTP server keeps sessions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HttpMode {
+    /// rmcp's default: `initialize` opens a session (`Mcp-Session-Id`) whose streams can be
+    /// resumed (`GET` with `Last-Event-ID`) and ended (`DELETE`). Each session is bound to the
+    /// caller that opened it ([`idempotency::mcp::CallerBoundSessions`]).
+    Sessions,
+    /// `--stateless`: no sessions at all; every `POST` is served on its own (MCP 2026-07-28
+    /// removed sessions). There is no session to hijack, and no server-initiated stream to resume.
+    Stateless,
 }
 
 impl Transport {
-    /// From the command line: no arguments → stdio; `--http ADDR` → HTTP.
+    /// From the command line: no arguments → stdio; `--http ADDR` → HTTP with sessions;
+    /// `--http ADDR --stateless` → HTTP without sessions.
     pub fn from_args() -> Result<Transport, String> {
         let args: Vec<String> = std::env::args().skip(1).collect();
-        match args.as_slice() {
-            [] => Ok(Transport::Stdio),
-            [flag, addr] if flag == "--http" => addr
-                .parse()
-                .map(Transport::Http)
-                .map_err(|e| format!("--http needs an address like 127.0.0.1:8080 ({e})")),
-            _ => Err("usage: [--http ADDR]   (no arguments: speak MCP over stdio)".into()),
-        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let usage = "usage: [--http ADDR [--stateless]]   (no arguments: speak MCP over stdio)";
+        let (addr, mode) = match args.as_slice() {
+            [] => return Ok(Transport::Stdio),
+            ["--http", addr] => (addr, HttpMode::Sessions),
+            ["--http", addr, "--stateless"] | ["--stateless", "--http", addr] => {
+                (addr, HttpMode::Stateless)
+            }
+            _ => return Err(usage.into()),
+        };
+        addr.parse()
+            .map(|addr| Transport::Http(addr, mode))
+            .map_err(|e| format!("--http needs an address like 127.0.0.1:8080 ({e})"))
     }
 }
 
@@ -95,20 +116,43 @@ where
             let running = make().serve(rmcp::transport::stdio()).await?;
             running.waiting().await?;
         }
-        Transport::Http(addr) => {
-            let service: StreamableHttpService<S, LocalSessionManager> = StreamableHttpService::new(
-                move || Ok(make()),
-                Default::default(),
-                StreamableHttpServerConfig::default(),
-            );
+        Transport::Http(addr, mode) => {
+            let mcp = match mode {
+                HttpMode::Sessions => {
+                    let service: StreamableHttpService<S, LocalSessionManager> =
+                        StreamableHttpService::new(
+                            move || Ok(make()),
+                            Default::default(),
+                            StreamableHttpServerConfig::default(),
+                        );
+                    axum::Router::new().nest_service("/mcp", service)
+                }
+                HttpMode::Stateless => {
+                    let service: StreamableHttpService<S, NeverSessionManager> =
+                        StreamableHttpService::new(
+                            move || Ok(make()),
+                            Default::default(),
+                            StreamableHttpServerConfig::default().with_legacy_session_mode(false),
+                        );
+                    axum::Router::new().nest_service("/mcp", service)
+                }
+            };
+            // Layers listed later run first: authenticate, then the session binding, then rmcp.
+            // (Stateless, the binding has nothing to bind and refuses any Mcp-Session-Id.)
+            let sessions = CallerBoundSessions::new();
             let tokens = Arc::new(bearer_table());
-            let app =
-                axum::Router::new()
-                    .nest_service("/mcp", service)
-                    .layer(axum::middleware::from_fn(move |req, next| {
-                        authenticate(tokens.clone(), req, next)
-                    }));
+            let app = mcp
+                .layer(axum::middleware::from_fn(
+                    move |req, next: axum::middleware::Next| {
+                        let sessions = sessions.clone();
+                        async move { sessions.guard(req, |req| next.run(req)).await }
+                    },
+                ))
+                .layer(axum::middleware::from_fn(move |req, next| {
+                    authenticate(tokens.clone(), req, next)
+                }));
             let listener = tokio::net::TcpListener::bind(addr).await?;
+            tracing::info!("streamable HTTP, {mode:?} mode");
             tracing::info!("listening on http://{}/mcp", listener.local_addr()?);
             axum::serve(listener, app).await?;
         }

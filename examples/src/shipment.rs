@@ -1,11 +1,17 @@
 //! The `create_shipment` server: keyed by `business_key = "order_id"`; the carrier receives the
 //! reference as its own; the same order with another address is a payload mismatch.
+//!
+//! Arguments are checked before anything happens, and a refusal of bad arguments is classified
+//! [`Disposition::Retryable`]: the claim is released, nothing is stored, so the corrected call
+//! for the same order runs (under the same reference) instead of meeting the refusal as a
+//! stored answer — or, with other arguments, as a payload mismatch — for the whole window.
 
 use std::sync::Arc;
 
 use idempotency::mcp::{status_router, Identity};
 use idempotency::{
-    idempotent, idempotent_tools, Call, Caller, Error, Idempotency, IdempotencyContext,
+    idempotent, idempotent_tools, Call, Caller, Classify, Disposition, Error, Idempotency,
+    IdempotencyContext,
 };
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -32,12 +38,38 @@ fn default_weight() -> u32 {
     1000
 }
 
+impl ShipmentArgs {
+    /// Checks the arguments before the carrier is asked (and before anything is stored).
+    pub fn validate(&self) -> Result<(), ShipmentError> {
+        if self.order_id.trim().is_empty() {
+            return Err(ShipmentError::Invalid("the order id is empty".into()));
+        }
+        if self.address.trim().is_empty() {
+            return Err(ShipmentError::Invalid("the address is empty".into()));
+        }
+        if self.weight_grams == 0 {
+            return Err(ShipmentError::Invalid("the weight is zero".into()));
+        }
+        Ok(())
+    }
+}
+
 /// Why a shipment could not be created.
 #[derive(Debug, thiserror::Error, Serialize, Deserialize)]
 pub enum ShipmentError {
-    /// The address was refused by the carrier.
-    #[error("the carrier refused the address: {0}")]
-    BadAddress(String),
+    /// The arguments are wrong; nothing was sent to the carrier. Correct them and call again.
+    #[error("invalid shipment, nothing was created: {0}. Correct it and call again.")]
+    Invalid(String),
+}
+
+impl Classify for ShipmentError {
+    fn disposition(&self) -> Disposition {
+        match self {
+            // Nothing happened: release the claim so the corrected call for this order can run.
+            // Stored as a final answer, it would hold the order id for the whole window.
+            ShipmentError::Invalid(_) => Disposition::Retryable,
+        }
+    }
 }
 
 /// The shipping MCP server.
@@ -75,7 +107,7 @@ impl IdempotencyContext<RequestContext<RoleServer>> for Shipping {
 #[tool_router]
 impl Shipping {
     /// Create a shipment for an order, once per order.
-    #[idempotent(business_key = "order_id", window = "24h", on_error = "definitive")]
+    #[idempotent(business_key = "order_id", window = "24h")]
     #[tool(
         description = "Create the shipment of an order. One shipment per order id: repeating it returns the same tracking number; the same order with different details is refused."
     )]
@@ -83,9 +115,8 @@ impl Shipping {
         &self,
         Parameters(args): Parameters<ShipmentArgs>,
     ) -> Result<Label, ShipmentError> {
-        if args.address.trim().is_empty() {
-            return Err(ShipmentError::BadAddress("empty address".into()));
-        }
+        // First, before any side effect: a refusal here releases the claim (see Classify).
+        args.validate()?;
         let reference = Call::current()
             .map(|c| c.reference().to_string())
             .unwrap_or_default();

@@ -263,6 +263,81 @@ async fn create_shipment_same_order_other_address_is_a_mismatch() {
     assert_eq!(carrier.labels(), 1);
 }
 
+/// Arguments are checked before anything happens, and their refusal releases the claim instead
+/// of being stored: the corrected call for the same order runs (it is not a payload mismatch
+/// against a stored refusal), the carrier makes exactly one label, and a repeat of the
+/// corrected call replays it.
+#[tokio::test]
+async fn a_bad_address_does_not_hold_the_order_and_the_corrected_call_ships_once() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let carrier = Arc::new(Carrier::default());
+    let client = connect(Shipping::new(
+        engine,
+        Identity::stdio(Caller::new("acme", "alice")),
+        carrier.clone(),
+    ))
+    .await;
+    let bad = json!({"order_id": "o-88", "address": "   "});
+    let refused = call(&client, "create_shipment", bad.clone()).await;
+    assert_eq!(refused.is_error, Some(true));
+    assert!(
+        text(&refused).contains("address is empty"),
+        "{}",
+        text(&refused)
+    );
+    assert_eq!(
+        meta_str(&refused, META_STATUS),
+        None,
+        "the handler's own refusal"
+    );
+    assert_eq!(carrier.labels(), 0, "the carrier was never asked");
+    // Not stored: the same bad call is checked again, not replayed.
+    let refused_again = call(&client, "create_shipment", bad).await;
+    assert_eq!(refused_again.is_error, Some(true));
+    assert!(!replayed(&refused_again));
+
+    let good = json!({"order_id": "o-88", "address": "1 Main St"});
+    let shipped = call(&client, "create_shipment", good.clone()).await;
+    assert_eq!(shipped.is_error, Some(false), "{}", text(&shipped));
+    assert!(!replayed(&shipped));
+    // The released claim kept its reference: the corrected call ships under it.
+    assert_eq!(meta_str(&shipped, META_REF), meta_str(&refused, META_REF));
+    let repeat = call(&client, "create_shipment", good).await;
+    assert!(replayed(&repeat), "{}", text(&repeat));
+    assert_eq!(repeat.content, shipped.content);
+    assert_eq!(carrier.labels(), 1, "exactly one label at the carrier");
+}
+
+/// The same pattern in `charge_card`: a non-positive amount or an unknown currency is refused
+/// before the processor is asked, and nothing is stored for it.
+#[tokio::test]
+async fn invalid_charges_are_refused_before_the_processor_and_not_stored() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let processor = Arc::new(Processor::default());
+    let client = connect(payments(&engine, Caller::new("acme", "alice"), &processor)).await;
+    for (args, says) in [
+        (
+            json!({"amount_cents": 0, "currency": "EUR", "card_token": "tok_visa"}),
+            "amount must be positive",
+        ),
+        (
+            json!({"amount_cents": 4200, "currency": "XYZ", "card_token": "tok_visa"}),
+            "unknown currency",
+        ),
+    ] {
+        for _ in 0..2 {
+            let r = call(&client, "charge_card", args.clone()).await;
+            assert_eq!(r.is_error, Some(true));
+            assert!(text(&r).contains(says), "{}", text(&r));
+            assert!(!replayed(&r), "a refusal of bad arguments is not stored");
+        }
+    }
+    assert_eq!(processor.charges(), 0);
+    let ok = call(&client, "charge_card", charge_args()).await;
+    assert_eq!(ok.is_error, Some(false), "{}", text(&ok));
+    assert_eq!(processor.charges(), 1);
+}
+
 fn remove_db(path: &std::path::Path) {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
@@ -307,15 +382,18 @@ async fn a_child_process_stdio_server_replays_across_a_restart() {
     remove_db(&db);
 }
 
-#[tokio::test]
-async fn over_http_two_bearer_identities_are_isolated() {
-    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-    use rmcp::transport::StreamableHttpClientTransport;
-    let db = temp_db("http");
+/// A `charge_card --http 127.0.0.1:0 [extra...]` child on its own SQLite file, and its URL read
+/// from its own "listening on" line (port 0: the server binds a free port and logs it once it
+/// listens). The child is killed when dropped.
+async fn spawn_http(
+    name: &str,
+    extra: &[&str],
+) -> (tokio::process::Child, String, std::path::PathBuf) {
     use tokio::io::{AsyncBufReadExt, BufReader};
-    // Port 0: the server binds a free port and logs it once it listens.
+    let db = temp_db(name);
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_charge_card"))
         .args(["--http", "127.0.0.1:0"])
+        .args(extra)
         .env("IDEMPOTENCY_SQLITE", &db)
         .env_remove("DATABASE_URL")
         .stderr(std::process::Stdio::piped())
@@ -338,13 +416,24 @@ async fn over_http_two_bearer_identities_are_isolated() {
     );
     // Keep draining the log so the server never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = log.next_line().await {} });
-    let client_for = |token: &str| {
-        let cfg = StreamableHttpClientTransportConfig::with_uri(url.clone())
-            .auth_header(token.to_owned());
-        ().serve(StreamableHttpClientTransport::from_config(cfg))
-    };
-    let acme = client_for("acme-token").await.unwrap();
-    let globex = client_for("globex-token").await.unwrap();
+    (child, url, db)
+}
+
+async fn http_client(url: &str, token: &str) -> Client {
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::transport::StreamableHttpClientTransport;
+    let cfg =
+        StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token.to_owned());
+    ().serve(StreamableHttpClientTransport::from_config(cfg))
+        .await
+        .expect("HTTP client connects")
+}
+
+#[tokio::test]
+async fn over_http_two_bearer_identities_are_isolated() {
+    let (mut child, url, db) = spawn_http("http", &[]).await;
+    let acme = http_client(&url, "acme-token").await;
+    let globex = http_client(&url, "globex-token").await;
     let a1 = call(&acme, "charge_card", charge_args()).await;
     let a2 = call(&acme, "charge_card", charge_args()).await;
     assert!(replayed(&a2));
@@ -363,6 +452,279 @@ async fn over_http_two_bearer_identities_are_isolated() {
         g1.structured_content.unwrap()["charge_id"],
         a1.structured_content.unwrap()["charge_id"]
     );
+    let _ = child.kill().await;
+    remove_db(&db);
+}
+
+/// One raw HTTP exchange (the examples crate has no HTTP client of its own to name: rmcp's
+/// client hides the session id, and these tests must forge it).
+struct Raw {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Raw {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Sends one HTTP/1.0 request (so the answer, SSE included, is close-delimited, never chunked)
+/// and reads the answer until the connection closes, or — for a stream that stays open — until
+/// `until` says the body read so far is enough.
+async fn raw(
+    url: &str,
+    method: &str,
+    token: &str,
+    headers: &[(&str, &str)],
+    body: Option<Value>,
+    until: Option<fn(&str) -> bool>,
+) -> Raw {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").expect("an http:// URL");
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let mut stream = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut head = format!(
+        "{method} {path} HTTP/1.0\r\nHost: {authority}\r\nAuthorization: Bearer {token}\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !body.is_empty() {
+        head.push_str("Content-Type: application/json\r\n");
+    }
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    soon(&format!("the answer to {method} {headers:?}"), async {
+        let mut buf = [0u8; 8192];
+        loop {
+            if let Some(enough) = until {
+                let text = String::from_utf8_lossy(&got);
+                if let Some((_, body)) = text.split_once("\r\n\r\n") {
+                    if enough(body) {
+                        return;
+                    }
+                }
+            }
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    Raw {
+        status,
+        headers,
+        body: body.to_owned(),
+    }
+}
+
+/// The JSON-RPC messages of an SSE body (its `data:` lines).
+fn sse_messages(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect()
+}
+
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw-test", "version": "0"}}})
+}
+
+fn initialized() -> Value {
+    json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+}
+
+fn charge_request(id: u64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+           "params": {"name": "charge_card", "arguments": charge_args()}})
+}
+
+/// The structured result of the `tools/call` answer in an SSE body.
+fn tool_answer(body: &str) -> Option<Value> {
+    sse_messages(body)
+        .into_iter()
+        .find_map(|m| m.get("result")?.get("structuredContent").cloned())
+}
+
+/// A session is its opener's: another tenant's bearer token with acme's `Mcp-Session-Id` is
+/// refused (403, the same answer as for an id that never existed) on `POST`, on a `GET` that
+/// resumes acme's stream with `Last-Event-ID`, and on `DELETE` — which therefore does not end it.
+/// Acme's own `POST`, resume, `GET` and `DELETE` work.
+#[tokio::test]
+async fn over_http_a_session_belongs_to_the_caller_who_opened_it() {
+    let (mut child, url, db) = spawn_http("sessions", &[]).await;
+    const ACME: &str = "acme-token";
+    const GLOBEX: &str = "globex-token";
+
+    // acme opens a session (the legacy handshake: rmcp's default stateful mode).
+    let opened = raw(&url, "POST", ACME, &[], Some(initialize()), None).await;
+    assert_eq!(opened.status, 200, "{}", opened.body);
+    let session = opened
+        .header("mcp-session-id")
+        .expect("a stateful server opens a session")
+        .to_owned();
+    let sid = [("Mcp-Session-Id", session.as_str())];
+    let ready = raw(&url, "POST", ACME, &sid, Some(initialized()), None).await;
+    assert_eq!(ready.status, 202, "{}", ready.body);
+    // acme charges in its session; the SSE stream's first event id is where a resume starts.
+    let charged = raw(&url, "POST", ACME, &sid, Some(charge_request(2)), None).await;
+    assert_eq!(charged.status, 200, "{}", charged.body);
+    let receipt = tool_answer(&charged.body).expect("acme's receipt");
+    let charge_id = receipt["charge_id"].as_str().unwrap().to_owned();
+    let reference = receipt["reference"].as_str().unwrap().to_owned();
+    let first_event = charged
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix("id:"))
+        .expect("the stream's events have ids")
+        .trim()
+        .to_owned();
+    let resume = [
+        ("Mcp-Session-Id", session.as_str()),
+        ("Last-Event-ID", first_event.as_str()),
+    ];
+
+    // globex, with acme's session id: refused everywhere, exactly like an unknown id.
+    let unknown_id = "00000000-0000-4000-8000-000000000000";
+    let unknown = raw(
+        &url,
+        "POST",
+        GLOBEX,
+        &[("Mcp-Session-Id", unknown_id)],
+        Some(charge_request(3)),
+        None,
+    )
+    .await;
+    assert_eq!(unknown.status, 403);
+    let forged_post = raw(&url, "POST", GLOBEX, &sid, Some(charge_request(3)), None).await;
+    let forged_resume = raw(&url, "GET", GLOBEX, &resume, None, None).await;
+    let forged_delete = raw(&url, "DELETE", GLOBEX, &sid, None, None).await;
+    for (what, r) in [
+        ("POST", &forged_post),
+        ("GET resume", &forged_resume),
+        ("DELETE", &forged_delete),
+    ] {
+        assert_eq!(r.status, 403, "{what}: {}", r.body);
+        assert_eq!(
+            r.body, unknown.body,
+            "{what}: the same answer as an unknown id"
+        );
+        assert!(r.header("mcp-session-id").is_none(), "{what}");
+        for secret in [charge_id.as_str(), reference.as_str(), "data:", "result"] {
+            assert!(
+                !r.body.contains(secret),
+                "{what} leaked {secret:?}: {}",
+                r.body
+            );
+        }
+    }
+
+    // acme's session survived globex's DELETE: acme may resume its own stream. (rmcp 3.11
+    // replays a request's stream only while it is cached; this one has completed and been read
+    // in full, and rmcp answers such a resume with 200 and an empty stream or the cached events.
+    // Either way it is acme's: 200 where globex got 403.)
+    let resumed = raw(&url, "GET", ACME, &resume, None, None).await;
+    assert_eq!(resumed.status, 200, "{}", resumed.body);
+    assert!(resumed
+        .header("content-type")
+        .is_some_and(|t| t.starts_with("text/event-stream")));
+    if let Some(replayed) = tool_answer(&resumed.body) {
+        assert_eq!(replayed, receipt);
+    }
+    // ...calls again in it (a replay: the same receipt)...
+    let again = raw(&url, "POST", ACME, &sid, Some(charge_request(4)), None).await;
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(
+        tool_answer(&again.body).as_ref(),
+        Some(&receipt),
+        "{}",
+        again.body
+    );
+    // ...opens its server stream (the headers are enough: the stream stays open)...
+    let stream = raw(&url, "GET", ACME, &sid, None, Some(|_| true)).await;
+    assert_eq!(stream.status, 200);
+    assert!(stream
+        .header("content-type")
+        .is_some_and(|t| t.starts_with("text/event-stream")));
+    // ...and ends it. The id is then nobody's: refused like any unknown id.
+    let deleted = raw(&url, "DELETE", ACME, &sid, None, None).await;
+    assert!((200..300).contains(&deleted.status), "{}", deleted.body);
+    let after = raw(&url, "POST", ACME, &sid, Some(charge_request(5)), None).await;
+    assert_eq!(after.status, 403);
+    // No token at all is still the authentication's 401.
+    let anonymous = raw(&url, "POST", "nobody", &sid, Some(charge_request(6)), None).await;
+    assert_eq!(anonymous.status, 401);
+
+    let _ = child.kill().await;
+    remove_db(&db);
+}
+
+/// `--stateless`: no session is ever opened (nothing to hijack, nothing to resume or delete),
+/// and tool calls work, replays included, through rmcp's own client and through a bare POST.
+#[tokio::test]
+async fn over_http_stateless_mode_serves_tool_calls_without_sessions() {
+    let (mut child, url, db) = spawn_http("stateless", &["--stateless"]).await;
+    let acme = http_client(&url, "acme-token").await;
+    let first = call(&acme, "charge_card", charge_args()).await;
+    assert_eq!(first.is_error, Some(false), "{}", text(&first));
+    let again = call(&acme, "charge_card", charge_args()).await;
+    assert!(replayed(&again));
+    assert_eq!(first.content, again.content);
+
+    // The legacy handshake gets an answer but no session.
+    let opened = raw(&url, "POST", "acme-token", &[], Some(initialize()), None).await;
+    assert_eq!(opened.status, 200, "{}", opened.body);
+    assert!(opened.header("mcp-session-id").is_none());
+    // A bare tools/call, no session: the same operation, replayed.
+    let bare = raw(
+        &url,
+        "POST",
+        "acme-token",
+        &[],
+        Some(charge_request(7)),
+        None,
+    )
+    .await;
+    assert_eq!(bare.status, 200, "{}", bare.body);
+    assert_eq!(tool_answer(&bare.body), first.structured_content);
+    // No stream to resume or session to end.
+    for method in ["GET", "DELETE"] {
+        let r = raw(
+            &url,
+            method,
+            "acme-token",
+            &[("Last-Event-ID", "0/1")],
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(r.status, 405, "{method}: {}", r.body);
+    }
     let _ = child.kill().await;
     remove_db(&db);
 }
