@@ -6,19 +6,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idempotency::mcp::Identity;
-use idempotency_examples::{charge::Payments, processor::Processor, Transport};
+use idempotency_examples::charge::{self, Payments};
+use idempotency_examples::{processor::Processor, Transport};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     idempotency_examples::init_logging();
     let transport = Transport::from_args()?;
-    let (engine, store) = idempotency_examples::engine_from_env().await?;
-    tracing::info!("charge_card server on {store}");
     let delay = std::env::var("PROCESSOR_DELAY_MS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     let processor = Arc::new(Processor::new(Duration::from_millis(delay)));
+    let (engine, store) = idempotency_examples::engine_from_env(
+        charge::reconciler(processor.clone()),
+        charge::CHARGE_WINDOW,
+    )
+    .await?;
+    tracing::info!("charge_card server on {store}");
     let identity = Identity::stdio(idempotency_examples::stdio_caller());
     idempotency_examples::serve(
         move || Payments::new(engine.clone(), identity.clone(), processor.clone()),

@@ -4,15 +4,20 @@
 use std::sync::Arc;
 
 use idempotency::mcp::Identity;
-use idempotency_examples::{carrier::Carrier, shipment::Shipping, Transport};
+use idempotency_examples::shipment::{self, Shipping};
+use idempotency_examples::{carrier::Carrier, Transport};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     idempotency_examples::init_logging();
     let transport = Transport::from_args()?;
-    let (engine, store) = idempotency_examples::engine_from_env().await?;
-    tracing::info!("create_shipment server on {store}");
     let carrier = Arc::new(Carrier::default());
+    let (engine, store) = idempotency_examples::engine_from_env(
+        shipment::reconciler(carrier.clone()),
+        shipment::SHIPMENT_WINDOW,
+    )
+    .await?;
+    tracing::info!("create_shipment server on {store}");
     let identity = Identity::stdio(idempotency_examples::stdio_caller());
     idempotency_examples::serve(
         move || Shipping::new(engine.clone(), identity.clone(), carrier.clone()),

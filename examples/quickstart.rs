@@ -10,7 +10,8 @@ use std::time::Duration;
 use idempotency::mcp::{Identity, META_REPLAYED};
 use idempotency::store::SqliteStore;
 use idempotency::{Caller, Idempotency};
-use idempotency_examples::{charge::Payments, processor::Processor};
+use idempotency_examples::charge::{self, Payments};
+use idempotency_examples::processor::Processor;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::ServiceExt;
 
@@ -38,8 +39,10 @@ async fn main() -> Result<(), BoxError> {
         std::env::temp_dir().join(format!("idempotency-quickstart-{}.db", std::process::id()));
     let store = SqliteStore::open(&path).await?;
     println!("store: SQLite file {}", path.display());
-    let engine = Idempotency::new(store);
     let processor = Arc::new(Processor::new(Duration::from_millis(1500)));
+    let engine = Idempotency::builder(store)
+        .reconcile(charge::reconciler(processor.clone()), charge::CHARGE_WINDOW)
+        .build();
     let server = Payments::new(
         engine,
         Identity::stdio(Caller::new("acme", "alice")),

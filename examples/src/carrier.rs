@@ -42,6 +42,12 @@ impl Carrier {
         label
     }
 
+    /// The label created under `reference`, if any: what a reconciler asks after a crash.
+    pub fn find(&self, reference: &str) -> Option<Label> {
+        let known = self.by_reference.lock().unwrap_or_else(|p| p.into_inner());
+        known.get(reference).cloned()
+    }
+
     /// How many labels were really created.
     pub fn labels(&self) -> usize {
         self.labels.load(Ordering::SeqCst)

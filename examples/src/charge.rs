@@ -7,6 +7,8 @@
 use std::sync::Arc;
 
 use idempotency::mcp::{status_router, Identity};
+use idempotency::store::{Settlement, StoredResponse, Unsettled};
+use idempotency::tasks::Reconcile;
 use idempotency::{
     idempotent, idempotent_tools, Call, Caller, Classify, Disposition, Error, Idempotency,
     IdempotencyContext,
@@ -110,6 +112,28 @@ impl Payments {
         }
     }
 }
+
+/// Settles a `charge_card` claim whose worker never reported, from the processor's own record of
+/// its reference: charged → that receipt is the answer; no charge → released (a repeat charges,
+/// under the same reference). For the engine's builder:
+/// `Idempotency::builder(store).reconcile(charge::reconciler(processor), CHARGE_WINDOW)`.
+pub fn reconciler(processor: Arc<Processor>) -> impl Reconcile {
+    move |claim: Unsettled| {
+        let processor = processor.clone();
+        async move {
+            match processor.find(&claim.reference.to_string()) {
+                Some(receipt) => Ok(Settlement::Completed(StoredResponse {
+                    ok: true,
+                    body: serde_json::to_string(&receipt)?,
+                })),
+                None => Ok(Settlement::Released),
+            }
+        }
+    }
+}
+
+/// How long a `charge_card` answer is replayed (its attribute's `window`).
+pub const CHARGE_WINDOW: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
 impl IdempotencyContext<RequestContext<RoleServer>> for Payments {
     fn idempotency(&self) -> &Idempotency {

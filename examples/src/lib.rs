@@ -5,9 +5,11 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use idempotency::mcp::CallerBoundSessions;
 use idempotency::store::{PostgresStore, SqliteStore};
+use idempotency::tasks::Reconcile;
 use idempotency::{Caller, Idempotency};
 use rmcp::transport::streamable_http_server::{
     session::{local::LocalSessionManager, never::NeverSessionManager},
@@ -27,14 +29,25 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The engine on the store the environment asks for: PostgreSQL when `DATABASE_URL` is set (many
 /// replicas share it), otherwise the SQLite file `IDEMPOTENCY_SQLITE` (default `idempotency.db`).
-pub async fn engine_from_env() -> Result<(Idempotency, String), BoxError> {
+/// Claims whose worker never reported are settled by `reconcile` (asking the downstream stub by
+/// reference); its answers are replayed for `window`.
+pub async fn engine_from_env(
+    reconcile: impl Reconcile,
+    window: Duration,
+) -> Result<(Idempotency, String), BoxError> {
     if let Ok(url) = std::env::var("DATABASE_URL") {
         let store = PostgresStore::connect(&url).await?;
-        return Ok((Idempotency::new(store), "PostgreSQL (DATABASE_URL)".into()));
+        let engine = Idempotency::builder(store)
+            .reconcile(reconcile, window)
+            .build();
+        return Ok((engine, "PostgreSQL (DATABASE_URL)".into()));
     }
     let path = std::env::var("IDEMPOTENCY_SQLITE").unwrap_or_else(|_| DEFAULT_SQLITE.into());
     let store = SqliteStore::open(&path).await?;
-    Ok((Idempotency::new(store), format!("SQLite file {path}")))
+    let engine = Idempotency::builder(store)
+        .reconcile(reconcile, window)
+        .build();
+    Ok((engine, format!("SQLite file {path}")))
 }
 
 /// How the server talks: stdio (what MCP hosts launch) or streamable HTTP.

@@ -109,6 +109,13 @@ impl Processor {
         }
     }
 
+    /// The charge made under `reference`, if any: what a reconciler asks after a crash
+    /// (`GET /charges?idempotency_key=…` at a real processor).
+    pub fn find(&self, reference: &str) -> Option<Receipt> {
+        let known = self.by_reference.lock().unwrap_or_else(|p| p.into_inner());
+        known.get(reference).cloned()
+    }
+
     /// How many charges were really made.
     pub fn charges(&self) -> usize {
         self.charges.load(Ordering::SeqCst)

@@ -9,6 +9,8 @@
 use std::sync::Arc;
 
 use idempotency::mcp::{status_router, Identity};
+use idempotency::store::{Settlement, StoredResponse, Unsettled};
+use idempotency::tasks::Reconcile;
 use idempotency::{
     idempotent, idempotent_tools, Call, Caller, Classify, Disposition, Error, Idempotency,
     IdempotencyContext,
@@ -93,6 +95,26 @@ impl Shipping {
         }
     }
 }
+
+/// Settles a `create_shipment` claim whose worker never reported, from the carrier's record of
+/// its reference: a label exists → it is the answer; none → released.
+pub fn reconciler(carrier: Arc<Carrier>) -> impl Reconcile {
+    move |claim: Unsettled| {
+        let carrier = carrier.clone();
+        async move {
+            match carrier.find(&claim.reference.to_string()) {
+                Some(label) => Ok(Settlement::Completed(StoredResponse {
+                    ok: true,
+                    body: serde_json::to_string(&label)?,
+                })),
+                None => Ok(Settlement::Released),
+            }
+        }
+    }
+}
+
+/// How long a `create_shipment` answer is replayed (its attribute's `window`).
+pub const SHIPMENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 impl IdempotencyContext<RequestContext<RoleServer>> for Shipping {
     fn idempotency(&self) -> &Idempotency {

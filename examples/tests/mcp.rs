@@ -789,3 +789,54 @@ async fn a_call_cancelled_by_the_client_still_tells_the_truth() {
     );
     assert_eq!(processor.charges(), 1);
 }
+
+/// The example servers' reconcilers ask their downstream stub by reference: a charge the
+/// processor made is settled with its receipt, one it never saw is released; a label the carrier
+/// made is settled with it.
+#[tokio::test]
+async fn the_example_reconcilers_ask_the_stub_by_reference() {
+    use idempotency::store::{Settlement, Unsettled};
+    use idempotency::tasks::Reconcile;
+    let key = |n: u64| {
+        idempotency::key::Key::for_call(&Caller::new("acme", "alice"), "charge_card", &n)
+            .expect("key")
+    };
+    let unsettled = |n: u64| Unsettled {
+        key: key(n),
+        reference: key(n).reference(1),
+        tenant: "acme".into(),
+        tool: "charge_card".into(),
+        state: idempotency::store::RecordState::InFlight,
+        token: idempotency::store::Token(1),
+        claimed_at: idempotency::clock::Timestamp::from_millis(0),
+    };
+    let processor = Arc::new(Processor::default());
+    let charged = unsettled(1);
+    let receipt = processor
+        .charge(&charged.reference.to_string(), 4200, "EUR")
+        .await;
+    let reconcile = idempotency_examples::charge::reconciler(processor.clone());
+    match reconcile.reconcile(&charged).await.expect("asked") {
+        Settlement::Completed(answer) => {
+            assert!(answer.ok);
+            let stored: idempotency_examples::processor::Receipt =
+                serde_json::from_str(&answer.body).expect("a receipt");
+            assert_eq!(stored, receipt);
+        }
+        other => panic!("expected the receipt, got {other:?}"),
+    }
+    assert_eq!(
+        reconcile.reconcile(&unsettled(2)).await.expect("asked"),
+        Settlement::Released
+    );
+    let carrier = Arc::new(Carrier::default());
+    let shipped = unsettled(3);
+    let label = carrier.create_label(&shipped.reference.to_string(), "order-3");
+    let reconcile = idempotency_examples::shipment::reconciler(carrier.clone());
+    match reconcile.reconcile(&shipped).await.expect("asked") {
+        Settlement::Completed(answer) => assert!(answer.body.contains(&label.tracking_number)),
+        other => panic!("expected the label, got {other:?}"),
+    }
+    assert_eq!(processor.charges(), 1);
+    assert_eq!(carrier.labels(), 1);
+}
