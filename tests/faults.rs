@@ -430,7 +430,11 @@ async fn postgres_outage_fails_closed_and_recovers() {
         match call(amount).await.result {
             Err(Failure::Wrapper(e @ Error::Store { .. })) => {
                 assert!(e.nothing_done());
-                assert!(e.advice().contains("Nothing was done") && e.safe_to_retry(), "{}", e.advice());
+                assert!(
+                    e.advice().contains("Nothing was done") && e.safe_to_retry(),
+                    "{}",
+                    e.advice()
+                );
             }
             other => panic!("expected a fail-closed answer, got {other:?}"),
         }
