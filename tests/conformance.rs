@@ -1326,7 +1326,7 @@ mod sql {
             .fetch_all(&pool)
             .await
             .expect("versions");
-        assert_eq!(versions, vec![1, 2]);
+        assert_eq!(versions, vec![1]);
         let sqlx_table: Option<String> =
             sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::TEXT")
                 .fetch_one(&pool)
@@ -1351,193 +1351,18 @@ mod sql {
         schema.drop_schema().await;
     }
 
-    /// A database migrated by version 1 keeps every record through version 2 (the narrow row
-    /// keyed by reference): each state, the Ok/error flag, fingerprints, times and tokens.
-    #[tokio::test]
-    async fn postgres_records_survive_the_move_to_version_2() {
-        let Some(schema) = TestSchema::create("v1").await else {
-            return;
-        };
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .connect_with(PostgresStore::tune(schema.options()))
-            .await
-            .expect("pool");
-        let v1 = include_str!("../runtime/migrations/postgres/0001_records.sql");
-        sqlx::raw_sql(
-            "CREATE TABLE idempotency_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
-             checksum BYTEA NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-        )
-        .execute(&pool)
-        .await
-        .expect("migrations table");
-        sqlx::raw_sql(v1).execute(&pool).await.expect("version 1");
-        sqlx::query(
-            "INSERT INTO idempotency_migrations (version, description, checksum) \
-             VALUES (1, 'records and outbox', sha256(convert_to($1, 'UTF8')))",
-        )
-        .bind(v1)
-        .execute(&pool)
-        .await
-        .expect("record version 1");
-        let fp = Fingerprint::of(&serde_json::json!({"order": 7})).expect("fingerprint");
-        let (ok, err, flight, released, unknown) = (
-            key("ok"),
-            key("err"),
-            key("flight"),
-            key("released"),
-            key("unknown"),
-        );
-        let insert =
-            "INSERT INTO idempotency_records (token, claimed_at, lease_expires_at, completed_at, \
-                      expires_at, generation, state, ok, key, tenant, tool, fingerprint, response) \
-                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'acme', 'charge_card', $10, $11)";
-        type V1Row<'a> = (
-            Key,
-            i64,
-            i64,
-            Option<i64>,
-            Option<i64>,
-            i32,
-            i16,
-            Option<bool>,
-            Option<&'a [u8]>,
-            Option<&'a str>,
-        );
-        let rows: [V1Row; 5] = [
-            (
-                ok,
-                0,
-                LEASE,
-                Some(S),
-                Some(S + WINDOW),
-                1,
-                1,
-                Some(true),
-                Some(&fp.as_bytes()[..]),
-                Some("\"receipt\""),
-            ),
-            (
-                err,
-                0,
-                LEASE,
-                Some(S),
-                Some(S + WINDOW),
-                2,
-                1,
-                Some(false),
-                None,
-                Some("\"declined\""),
-            ),
-            (flight, S, S + LEASE, None, None, 1, 0, None, None, None),
-            (released, 0, LEASE, Some(S), Some(S), 1, 3, None, None, None),
-            (unknown, 0, LEASE, None, None, 1, 2, None, None, None),
-        ];
-        for (k, claimed, lease, completed, expires, generation, state, okf, fpb, body) in rows {
-            sqlx::query(insert)
-                .bind(3_i64)
-                .bind(T0 + claimed)
-                .bind(T0 + lease)
-                .bind(completed.map(|c| T0 + c))
-                .bind(expires.map(|e| T0 + e))
-                .bind(generation)
-                .bind(state)
-                .bind(okf)
-                .bind(&k.as_bytes()[..])
-                .bind(fpb)
-                .bind(body)
-                .execute(&pool)
-                .await
-                .expect("a version 1 row");
-        }
-        let store = PostgresStore::from_pool(pool.clone())
-            .await
-            .expect("migrate to version 2");
-        let claim = |k, fp, now| {
-            let store = store.clone();
-            async move { store.claim(&req(k, fp, now)).await.expect("claim") }
-        };
-        assert_eq!(
-            claim(ok, Some(fp), 2 * S).await,
-            Claim::Completed {
-                reference: ok.reference(1),
-                response: answer("\"receipt\""),
-                completed_at: at(S)
-            }
-        );
-        let other = Fingerprint::of(&serde_json::json!({"order": 8})).expect("fingerprint");
-        assert_eq!(
-            claim(ok, Some(other), 2 * S).await,
-            Claim::Mismatch {
-                reference: ok.reference(1)
-            }
-        );
-        assert_eq!(
-            claim(err, None, 2 * S).await,
-            Claim::Completed {
-                reference: err.reference(2),
-                response: StoredResponse {
-                    ok: false,
-                    body: "\"declined\"".into()
-                },
-                completed_at: at(S)
-            }
-        );
-        assert_eq!(
-            claim(flight, None, 2 * S).await,
-            Claim::InFlight {
-                reference: flight.reference(1),
-                claimed_at: at(S),
-                lease_expires_at: at(S + LEASE)
-            }
-        );
-        assert_eq!(
-            claim(unknown, None, 2 * S).await,
-            Claim::Unknown {
-                reference: unknown.reference(1),
-                since: at(0)
-            }
-        );
-        assert_eq!(
-            claim(released, None, 2 * S).await,
-            Claim::New {
-                reference: released.reference(1),
-                token: Token(4)
-            },
-            "a released record is taken over under its reference, token + 1"
-        );
-        let status = store
-            .status(TENANT, ok.reference(1))
-            .await
-            .expect("status")
-            .expect("a record");
-        assert_eq!(status.expires_at, Some(at(S + WINDOW)));
-        let due = store.unsettled(at(S + LEASE), 10).await.expect("unsettled");
-        assert_eq!(
-            due.iter().map(|u| u.key).collect::<Vec<_>>(),
-            vec![unknown, flight],
-            "oldest claim first: the unknown one, then the in-flight one whose lease passed"
-        );
-        let tables: Option<String> =
-            sqlx::query_scalar("SELECT to_regclass('idempotency_records_v1')::TEXT")
-                .fetch_one(&pool)
-                .await
-                .expect("regclass");
-        assert_eq!(tables, None, "the version 1 table is gone");
-        pool.close().await;
-        schema.drop_schema().await;
-    }
-
     #[tokio::test]
     async fn sqlite_undecodable_rows_are_corrupt() {
         let file = SqliteFile::new("corrupt");
         let store = SqliteStore::open(&file.0).await.expect("open");
         let k = key("odd");
+        // State 9 on the key's own row; a key_rest of 2 bytes on an unknown one.
         sqlx::query(
-            "INSERT INTO idempotency_records (key, tenant, tool, generation, state, token, claimed_at, lease_expires_at) \
-             VALUES ($1, 'acme', 'charge_card', 1, 9, 1, 0, 0), (x'0102', 'acme', 'charge_card', 1, 2, 1, 0, 0)",
+            "INSERT INTO idempotency_records (ref, key_rest, tenant, tool, generation, state, token, claimed_at, ends_at, fingerprint) \
+             VALUES ($1, $2, 'acme', 'charge_card', 1, 9, 1, 0, 0, x''), (7, x'0102', 'acme', 'charge_card', 1, 2, 1, 0, 0, x'')",
         )
-        .bind(&k.as_bytes()[..])
+        .bind(i64::from_be_bytes(k.reference(1).prefix().to_owned()))
+        .bind(&k.as_bytes()[8..])
         .execute(store.pool())
         .await
         .expect("insert");

@@ -1,25 +1,36 @@
--- One row per key. Fixed-width columns first, so the row needs no alignment padding; then the
--- variable ones. Times are milliseconds since the Unix epoch (the engine's clock), states are
--- RecordState::code (0 in flight, 1 completed, 2 unknown, 3 released).
+-- One row per key, keyed by its reference. Times are milliseconds since the Unix epoch (the
+-- engine's clock). The SQLite store keeps the same row (migrations/sqlite/0001_records.sql).
 --
--- No secondary index on purpose: claims, completions and fenced updates go through the primary
--- key, a status lookup by reference is a range scan of the key prefix, and with no other index a
--- completion can stay a HOT update. Purge and the reconciler's scan read the table sequentially
--- and stop at their batch limit; they run in the background, not per request.
+-- * The primary key is the reference's 8 bytes as a BIGINT (`ref`, the key's first 8 bytes
+--   read big-endian), with the key's other 24 bytes beside it (`key_rest`). Downstream systems
+--   deduplicate on the reference, so two live calls must never share one: the primary key makes
+--   that a rule (a claim whose reference is held by a different key is refused with
+--   StoreError::ReferenceTaken, never answered with the other call's record), and it makes each
+--   index entry 16 bytes instead of 48, and a status lookup an exact primary-key probe.
+-- * `ends_at` is the lease's end while in flight or unknown, and the end of the replay window
+--   once completed or released (a settled record's lease ended when it settled: `completed_at`).
+-- * `state`: 0 in flight, 1 completed with an Ok answer, 2 unknown, 3 released, 4 completed with
+--   a definitive error (the answer's `ok` folded into the state).
+-- * `fingerprint` is empty, not NULL, for call keys, so a completed row has no NULL and no null
+--   bitmap.
+--
+-- Fixed-width columns come first, widest first, so the row needs no alignment padding. No
+-- secondary index: claims, completions, fenced updates and status lookups use the primary key,
+-- and with no other index a completion can stay a HOT update. Purge and the reconciler's scan
+-- read the table sequentially and stop at their batch limit, in the background.
 CREATE TABLE idempotency_records (
-    token            BIGINT   NOT NULL,
-    claimed_at       BIGINT   NOT NULL,
-    lease_expires_at BIGINT   NOT NULL,
-    completed_at     BIGINT,
-    expires_at       BIGINT,
-    generation       INTEGER  NOT NULL,
-    state            SMALLINT NOT NULL,
-    ok               BOOLEAN,
-    key              BYTEA    NOT NULL PRIMARY KEY,
-    tenant           TEXT     NOT NULL,
-    tool             TEXT     NOT NULL,
-    fingerprint      BYTEA,
-    response         TEXT
+    ref          BIGINT   NOT NULL PRIMARY KEY,
+    token        BIGINT   NOT NULL,
+    claimed_at   BIGINT   NOT NULL,
+    ends_at      BIGINT   NOT NULL,
+    completed_at BIGINT,
+    generation   INTEGER  NOT NULL,
+    state        SMALLINT NOT NULL,
+    key_rest     BYTEA    NOT NULL,
+    tenant       TEXT     NOT NULL,
+    tool         TEXT     NOT NULL,
+    fingerprint  BYTEA    NOT NULL,
+    response     TEXT
 );
 
 -- Follow-on messages written with a completion, keyed by the operation (key + generation).

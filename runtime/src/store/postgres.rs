@@ -5,8 +5,8 @@
 //! other 24 bytes beside it. Downstream systems deduplicate on the reference, so no two live
 //! records may share one; the primary key makes that a rule (a different key whose reference is
 //! held gets [`StoreError::ReferenceTaken`]), keeps each index entry at 16 bytes, and makes a
-//! status lookup a primary-key probe. See `migrations/postgres/0002_narrow_records.sql` for the
-//! row.
+//! status lookup a primary-key probe. See `migrations/postgres/0001_records.sql` for the row
+//! (the SQLite store keeps the same one).
 //!
 //! Every call is one statement, so one round trip: a fresh claim is one insert, a repeat the same
 //! statement returning the row it found; a completion is a single `UPDATE` (with its outbox
@@ -16,13 +16,13 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::query::Query;
 use sqlx::{Postgres, Row};
 
 use super::sql::{
-    self, db_error, migration_failed, pending, raced, why_fenced, Migration, RecordRow,
-    CLAIM_ATTEMPTS, FENCE_ATTEMPTS,
+    self, db_error, raced, ref_of, ref_value, rest_of, state_code, why_fenced, Bookkeeping,
+    Migration, RecordRow, CLAIM_ATTEMPTS, FENCE_ATTEMPTS,
 };
 use super::{
     BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
@@ -32,18 +32,11 @@ use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::{RecordState, RecordStatus};
 
-const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        description: "records and outbox",
-        sql: include_str!("../../migrations/postgres/0001_records.sql"),
-    },
-    Migration {
-        version: 2,
-        description: "narrow records keyed by reference",
-        sql: include_str!("../../migrations/postgres/0002_narrow_records.sql"),
-    },
-];
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "records and outbox",
+    sql: include_str!("../../migrations/postgres/0001_records.sql"),
+}];
 
 /// The pool size [`PostgresStore::connect`] uses.
 const POOL_SIZE: u32 = 10;
@@ -52,6 +45,16 @@ const POOL_SIZE: u32 = 10;
 /// different schemas of one database migrate independently.
 const MIGRATION_LOCK: &str =
     "SELECT pg_advisory_xact_lock(1768189296, hashtext(coalesce(current_schema(), '')))";
+
+/// The migration runner's statements for PostgreSQL: a transaction under [`MIGRATION_LOCK`].
+const BOOKKEEPING: Bookkeeping = Bookkeeping {
+    begin: "BEGIN",
+    lock: Some(MIGRATION_LOCK),
+    exists: "SELECT to_regclass('idempotency_migrations')::TEXT",
+    create: "CREATE TABLE idempotency_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+             checksum BYTEA NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+    place: "this schema",
+};
 
 /// The claim, in one statement: insert the record, or, when the reference's row exists, return
 /// it as it was. A fresh call is a bare primary-key insert; a repeat writes nothing, so it takes
@@ -114,10 +117,6 @@ ORDER BY m.n";
 
 const ROW_NOW: &str =
     "SELECT generation, token, state, key_rest FROM idempotency_records WHERE ref = $1";
-
-/// `state` codes of this backend: [`RecordState::code`], and 4 for a completed record whose
-/// answer is a definitive error (`ok` folded into the state).
-const COMPLETED_ERR: i16 = 4;
 
 type PgQuery = Query<'static, Postgres, PgArguments>;
 
@@ -229,57 +228,16 @@ impl PostgresStore {
     /// library's own `idempotency_migrations` table. Refuses a database that records a migration
     /// this build does not know. The constructors call it; running it again changes nothing.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        let mig = sql::migration_error;
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        sqlx::query(MIGRATION_LOCK)
-            .execute(&mut *tx)
-            .await
-            .map_err(mig)?;
-        let exists: Option<String> =
-            sqlx::query_scalar("SELECT to_regclass('idempotency_migrations')::TEXT")
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(mig)?;
-        if exists.is_none() {
-            sqlx::query(
-                "CREATE TABLE idempotency_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
-                 checksum BYTEA NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-            )
-            .execute(&mut *tx)
-            .await
-            .map_err(mig)?;
-        }
-        let applied: Vec<(i64, Vec<u8>)> =
-            sqlx::query_as("SELECT version, checksum FROM idempotency_migrations ORDER BY version")
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(mig)?;
-        for m in pending(MIGRATIONS, &applied, "this schema")? {
-            sqlx::raw_sql(m.sql)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| migration_failed(m, e))?;
-            sqlx::query("INSERT INTO idempotency_migrations (version, description, checksum) VALUES ($1, $2, $3)")
-                .bind(m.version)
-                .bind(m.description)
-                .bind(m.checksum())
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| migration_failed(m, e))?;
-        }
-        tx.commit().await.map_err(mig)
+        sql::migrate(&self.pool, MIGRATIONS, &BOOKKEEPING).await
     }
 
-    /// The record's generation, token and state now; `None` when there is none for `key`.
-    async fn row_now(&self, key: &Key) -> Result<Option<(i64, i64, i16)>, StoreError> {
-        let row: Option<(i32, i64, i16, Vec<u8>)> = sqlx::query_as(ROW_NOW)
+    /// The row under the key's `ref` now, for [`why_fenced`].
+    async fn row_now(&self, key: &Key) -> Result<Option<sql::FenceRow>, StoreError> {
+        sqlx::query_as(ROW_NOW)
             .bind(ref_of(key))
             .fetch_optional(&self.pool)
             .await
-            .map_err(db_error)?;
-        Ok(row
-            .filter(|(.., rest)| rest[..] == *rest_of(key))
-            .map(|(g, t, s, _)| (i64::from(g), t, split_state(s).0)))
+            .map_err(db_error)
     }
 
     /// Runs a fenced update; when it changes nothing, reads the row to say why.
@@ -302,20 +260,6 @@ impl PostgresStore {
     }
 }
 
-/// The primary key: the key's first 8 bytes (the reference's), big-endian.
-fn ref_of(key: &Key) -> i64 {
-    ref_value(&key.reference(1))
-}
-
-fn ref_value(reference: &Reference) -> i64 {
-    i64::from_be_bytes(*reference.prefix())
-}
-
-/// The key's other 24 bytes.
-fn rest_of(key: &Key) -> &[u8] {
-    &key.as_bytes()[8..]
-}
-
 /// A fenced statement's first three parameters: `$1` ref, `$2` key_rest, `$3` token.
 fn fenced_query(sql: &'static str, key: &Key, token: Token) -> PgQuery {
     sqlx::query(sql)
@@ -324,49 +268,9 @@ fn fenced_query(sql: &'static str, key: &Key, token: Token) -> PgQuery {
         .bind(token.0)
 }
 
-/// This backend's state code for a settled record: `ok` folded in.
-fn state_code(state: RecordState, ok: Option<bool>) -> i16 {
-    match (state, ok) {
-        (RecordState::Completed, Some(false)) => COMPLETED_ERR,
-        _ => state.code(),
-    }
-}
-
-/// The inverse of [`state_code`]: the shared [`RecordState::code`] and, for a completed record,
-/// whether its answer is `Ok`.
-fn split_state(code: i16) -> (i16, Option<bool>) {
-    match code {
-        COMPLETED_ERR => (RecordState::Completed.code(), Some(false)),
-        c if c == RecordState::Completed.code() => (c, Some(true)),
-        c => (c, None),
-    }
-}
-
-/// Reads `generation, state, fingerprint, claimed_at, ends_at, completed_at, response` from
-/// column `at` on into the shared row model.
-fn record_row(r: &PgRow, at: usize) -> Result<RecordRow, sqlx::Error> {
-    let code: i16 = r.try_get(at + 1)?;
-    let fingerprint: Vec<u8> = r.try_get(at + 2)?;
-    let ends_at: i64 = r.try_get(at + 4)?;
-    let (state, ok) = split_state(code);
-    let settled = state == RecordState::Completed.code() || state == RecordState::Released.code();
-    Ok(RecordRow {
-        generation: i64::from(r.try_get::<i32, _>(at)?),
-        state,
-        fingerprint: (!fingerprint.is_empty()).then_some(fingerprint),
-        claimed_at: r.try_get(at + 3)?,
-        lease_expires_at: ends_at,
-        completed_at: r.try_get(at + 5)?,
-        expires_at: settled.then_some(ends_at),
-        ok,
-        response: r.try_get(at + 6)?,
-    })
-}
-
 impl RecordStore for PostgresStore {
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(async move {
-            let rest = rest_of(&req.key);
             let fingerprint = req
                 .fingerprint
                 .as_ref()
@@ -374,7 +278,7 @@ impl RecordStore for PostgresStore {
             let bound = |sql: &'static str| {
                 sqlx::query(sql)
                     .bind(ref_of(&req.key))
-                    .bind(rest)
+                    .bind(rest_of(&req.key))
                     .bind(req.tenant)
                     .bind(req.tool)
                     .bind(fingerprint)
@@ -394,20 +298,7 @@ impl RecordStore for PostgresStore {
                         token: Token(req.now.as_millis()),
                     });
                 }
-                let rec = record_row(&row, 2).map_err(db_error)?;
-                let holder: Vec<u8> = row.try_get(1).map_err(db_error)?;
-                if holder.len() != rest.len() {
-                    return Err(StoreError::corrupt(format!(
-                        "the record holding ref {} has a key_rest of {} bytes, not 24",
-                        req.key.reference(sql::generation_of(rec.generation)?),
-                        holder.len()
-                    )));
-                }
-                if holder != rest {
-                    // Same first 8 bytes, so the same reference prefix: the holder's generation.
-                    let reference = req.key.reference(sql::generation_of(rec.generation)?);
-                    return Err(StoreError::ReferenceTaken { reference });
-                }
+                let rec = RecordRow::read(&row, 1).map_err(db_error)?;
                 if let Some(answer) = rec.existing_claim(&req.key, &req.fingerprint, req.now)? {
                     return Ok(answer);
                 }
@@ -519,8 +410,8 @@ impl RecordStore for PostgresStore {
     ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
         Box::pin(async move {
             let row = sqlx::query(
-                "SELECT tool, generation, state, fingerprint, claimed_at, ends_at, completed_at, response \
-                 FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND generation = $3",
+                "SELECT tool, key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at, \
+                 response FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND generation = $3",
             )
             .bind(ref_value(&reference))
             .bind(tenant)
@@ -530,7 +421,7 @@ impl RecordStore for PostgresStore {
             .map_err(db_error)?;
             let Some(row) = row else { return Ok(None) };
             let tool: String = row.try_get(0).map_err(db_error)?;
-            record_row(&row, 1)
+            RecordRow::read(&row, 1)
                 .map_err(db_error)?
                 .status(reference, tool)
                 .map(Some)
@@ -545,9 +436,7 @@ impl RecordStore for PostgresStore {
         at: Timestamp,
         expires_at: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let (state, ok, body, completed, expires) =
-            sql::settlement_columns(settlement, at, expires_at);
-        let code = state_code(state, ok);
+        let (code, body, completed, expires) = sql::settlement_columns(settlement, at, expires_at);
         let allowed = &[RecordState::InFlight, RecordState::Unknown];
         // Unknown keeps its lease end in `ends_at`.
         Box::pin(self.fenced(key, token, allowed, "the settlement", move || {
@@ -592,10 +481,11 @@ impl Maintenance for PostgresStore {
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
         Box::pin(async move {
-            let rows: Vec<sql::UnsettledRow<i32>> = sqlx::query_as(
-                "SELECT int8send(ref) || key_rest AS key, generation, tenant, tool, state, token, claimed_at \
+            // Ties in the keys' byte order, as the memory store: `ref` compared unsigned.
+            let rows: Vec<sql::UnsettledRow> = sqlx::query_as(
+                "SELECT ref, key_rest, generation, tenant, tool, state, token, claimed_at \
                  FROM idempotency_records WHERE state = 2 OR (state = 0 AND ends_at <= $1) \
-                 ORDER BY claimed_at, key LIMIT $2",
+                 ORDER BY claimed_at, ref < 0, ref LIMIT $2",
             )
             .bind(now.as_millis())
             .bind(i64::from(limit))

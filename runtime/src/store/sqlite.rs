@@ -1,5 +1,11 @@
 //! [`SqliteStore`]: the embedded default. One file, so a repeat after a server restart is still
 //! recognised (an in-memory store would forget, and run the side effect again).
+//!
+//! The record row is PostgreSQL's, column for column (`migrations/sqlite/0001_records.sql`): the
+//! primary key is the reference (the key's first 8 bytes as a 64-bit integer, here the rowid
+//! itself) with the key's other 24 bytes beside it, so a claim whose reference is held by a
+//! different key is refused with [`StoreError::ReferenceTaken`] and a status lookup is a
+//! primary-key probe. No secondary index.
 
 use std::path::Path;
 use std::time::Duration;
@@ -7,13 +13,13 @@ use std::time::Duration;
 use sqlx::query::Query;
 use sqlx::sqlite::{
     SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteRow, SqliteSynchronous,
+    SqliteSynchronous,
 };
-use sqlx::{Connection, Row, Sqlite};
+use sqlx::{Row, Sqlite};
 
 use super::sql::{
-    self, db_error, migration_failed, pending, raced, why_fenced, Migration, RecordRow,
-    CLAIM_ATTEMPTS, FENCE_ATTEMPTS,
+    self, db_error, raced, ref_of, ref_value, rest_of, state_code, why_fenced, Bookkeeping,
+    Migration, RecordRow, CLAIM_ATTEMPTS, FENCE_ATTEMPTS,
 };
 use super::{
     BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
@@ -33,41 +39,59 @@ const MIGRATIONS: &[Migration] = &[Migration {
 /// take turns on the file's lock.
 const POOL_SIZE: u32 = 4;
 
-/// A record of another key than `$3` holding the reference (`$1..=$2`: the keys sharing the
-/// first 8 bytes).
-const HOLDER: &str = "SELECT key, generation FROM idempotency_records \
-                      WHERE key BETWEEN $1 AND $2 AND key <> $3 LIMIT 1";
+/// The migration runner's statements for SQLite: `BEGIN IMMEDIATE` takes the file's write lock,
+/// so processes opening one file together apply the migrations once.
+const BOOKKEEPING: Bookkeeping = Bookkeeping {
+    begin: "BEGIN IMMEDIATE",
+    lock: None,
+    exists: "SELECT (SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'idempotency_migrations')",
+    create: "CREATE TABLE idempotency_migrations (version INTEGER PRIMARY KEY, \
+             description TEXT NOT NULL, checksum BLOB NOT NULL, \
+             applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))",
+    place: "this database file",
+};
 
 /// The claim, in one call to sqlx's SQLite worker, two statements. First an upsert: insert, or
-/// take over a released / window-expired row, returning a row only when this claim won; it
-/// inserts nothing while a record of another key holds the reference (`$7..=$8`: the range of
-/// keys sharing the first 8 bytes). Then, only when the upsert changed nothing
-/// (`changes() = 0`), the row it found. The first column says which: `1` a won claim
-/// (`generation, token`), `0` the existing record. No row at all: another key's record holds the
-/// reference.
+/// take over a released / window-expired record of this key (same `key_rest`), returning a row
+/// only when this claim won. Then, only when the upsert changed nothing (`changes() = 0`), the
+/// row it found under the reference. The first column says which: `1` a won claim
+/// (`generation, token`), `0` the existing record (a [`RecordRow`] from column 1 on; another
+/// key's when its `key_rest` differs).
+///
+/// Parameters: `$1` ref, `$2` key_rest, `$3` tenant, `$4` tool, `$5` fingerprint, `$6` now,
+/// `$7` lease end (as PostgreSQL's claim).
 const CLAIM: &str = "\
 INSERT INTO idempotency_records
-    (key, tenant, tool, generation, state, fingerprint, token, claimed_at, lease_expires_at)
-SELECT $1, $2, $3, 1, 0, $4, $5, $5, $6
-WHERE NOT EXISTS (SELECT 1 FROM idempotency_records WHERE key BETWEEN $7 AND $8 AND key <> $1)
-ON CONFLICT (key) DO UPDATE SET
+    (ref, token, claimed_at, ends_at, generation, state, key_rest, tenant, tool, fingerprint)
+VALUES ($1, $6, $6, $7, 1, 0, $2, $3, $4, $5)
+ON CONFLICT (ref) DO UPDATE SET
     token = token + 1,
     claimed_at = excluded.claimed_at,
-    lease_expires_at = excluded.lease_expires_at,
+    ends_at = excluded.ends_at,
     generation = CASE WHEN state = 3 THEN generation ELSE generation + 1 END,
     state = 0,
     tenant = excluded.tenant,
     tool = excluded.tool,
     fingerprint = excluded.fingerprint,
-    completed_at = NULL, expires_at = NULL, ok = NULL, response = NULL
-WHERE state = 3 OR (state = 1 AND (expires_at IS NULL OR expires_at <= excluded.claimed_at))
+    completed_at = NULL,
+    response = NULL
+WHERE key_rest = excluded.key_rest AND (state = 3 OR (state IN (1, 4) AND ends_at <= excluded.claimed_at))
 RETURNING 1, generation, token;
-SELECT 0, generation, state, fingerprint, claimed_at, lease_expires_at, completed_at, expires_at, ok, response
-FROM idempotency_records WHERE key = $1 AND changes() = 0";
+SELECT 0, key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at, response
+FROM idempotency_records WHERE ref = $1 AND changes() = 0";
 
+/// `$1` ref, `$2` key_rest, `$3` token, then the new values.
 const COMPLETE: &str = "\
-UPDATE idempotency_records SET state = 1, ok = $3, response = $4, completed_at = $5, expires_at = $6
-WHERE key = $1 AND token = $2 AND state = 0";
+UPDATE idempotency_records SET state = $4, response = $5, completed_at = $6, ends_at = $7
+WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0";
+
+/// [`COMPLETE`], for a completion that writes outbox messages with the row's generation.
+const COMPLETE_RETURNING: &str = "\
+UPDATE idempotency_records SET state = $4, response = $5, completed_at = $6, ends_at = $7
+WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0 RETURNING generation";
+
+const ROW_NOW: &str =
+    "SELECT generation, token, state, key_rest FROM idempotency_records WHERE ref = $1";
 
 type SqliteQuery = Query<'static, Sqlite, SqliteArguments>;
 
@@ -168,41 +192,13 @@ impl SqliteStore {
     /// a file that records a migration this build does not know. The constructors call it;
     /// running it again changes nothing.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        let mig = sql::migration_error;
-        let mut conn = self.pool.acquire().await.map_err(db_error)?;
-        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(mig)?;
-        sqlx::query(
-            "CREATE TABLE IF NOT EXISTS idempotency_migrations (version INTEGER PRIMARY KEY, \
-             description TEXT NOT NULL, checksum BLOB NOT NULL, \
-             applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))",
-        )
-        .execute(&mut *tx)
-        .await
-        .map_err(mig)?;
-        let applied: Vec<(i64, Vec<u8>)> =
-            sqlx::query_as("SELECT version, checksum FROM idempotency_migrations ORDER BY version")
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(mig)?;
-        for m in pending(MIGRATIONS, &applied, "this database file")? {
-            sqlx::raw_sql(m.sql)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| migration_failed(m, e))?;
-            sqlx::query("INSERT INTO idempotency_migrations (version, description, checksum) VALUES ($1, $2, $3)")
-                .bind(m.version)
-                .bind(m.description)
-                .bind(m.checksum())
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| migration_failed(m, e))?;
-        }
-        tx.commit().await.map_err(mig)
+        sql::migrate(&self.pool, MIGRATIONS, &BOOKKEEPING).await
     }
 
-    async fn row_now(&self, key: &Key) -> Result<Option<(i64, i64, i16)>, StoreError> {
-        sqlx::query_as("SELECT generation, token, state FROM idempotency_records WHERE key = $1")
-            .bind(bytes(key))
+    /// The row under the key's `ref` now, for [`why_fenced`].
+    async fn row_now(&self, key: &Key) -> Result<Option<sql::FenceRow>, StoreError> {
+        sqlx::query_as(ROW_NOW)
+            .bind(ref_of(key))
             .fetch_optional(&self.pool)
             .await
             .map_err(db_error)
@@ -234,19 +230,17 @@ impl SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(db_error)?;
-        let generation: Option<i64> = sqlx::query_scalar(
-            "UPDATE idempotency_records SET state = 1, ok = $3, response = $4, completed_at = $5, expires_at = $6 \
-             WHERE key = $1 AND token = $2 AND state = 0 RETURNING generation",
-        )
-        .bind(bytes(&c.key))
-        .bind(c.token.0)
-        .bind(c.response.ok)
-        .bind(c.response.body.as_str())
-        .bind(c.now.as_millis())
-        .bind(c.expires_at.as_millis())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db_error)?;
+        let generation: Option<i64> = sqlx::query_scalar(COMPLETE_RETURNING)
+            .bind(ref_of(&c.key))
+            .bind(rest_of(&c.key))
+            .bind(c.token.0)
+            .bind(state_code(RecordState::Completed, Some(c.response.ok)))
+            .bind(c.response.body.as_str())
+            .bind(c.now.as_millis())
+            .bind(c.expires_at.as_millis())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?;
         let Some(generation) = generation else {
             return Ok(false);
         };
@@ -266,83 +260,66 @@ impl SqliteStore {
     }
 }
 
-/// Reads `generation, state, fingerprint, claimed_at, lease_expires_at, completed_at,
-/// expires_at, ok, response` from column `at` on.
-fn record_row(r: &SqliteRow, at: usize) -> Result<RecordRow, sqlx::Error> {
-    Ok(RecordRow {
-        generation: r.try_get(at)?,
-        state: r.try_get(at + 1)?,
-        fingerprint: r.try_get(at + 2)?,
-        claimed_at: r.try_get(at + 3)?,
-        lease_expires_at: r.try_get(at + 4)?,
-        completed_at: r.try_get(at + 5)?,
-        expires_at: r.try_get(at + 6)?,
-        ok: r.try_get(at + 7)?,
-        response: r.try_get(at + 8)?,
-    })
-}
-
 fn bytes(key: &Key) -> &[u8] {
     &key.as_bytes()[..]
+}
+
+/// A fenced statement's first three parameters: `$1` ref, `$2` key_rest, `$3` token.
+fn fenced_query(sql: &'static str, key: &Key, token: Token) -> SqliteQuery {
+    sqlx::query(sql)
+        .bind(ref_of(key))
+        .bind(rest_of(key).to_vec())
+        .bind(token.0)
 }
 
 impl RecordStore for SqliteStore {
     /// One call to sqlx's SQLite worker answers a fresh claim, a takeover and a repeat alike:
     /// the upsert, then (only when it changed nothing) the row it found, in one prepared batch
     /// (`CLAIM`). The answer comes from that read; a row that changed between the two
-    /// statements, so that it is now one to take over, makes the claim run again. With no row
-    /// of its own, another key's record holds the reference (a second call, about one claim in
-    /// 2^64).
+    /// statements, so that it is now one to take over, makes the claim run again. A row of
+    /// another key under the reference (a second call, about one claim in 2^64) is refused.
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(async move {
-            let (lo, hi) = req.key.reference(1).key_range();
+            let fingerprint = req
+                .fingerprint
+                .as_ref()
+                .map_or(&[][..], |f| &f.as_bytes()[..]);
             for _ in 0..CLAIM_ATTEMPTS {
                 let rows = sqlx::query(CLAIM)
-                    .bind(bytes(&req.key))
+                    .bind(ref_of(&req.key))
+                    .bind(rest_of(&req.key))
                     .bind(req.tenant)
                     .bind(req.tool)
-                    .bind(req.fingerprint.as_ref().map(|f| &f.as_bytes()[..]))
+                    .bind(fingerprint)
                     .bind(req.now.as_millis())
                     .bind(req.lease_expires_at.as_millis())
-                    .bind(&lo[..])
-                    .bind(&hi[..])
                     .fetch_all(&self.pool)
                     .await
                     .map_err(db_error)?;
-                if rows.len() > 1 {
-                    return Err(StoreError::corrupt(format!(
-                        "a claim of ref {} read {} rows for one key",
-                        req.key.reference(1),
-                        rows.len()
-                    )));
-                }
-                if let Some(row) = rows.first() {
-                    let won: i64 = row.try_get(0).map_err(db_error)?;
-                    if won == 1 {
-                        let generation: i64 = row.try_get(1).map_err(db_error)?;
-                        let token: i64 = row.try_get(2).map_err(db_error)?;
-                        return Ok(Claim::New {
-                            reference: req.key.reference(sql::generation_of(generation)?),
-                            token: Token(token),
-                        });
+                let row = match &rows[..] {
+                    [row] => row,
+                    // Neither statement answered: the row went between them (a purge). Again.
+                    [] => continue,
+                    _ => {
+                        return Err(StoreError::corrupt(format!(
+                            "a claim of ref {} read {} rows for one reference",
+                            req.key.reference(1),
+                            rows.len()
+                        )))
                     }
-                    let rec = record_row(row, 1).map_err(db_error)?;
-                    if let Some(answer) = rec.existing_claim(&req.key, &req.fingerprint, req.now)? {
-                        return Ok(answer);
-                    }
-                    continue;
+                };
+                let won: i64 = row.try_get(0).map_err(db_error)?;
+                if won == 1 {
+                    let generation: i64 = row.try_get(1).map_err(db_error)?;
+                    let token: i64 = row.try_get(2).map_err(db_error)?;
+                    return Ok(Claim::New {
+                        reference: req.key.reference(sql::generation_of(generation)?),
+                        token: Token(token),
+                    });
                 }
-                let holder: Option<(Vec<u8>, i64)> = sqlx::query_as(HOLDER)
-                    .bind(&lo[..])
-                    .bind(&hi[..])
-                    .bind(bytes(&req.key))
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(db_error)?;
-                if let Some((holder, generation)) = holder {
-                    let reference =
-                        sql::key_of(&holder)?.reference(sql::generation_of(generation)?);
-                    return Err(StoreError::ReferenceTaken { reference });
+                let rec = RecordRow::read(row, 1).map_err(db_error)?;
+                if let Some(answer) = rec.existing_claim(&req.key, &req.fingerprint, req.now)? {
+                    return Ok(answer);
                 }
             }
             Err(raced("the claim", CLAIM_ATTEMPTS))
@@ -352,6 +329,7 @@ impl RecordStore for SqliteStore {
     fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             if c.outbox.is_empty() {
+                let state = state_code(RecordState::Completed, Some(c.response.ok));
                 return self
                     .fenced(
                         c.key,
@@ -359,10 +337,8 @@ impl RecordStore for SqliteStore {
                         &[RecordState::InFlight],
                         "the completion",
                         || {
-                            sqlx::query(COMPLETE)
-                                .bind(bytes(&c.key))
-                                .bind(c.token.0)
-                                .bind(c.response.ok)
+                            fenced_query(COMPLETE, &c.key, c.token)
+                                .bind(state)
                                 .bind(c.response.body.as_str())
                                 .bind(c.now.as_millis())
                                 .bind(c.expires_at.as_millis())
@@ -397,12 +373,12 @@ impl RecordStore for SqliteStore {
             &[RecordState::InFlight],
             "the release",
             move || {
-                sqlx::query(
-                    "UPDATE idempotency_records SET state = 3, completed_at = $3, expires_at = $3 \
-                 WHERE key = $1 AND token = $2 AND state = 0",
+                fenced_query(
+                    "UPDATE idempotency_records SET state = 3, completed_at = $4, ends_at = $4 \
+                     WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
+                    &key,
+                    token,
                 )
-                .bind(bytes(&key))
-                .bind(token.0)
                 .bind(now.as_millis())
             },
         ))
@@ -410,9 +386,11 @@ impl RecordStore for SqliteStore {
 
     fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(self.fenced(key, token, &[RecordState::InFlight], "marking the outcome unknown", move || {
-            sqlx::query("UPDATE idempotency_records SET state = 2 WHERE key = $1 AND token = $2 AND state = 0")
-                .bind(bytes(&key))
-                .bind(token.0)
+            fenced_query(
+                "UPDATE idempotency_records SET state = 2 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
+                &key,
+                token,
+            )
         }))
     }
 
@@ -423,37 +401,35 @@ impl RecordStore for SqliteStore {
         lease_expires_at: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(self.fenced(key, token, &[RecordState::InFlight], "the lease renewal", move || {
-            sqlx::query(
-                "UPDATE idempotency_records SET lease_expires_at = $3 WHERE key = $1 AND token = $2 AND state = 0",
+            fenced_query(
+                "UPDATE idempotency_records SET ends_at = $4 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
+                &key,
+                token,
             )
-            .bind(bytes(&key))
-            .bind(token.0)
             .bind(lease_expires_at.as_millis())
         }))
     }
 
+    /// A primary-key probe: the reference is the primary key.
     fn status<'a>(
         &'a self,
         tenant: &'a str,
         reference: Reference,
     ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
         Box::pin(async move {
-            let (lo, hi) = reference.key_range();
             let row = sqlx::query(
-                "SELECT generation, state, fingerprint, claimed_at, lease_expires_at, completed_at, \
-                 expires_at, ok, response, tool FROM idempotency_records \
-                 WHERE key BETWEEN $1 AND $2 AND tenant = $3 AND generation = $4 ORDER BY key LIMIT 1",
+                "SELECT tool, key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at, \
+                 response FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND generation = $3",
             )
-            .bind(&lo[..])
-            .bind(&hi[..])
+            .bind(ref_value(&reference))
             .bind(tenant)
             .bind(i64::from(reference.generation()))
             .fetch_optional(&self.pool)
             .await
             .map_err(db_error)?;
             let Some(row) = row else { return Ok(None) };
-            let tool: String = row.try_get(9).map_err(db_error)?;
-            record_row(&row, 0)
+            let tool: String = row.try_get(0).map_err(db_error)?;
+            RecordRow::read(&row, 1)
                 .map_err(db_error)?
                 .status(reference, tool)
                 .map(Some)
@@ -468,18 +444,18 @@ impl RecordStore for SqliteStore {
         at: Timestamp,
         expires_at: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let (state, ok, body, completed, expires) =
-            sql::settlement_columns(settlement, at, expires_at);
+        let (code, body, completed, expires) = sql::settlement_columns(settlement, at, expires_at);
         let allowed = &[RecordState::InFlight, RecordState::Unknown];
+        // Unknown keeps its lease end in `ends_at`.
         Box::pin(self.fenced(key, token, allowed, "the settlement", move || {
-            sqlx::query(
-                "UPDATE idempotency_records SET token = token + 1, state = $3, ok = $4, response = $5, \
-                 completed_at = $6, expires_at = $7 WHERE key = $1 AND token = $2 AND state IN (0, 2)",
+            fenced_query(
+                "UPDATE idempotency_records SET token = token + 1, state = $4, response = $5, \
+                 completed_at = $6, ends_at = coalesce($7, ends_at) \
+                 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2)",
+                &key,
+                token,
             )
-            .bind(bytes(&key))
-            .bind(token.0)
-            .bind(state.code())
-            .bind(ok)
+            .bind(code)
             .bind(body)
             .bind(completed)
             .bind(expires)
@@ -493,9 +469,9 @@ impl Maintenance for SqliteStore {
     fn purge(&self, older_than: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(async move {
             let done = sqlx::query(
-                "DELETE FROM idempotency_records WHERE key IN \
-                 (SELECT key FROM idempotency_records WHERE state IN (1, 3) AND expires_at < $1 LIMIT $2) \
-                 AND state IN (1, 3) AND expires_at < $1",
+                "DELETE FROM idempotency_records WHERE ref IN \
+                 (SELECT ref FROM idempotency_records WHERE state IN (1, 3, 4) AND ends_at < $1 LIMIT $2) \
+                 AND state IN (1, 3, 4) AND ends_at < $1",
             )
             .bind(older_than.as_millis())
             .bind(i64::from(limit))
@@ -512,9 +488,11 @@ impl Maintenance for SqliteStore {
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
         Box::pin(async move {
-            let rows: Vec<sql::UnsettledRow<i64>> = sqlx::query_as(
-                "SELECT key, generation, tenant, tool, state, token, claimed_at FROM idempotency_records \
-                 WHERE state = 2 OR (state = 0 AND lease_expires_at <= $1) ORDER BY claimed_at, key LIMIT $2",
+            // Ties in the keys' byte order, as the memory store: `ref` compared unsigned.
+            let rows: Vec<sql::UnsettledRow> = sqlx::query_as(
+                "SELECT ref, key_rest, generation, tenant, tool, state, token, claimed_at \
+                 FROM idempotency_records WHERE state = 2 OR (state = 0 AND ends_at <= $1) \
+                 ORDER BY claimed_at, ref < 0, ref LIMIT $2",
             )
             .bind(now.as_millis())
             .bind(i64::from(limit))
