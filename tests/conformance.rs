@@ -34,8 +34,8 @@ fn at(ms: i64) -> Timestamp {
     Timestamp::from_millis(T0 + ms)
 }
 
-/// The token of a record first claimed at `ms`: its claim time (so a key claimed again after a
-/// purge never repeats a token a worker of the purged record could hold).
+/// The token a claim at `ms` proposes in these tests (the engine proposes its claim time in ms ×
+/// 2^20 plus random bits): a record created or taken over by that claim holds it.
 fn first_token(ms: i64) -> Token {
     Token(at(ms).as_millis())
 }
@@ -67,6 +67,7 @@ fn req(key: Key, fingerprint: Option<Fingerprint>, now: i64) -> ClaimRequest<'st
         fingerprint,
         now: at(now),
         lease_expires_at: at(now + LEASE),
+        token: first_token(now),
     }
 }
 
@@ -305,7 +306,7 @@ async fn window_edges(b: &Backend) {
         b.claim(k, None, t + WINDOW).await,
         Claim::New {
             reference: k.reference(2),
-            token: Token(first_token(0).0 + 1)
+            token: first_token(t + WINDOW)
         }
     );
 
@@ -319,7 +320,7 @@ async fn window_edges(b: &Backend) {
         fresh,
         Claim::New {
             reference: k.reference(2),
-            token: Token(first_token(0).0 + 1)
+            token: first_token(t + WINDOW + S)
         }
     );
     assert_ne!(k.reference(2), k.reference(1));
@@ -394,7 +395,7 @@ async fn fingerprint_mismatch(b: &Backend) {
         b.claim(k, other, 2 * S + WINDOW).await,
         Claim::New {
             reference: k.reference(2),
-            token: Token(first_token(0).0 + 1)
+            token: first_token(2 * S + WINDOW)
         }
     );
 
@@ -424,7 +425,7 @@ async fn fingerprint_mismatch(b: &Backend) {
         b.claim(k, other, 2 * S).await,
         Claim::New {
             reference: k.reference(1),
-            token: Token(first_token(0).0 + 1)
+            token: first_token(2 * S)
         }
     );
     assert_eq!(
@@ -453,7 +454,7 @@ async fn released_is_taken_over_under_the_same_reference(b: &Backend) {
         b.claim(k, None, 2 * S).await,
         Claim::New {
             reference: k.reference(1),
-            token: Token(first_token(0).0 + 1)
+            token: first_token(2 * S)
         }
     );
     let taken = b.status(TENANT, k.reference(1)).await.expect("status");
@@ -465,7 +466,7 @@ async fn released_is_taken_over_under_the_same_reference(b: &Backend) {
         b.complete(k, t1, 3 * S, WINDOW, "stale").await,
         k.reference(1),
     );
-    b.complete(k, Token(first_token(0).0 + 1), 3 * S, WINDOW, "done")
+    b.complete(k, first_token(2 * S), 3 * S, WINDOW, "done")
         .await
         .expect("complete");
     assert!(
@@ -526,7 +527,7 @@ async fn stale_tokens_are_fenced(b: &Backend) {
     let t1 = b.new_claim(k, None, 0).await;
     b.store.release(k, t1, at(S)).await.expect("release");
     let t2 = b.new_claim(k, None, 2 * S).await;
-    assert_eq!(t2, Token(t1.0 + 1));
+    assert_eq!(t2, first_token(2 * S), "the taking-over claim's own token");
     let r = k.reference(1);
     assert_fenced(b.complete(k, t1, 3 * S, WINDOW, "stale").await, r);
     assert_fenced(b.store.release(k, t1, at(3 * S)).await, r);
@@ -715,6 +716,7 @@ async fn status_is_tenant_scoped_and_generation_exact(b: &Backend) {
         fingerprint: None,
         now: at(now),
         lease_expires_at: at(now + LEASE),
+        token: first_token(now),
     };
     let ta = match b.store.claim(&claim(ka, "acme", "charge_card", 0)).await {
         Ok(Claim::New { token, .. }) => token,
@@ -919,7 +921,7 @@ async fn settle_completed_answers_repeats_for_the_window(b: &Backend) {
         b.claim(k, None, M + WINDOW).await,
         Claim::New {
             reference: k.reference(2),
-            token: Token(t.0 + 2)
+            token: first_token(M + WINDOW)
         }
     );
 }
@@ -939,7 +941,7 @@ async fn settle_released_lets_a_repeat_run_under_the_same_reference(b: &Backend)
         b.claim(k, None, 2 * M).await,
         Claim::New {
             reference: k.reference(1),
-            token: Token(t.0 + 2)
+            token: first_token(2 * M)
         }
     );
 }
@@ -1141,7 +1143,7 @@ async fn concurrent_takeovers_have_one_winner(b: &Backend) {
         &crowd(b, k, 2 * S).await,
         Claim::New {
             reference: k.reference(1),
-            token: Token(first_token(0).0 + 1),
+            token: first_token(2 * S),
         },
     );
 
@@ -1152,7 +1154,7 @@ async fn concurrent_takeovers_have_one_winner(b: &Backend) {
         &crowd(b, k, 2 * S).await,
         Claim::New {
             reference: k.reference(2),
-            token: Token(first_token(0).0 + 1),
+            token: first_token(2 * S),
         },
     );
 }

@@ -612,6 +612,7 @@ async fn a_thousand_concurrent_claims_make_one_new_claim() {
                     fingerprint: None,
                     now,
                     lease_expires_at: now + Duration::from_secs(30),
+                    token: idempotency::store::Token(now.as_millis()),
                 };
                 store.claim(&req).await.unwrap()
             })
@@ -650,6 +651,7 @@ async fn a_reference_held_by_another_key_refuses_the_call() {
             fingerprint: None,
             now,
             lease_expires_at: now + Duration::from_secs(30),
+            token: idempotency::store::Token(now.as_millis()),
         })
         .await
         .unwrap();

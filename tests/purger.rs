@@ -31,6 +31,7 @@ async fn claim(store: &Scripted, k: Key, now: i64) -> Token {
         fingerprint: None,
         now: Timestamp::from_millis(now),
         lease_expires_at: Timestamp::from_millis(now + 30_000),
+        token: Token(now),
     };
     match store.claim(&req).await.expect("claim") {
         Claim::New { token, .. } => token,

@@ -508,3 +508,79 @@ async fn the_rounds_stop_with_the_engine() {
         "at most the round already due"
     );
 }
+
+/// The next parked or reported store call; a guard of 60 s turns a missing one into a failure.
+async fn reported(w: &World) -> Op {
+    tokio::time::timeout(Duration::from_secs(60), w.store.parked())
+        .await
+        .expect("the store call came")
+}
+
+/// The store commits the claim but its reply is lost (an error after the commit): nothing ran, so
+/// the caller hears "not done" and the claim it may hold is released in the background, fenced by
+/// its own token; a repeat then runs once — never "in progress" forever.
+async fn claim_reply_lost(store: Arc<dyn Store>) {
+    let scripted = Scripted::new(store);
+    let shared: Arc<dyn Store> = scripted.clone();
+    let w = World {
+        engine: Idempotency::builder_shared(shared)
+            .clock(ManualClock::new(Timestamp::from_millis(T0)))
+            .lease(LEASE)
+            .without_reconciler()
+            .build(),
+        store: scripted,
+        clock: ManualClock::new(Timestamp::from_millis(T0)),
+        charges: Arc::default(),
+        caller: Caller::new("acme", "alice"),
+    };
+    let r = reference(&w, 20);
+    w.store.script(Op::Claim, [Act::CommitThenFail]);
+    w.store.script(Op::Release, [Act::Report]);
+    let out = charge(&w, spec(), 20, false).await;
+    match out.result {
+        Err(Failure::Wrapper(e @ Error::Store { .. })) => assert!(e.nothing_done()),
+        other => panic!("expected not done, got {other:?}"),
+    }
+    assert_eq!(w.charges.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        w.store.parked().await,
+        Op::Release,
+        "the lost claim is released"
+    );
+    assert_eq!(state(&w, r).await, Some(RecordState::Released));
+    assert_eq!(charge(&w, spec(), 20, false).await.result.ok(), Some(20));
+    assert_eq!(w.charges.load(Ordering::SeqCst), 1);
+
+    // Dropped while the claim's reply is held (the claim is made): released the same way.
+    let r = reference(&w, 21);
+    w.store.script(Op::Claim, [Act::CommitThenPark]);
+    w.store.script(Op::Release, [Act::Report]);
+    drop_at(&w, Op::Claim, charge(&w, spec(), 21, false)).await;
+    assert_eq!(reported(&w).await, Op::Release);
+    assert_eq!(state(&w, r).await, Some(RecordState::Released));
+    assert_eq!(charge(&w, spec(), 21, false).await.result.ok(), Some(21));
+    assert_eq!(w.charges.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_lost_claim_reply_is_released_memory() {
+    claim_reply_lost(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test]
+async fn a_lost_claim_reply_is_released_sqlite() {
+    let path = std::env::temp_dir().join(format!(
+        "{}.db",
+        idempotency_tests::pg::unique_name("lost-claim")
+    ));
+    let store = idempotency::store::SqliteStore::open(&path)
+        .await
+        .expect("open");
+    claim_reply_lost(Arc::new(store.clone())).await;
+    store.pool().close().await;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = path.clone().into_os_string();
+        p.push(suffix);
+        std::fs::remove_file(p).ok();
+    }
+}

@@ -267,9 +267,9 @@ impl Reference {
         key.0[..8] == self.prefix
     }
 
-    /// The inclusive range of keys whose prefix is this reference's: the memory and SQLite stores
-    /// resolve a reference by a range scan on their key index (PostgreSQL's primary key is the
-    /// prefix itself).
+    /// The inclusive range of keys whose prefix is this reference's: the memory store resolves a
+    /// reference by a range scan of its ordered map (the SQL stores' primary key is the prefix
+    /// itself).
     pub(crate) fn key_range(&self) -> ([u8; 32], [u8; 32]) {
         let mut lo = [0u8; 32];
         let mut hi = [0xffu8; 32];

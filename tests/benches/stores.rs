@@ -25,7 +25,7 @@ use idempotency::store::SqliteStore;
 use idempotency::{
     clock::Timestamp,
     key::Key,
-    store::{Claim, ClaimRequest, Completion, Store, StoredResponse},
+    store::{Claim, ClaimRequest, Completion, Store, StoredResponse, Token},
     Caller,
 };
 use idempotency_tests::pg::{unique_name, TestSchema};
@@ -75,6 +75,7 @@ fn store_fresh(store: Arc<dyn Store>) -> Op {
                 fingerprint: None,
                 now: now(),
                 lease_expires_at: now() + Duration::from_secs(30),
+                token: Token(now().as_millis()),
             };
             let Claim::New { token, .. } = store.claim(&req).await.expect("claim") else {
                 panic!("key {n} was not fresh")
@@ -107,6 +108,7 @@ fn store_repeat(store: Arc<dyn Store>) -> Op {
                 fingerprint: None,
                 now: now(),
                 lease_expires_at: now() + Duration::from_secs(30),
+                token: Token(now().as_millis()),
             };
             let answer = store.claim(&req).await.expect("claim");
             assert!(

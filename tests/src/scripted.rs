@@ -45,6 +45,11 @@ pub enum Act {
     /// Calls the wrapped store (so the change commits), then answers `Unavailable`: the reply
     /// was lost.
     CommitThenFail,
+    /// Calls the wrapped store, then signals and waits until [`Scripted::unpark`] before
+    /// answering: the change is made, the reply is held.
+    CommitThenPark,
+    /// Calls the wrapped store and signals (through [`Scripted::parked`]) once it has answered.
+    Report,
 }
 
 /// The wrapper.
@@ -82,7 +87,7 @@ impl Scripted {
         calls.get(&op).copied().unwrap_or(0)
     }
 
-    /// Waits until a call parks, and says which method it was.
+    /// Waits until a call parks (or a `Report` call has answered), and says which method it was.
     pub async fn parked(&self) -> Op {
         let mut rx = self.parked_rx.lock().await;
         rx.recv()
@@ -132,6 +137,17 @@ impl Scripted {
                 Act::CommitThenFail => {
                     let _ = call().await;
                     Err(unavailable(op))
+                }
+                Act::CommitThenPark => {
+                    let r = call().await;
+                    let _ = self.parked_tx.send(op);
+                    self.gate.acquire().await.expect("never closed").forget();
+                    r
+                }
+                Act::Report => {
+                    let r = call().await;
+                    let _ = self.parked_tx.send(op);
+                    r
                 }
             }
         })

@@ -135,3 +135,60 @@ impl Drop for Guard {
         }
     }
 }
+
+/// A claim on its way to the store. If its answer never comes back (the store failed, the reply
+/// was lost, the call was dropped while waiting), the claim may have been made all the same:
+/// dropped while armed, it releases the claim this attempt may hold — fenced by the attempt's own
+/// token, so it never touches anyone else's — in the background, retrying a few times. Nothing
+/// ran, so released is the truth.
+pub(super) struct ClaimGuard {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) key: Key,
+    pub(super) token: Token,
+    pub(super) tool: &'static str,
+    pub(super) armed: bool,
+}
+
+/// How often a lost claim's release is tried, and the first pause between tries (doubling).
+const RELEASE_TRIES: u32 = 5;
+const RELEASE_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (store, clock, key, token, tool) = (
+            self.store.clone(),
+            self.clock.clone(),
+            self.key,
+            self.token,
+            self.tool,
+        );
+        let release = async move {
+            for attempt in 0..RELEASE_TRIES {
+                match store.release(key, token, clock.now()).await {
+                    Ok(()) => {
+                        tracing::info!(tool, reference = %key.reference(1), "idempotency released a claim whose answer was lost; nothing had run");
+                        return;
+                    }
+                    // Never made, or not ours: nothing to give back.
+                    Err(
+                        StoreError::Fenced { .. }
+                        | StoreError::WrongState { .. }
+                        | StoreError::NotFound,
+                    ) => return,
+                    Err(e) => {
+                        tracing::warn!(tool, error = %e, attempt, "idempotency could not release a claim whose answer was lost; retrying");
+                        tokio::time::sleep(RELEASE_PAUSE * 2u32.pow(attempt)).await;
+                    }
+                }
+            }
+            tracing::error!(tool, "idempotency gave up releasing a claim whose answer was lost; its lease will pass and lease expiry will settle it");
+        };
+        if let Ok(h) = tokio::runtime::Handle::try_current() {
+            h.spawn(release);
+        }
+    }
+}

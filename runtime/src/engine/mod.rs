@@ -12,7 +12,7 @@ use crate::error::{Error, UnknownReason};
 use crate::key::{Caller, Reference};
 use crate::outcome::{ErrorPolicy, Failure, Outcome};
 use crate::record::RecordStatus;
-use crate::store::{Claim, ClaimRequest, Store, StoreError};
+use crate::store::{Claim, ClaimRequest, Store, StoreError, Token};
 use crate::tool::{Prepared, ToolSpec};
 
 mod attempt;
@@ -21,6 +21,7 @@ mod guard;
 
 use attempt::Attempt;
 use expiry::{Background, Reconcile};
+use guard::ClaimGuard;
 
 /// The store and clock every idempotent tool of a server shares. Cheap to clone.
 ///
@@ -277,6 +278,7 @@ impl Idempotency {
     {
         let tool = spec.name;
         let now = self.clock.now();
+        let token = attempt_token(now);
         let req = ClaimRequest {
             key: prepared.key,
             tenant: &caller.tenant,
@@ -284,8 +286,22 @@ impl Idempotency {
             fingerprint: prepared.fingerprint,
             now,
             lease_expires_at: now + self.lease,
+            token,
         };
-        let claim = match self.store.claim(&req).await {
+        let mut pending = ClaimGuard {
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+            key: prepared.key,
+            token,
+            tool,
+            armed: true,
+        };
+        let claim = self.store.claim(&req).await;
+        if claim.is_ok() {
+            pending.armed = false;
+        }
+        drop(pending);
+        let claim = match claim {
             Ok(c) => c,
             Err(StoreError::ReferenceTaken { reference }) => {
                 tracing::error!(tool, %reference, "idempotency claim refused: the reference is held by a different key; nothing was run");
@@ -402,4 +418,19 @@ fn refused<T, E>(e: Error) -> Outcome<T, Failure<E>> {
         replayed: false,
         reference: None,
     }
+}
+
+/// A fencing token for one attempt: its claim time in ms × 2^20 plus 20 random bits, so tokens
+/// grow with time (a key claimed again after a purge never repeats a token a worker of the purged
+/// record could hold) and two attempts at the same millisecond practically never share one.
+fn attempt_token(now: crate::clock::Timestamp) -> Token {
+    use std::hash::BuildHasher;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    static KEYS: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+    let noise = KEYS
+        .get_or_init(std::hash::RandomState::new)
+        .hash_one(SEQ.fetch_add(1, Ordering::Relaxed));
+    let low = i64::try_from(noise & 0xF_FFFF).unwrap_or(0);
+    Token(now.as_millis().saturating_mul(1 << 20) | low)
 }

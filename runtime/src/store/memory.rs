@@ -48,13 +48,14 @@ struct Inner {
 ///
 /// ```
 /// # tokio_test_block_on(async {
-/// use idempotency::store::{Claim, ClaimRequest, MemoryStore, RecordStore};
+/// use idempotency::store::{Claim, ClaimRequest, MemoryStore, RecordStore, Token};
 /// use idempotency::{clock::Timestamp, key::Key, Caller};
 /// let store = MemoryStore::new();
 /// let key = Key::for_call(&Caller::new("acme", "alice"), "charge_card", &100)?;
 /// let req = ClaimRequest {
 ///     key, tenant: "acme", tool: "charge_card", fingerprint: None,
 ///     now: Timestamp::from_millis(0), lease_expires_at: Timestamp::from_millis(30_000),
+///     token: Token(1),
 /// };
 /// assert!(matches!(store.claim(&req).await?, Claim::New { .. }));
 /// assert!(matches!(store.claim(&req).await?, Claim::InFlight { .. }));
@@ -155,7 +156,7 @@ impl RecordStore for MemoryStore {
                             async move { Err(StoreError::ReferenceTaken { reference }) },
                         );
                     }
-                    let token = req.now.as_millis();
+                    let token = req.token.0;
                     inner.rows.insert(req.key, fresh(1, token));
                     Claim::New {
                         reference: req.key.reference(1),
@@ -172,7 +173,7 @@ impl RecordStore for MemoryStore {
                         } else {
                             row.generation
                         };
-                        *row = fresh(generation, row.token + 1);
+                        *row = fresh(generation, req.token.0);
                         Claim::New {
                             reference: req.key.reference(generation),
                             token: Token(row.token),

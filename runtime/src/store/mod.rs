@@ -24,9 +24,9 @@
 //!
 //! | existing row | fingerprint | answer |
 //! |---|---|---|
-//! | none | – | [`Claim::New`] (generation 1, token = `now` in ms) |
-//! | released | any | [`Claim::New`], same generation, token + 1 |
-//! | completed, `now >= expires_at` | any | [`Claim::New`], generation + 1, token + 1 |
+//! | none | – | [`Claim::New`] (generation 1, the request's token) |
+//! | released | any | [`Claim::New`], same generation, the request's token |
+//! | completed, `now >= expires_at` | any | [`Claim::New`], generation + 1, the request's token |
 //! | in flight / completed (live) / unknown | differs | [`Claim::Mismatch`] |
 //! | in flight | same | [`Claim::InFlight`] (even when its lease has expired: never re-run on a lease) |
 //! | completed, `now < expires_at` | same | [`Claim::Completed`] with the stored answer |
@@ -117,12 +117,13 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// [`Maintenance::purge`] may delete them: 48 hours.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(48 * 3600);
 
-/// A fencing token: bumped by every takeover and settlement. Only the holder of the current
-/// token may complete, release or mark a record; a stale holder is told so.
+/// A fencing token: replaced by every claim that creates or takes over a record (the claim
+/// request's own token) and bumped by every settlement. Only the holder of the current token may
+/// complete, release or mark a record; a stale holder is told so.
 ///
-/// A new record's token is its claim time in milliseconds, so a key claimed again after its
-/// record was purged (48 h or more later) never hands out a token that a worker of the purged
-/// record could still hold.
+/// The engine proposes `claim time in ms × 2^20 + 20 random bits`, so a key claimed again after
+/// its record was purged (48 h or more later) never hands out a token that a worker of the purged
+/// record could still hold, and two attempts never share one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Token(pub i64);
 
@@ -141,6 +142,10 @@ pub struct ClaimRequest<'a> {
     pub now: Timestamp,
     /// When the claim's lease ends unless renewed.
     pub lease_expires_at: Timestamp,
+    /// The fencing token this attempt proposes: a new or taken-over record gets it. The engine
+    /// makes one per attempt (unique, and growing with its claim time), so when the claim's reply
+    /// is lost the engine can still release exactly the claim it may have made.
+    pub token: Token,
 }
 
 /// The answer to a claim, decided in one round trip.

@@ -69,7 +69,7 @@ const CLAIM: &str = "\
 WITH ins AS (
     INSERT INTO idempotency_records
         (ref, token, claimed_at, ends_at, generation, state, key_rest, tenant, tool, fingerprint)
-    VALUES ($1, $6, $6, $7, 1, 0, $2, $3, $4, $5)
+    VALUES ($1, $8, $6, $7, 1, 0, $2, $3, $4, $5)
     ON CONFLICT (ref) DO NOTHING
     RETURNING 1
 )
@@ -80,11 +80,11 @@ SELECT false, key_rest, generation, state, fingerprint, claimed_at, ends_at, com
 FROM idempotency_records WHERE ref = $1 AND NOT EXISTS (SELECT 1 FROM ins)";
 
 /// The rare second statement of a claim that found a released or window-expired record of its
-/// own key: take it over (token + 1; generation + 1 only for an expired window), if it still
+/// own key: take it over (the request's token; generation + 1 only for an expired window), if it still
 /// qualifies. Same parameters as [`CLAIM`].
 const TAKEOVER: &str = "\
 UPDATE idempotency_records SET
-    token = token + 1,
+    token = $8,
     claimed_at = $6,
     ends_at = $7,
     generation = CASE WHEN state = 3 THEN generation ELSE generation + 1 END,
@@ -284,6 +284,7 @@ impl RecordStore for PostgresStore {
                     .bind(fingerprint)
                     .bind(req.now.as_millis())
                     .bind(req.lease_expires_at.as_millis())
+                    .bind(req.token.0)
             };
             for _ in 0..CLAIM_ATTEMPTS {
                 let row = bound(CLAIM)
@@ -295,7 +296,7 @@ impl RecordStore for PostgresStore {
                 if claimed {
                     return Ok(Claim::New {
                         reference: req.key.reference(1),
-                        token: Token(req.now.as_millis()),
+                        token: req.token,
                     });
                 }
                 let rec = RecordRow::read(&row, 1).map_err(db_error)?;

@@ -63,9 +63,9 @@ const BOOKKEEPING: Bookkeeping = Bookkeeping {
 const CLAIM: &str = "\
 INSERT INTO idempotency_records
     (ref, token, claimed_at, ends_at, generation, state, key_rest, tenant, tool, fingerprint)
-VALUES ($1, $6, $6, $7, 1, 0, $2, $3, $4, $5)
+VALUES ($1, $8, $6, $7, 1, 0, $2, $3, $4, $5)
 ON CONFLICT (ref) DO UPDATE SET
-    token = token + 1,
+    token = excluded.token,
     claimed_at = excluded.claimed_at,
     ends_at = excluded.ends_at,
     generation = CASE WHEN state = 3 THEN generation ELSE generation + 1 END,
@@ -293,6 +293,7 @@ impl RecordStore for SqliteStore {
                     .bind(fingerprint)
                     .bind(req.now.as_millis())
                     .bind(req.lease_expires_at.as_millis())
+                    .bind(req.token.0)
                     .fetch_all(&self.pool)
                     .await
                     .map_err(db_error)?;
