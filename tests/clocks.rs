@@ -90,6 +90,7 @@ async fn a_clock_stepped_back_does_not_shorten_the_window_sqlite() {
     }
 }
 
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
 #[tokio::test]
 async fn a_clock_stepped_back_does_not_shorten_the_window_postgres() {
     let Some(schema) = TestSchema::create("clocks").await else {

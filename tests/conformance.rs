@@ -1184,6 +1184,7 @@ macro_rules! suite {
         }
         mod postgres {
             $(
+                #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     let Some(schema) = super::TestSchema::create("conf").await else { return };
@@ -1301,6 +1302,7 @@ mod sql {
         );
     }
 
+    #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres_migrations_run_once_under_a_lock() {
         let Some(schema) = TestSchema::create("migrate").await else {
@@ -1381,6 +1383,7 @@ mod sql {
         store.pool().close().await;
     }
 
+    #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
     #[tokio::test]
     async fn postgres_undecodable_rows_are_corrupt() {
         let Some(schema) = TestSchema::create("corrupt").await else {
@@ -1428,6 +1431,7 @@ mod sql {
     /// Every statement the store runs on its records, prepared on an analysed EMPTY table with
     /// generic plans forced from the first execution, still uses the primary key once the table
     /// is full (purge and the reconciler's scan excepted: they have no index to use).
+    #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
     #[tokio::test]
     async fn postgres_generic_plans_use_the_primary_key() {
         let Some(schema) = TestSchema::create("plans").await else {

@@ -110,13 +110,7 @@ fn nanos() -> u128 {
 }
 
 fn database_url() -> Option<String> {
-    match std::env::var("DATABASE_URL") {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ => {
-            println!("skipped: DATABASE_URL not set");
-            None
-        }
-    }
+    idempotency_tests::pg::database_url_or_skip()
 }
 
 /// A fresh schema on the test database; returns a URL whose connections use it.
@@ -375,6 +369,7 @@ async fn kill9_between_claim_and_complete_sqlite() {
     remove_db(&path);
 }
 
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_between_claim_and_complete_postgres() {
     let Some(url) = database_url() else { return };
@@ -386,6 +381,7 @@ async fn kill9_between_claim_and_complete_postgres() {
 // ---------------------------------------------------------------------------------------------
 // Store outage: fail closed, recover without a restart; a failed completion is "unknown".
 
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_outage_fails_closed_and_recovers() {
     let Some(url) = database_url() else { return };
@@ -688,6 +684,7 @@ async fn released_claim_is_taken_over_by_exactly_one_of_32_sqlite() {
     remove_db(&path);
 }
 
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn released_claim_is_taken_over_by_exactly_one_of_32_postgres() {
     let Some(url) = database_url() else { return };

@@ -102,6 +102,7 @@ fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_replicas_charge_once() {
     let Some(schema) = TestSchema::create("replicas").await else {

@@ -1,6 +1,7 @@
 //! PostgreSQL for the tests: each test gets a schema of its own (`idem_<what>_<random>`) in the
 //! database of `DATABASE_URL`, and connections whose `search_path` is that schema, so tests run in
-//! parallel against one server. Without `DATABASE_URL` the tests print a skip line and pass.
+//! parallel against one server. Without `DATABASE_URL` at build time the PostgreSQL tests are
+//! ignored (see `build.rs`); one that runs anyway without it fails with [`MISSING`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -9,8 +10,10 @@ use idempotency::store::PostgresStore;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Connection, PgConnection};
 
-/// What a PostgreSQL test prints when it does not run.
-pub const SKIPPED: &str = "skipped: DATABASE_URL not set";
+/// Why a PostgreSQL test that was not ignored cannot run.
+pub const MISSING: &str =
+    "DATABASE_URL is not set: this PostgreSQL test runs only with a database \
+     (it is ignored when the tests are built without DATABASE_URL)";
 
 /// `DATABASE_URL`, if set (and not empty).
 pub fn database_url() -> Option<String> {
@@ -19,13 +22,12 @@ pub fn database_url() -> Option<String> {
         .filter(|u| !u.trim().is_empty())
 }
 
-/// `DATABASE_URL`, or `None` after printing [`SKIPPED`].
+/// `DATABASE_URL`; a PostgreSQL test that runs without it fails (it is never reported as passed).
 pub fn database_url_or_skip() -> Option<String> {
-    let url = database_url();
-    if url.is_none() {
-        println!("{SKIPPED}");
+    match database_url() {
+        Some(url) => Some(url),
+        None => panic!("{MISSING}"),
     }
-    url
 }
 
 /// A name no other test picks: `idem_<what>_<pid><time><counter>` in lowercase hex.
@@ -53,7 +55,7 @@ pub struct TestSchema {
 }
 
 impl TestSchema {
-    /// Creates a fresh schema; `None` (after printing [`SKIPPED`]) without `DATABASE_URL`.
+    /// Creates a fresh schema (fails without `DATABASE_URL`: see [`MISSING`]).
     ///
     /// # Panics
     /// If the database cannot be reached (a test failure, not a skip).
