@@ -840,3 +840,32 @@ async fn the_example_reconcilers_ask_the_stub_by_reference() {
     assert_eq!(processor.charges(), 1);
     assert_eq!(carrier.labels(), 1);
 }
+
+/// Asked about `X-1` after the same call was made again past its window as `X-2`, the status tool
+/// answers what is known: X-1 completed, and the key has moved on to X-2 (not "no such ref").
+#[tokio::test]
+async fn the_status_of_a_superseded_reference_says_it_completed() {
+    let clock = idempotency::clock::ManualClock::new(idempotency::clock::Timestamp::from_millis(
+        1_796_000_000_000,
+    ));
+    let engine = Idempotency::builder(MemoryStore::new())
+        .clock(clock.clone())
+        .build();
+    let processor = Arc::new(Processor::default());
+    let alice = connect(payments(&engine, Caller::new("acme", "alice"), &processor)).await;
+    let first = call(&alice, "charge_card", charge_args()).await;
+    let r1 = meta_str(&first, META_REF).unwrap();
+    clock.advance(idempotency_examples::charge::CHARGE_WINDOW + Duration::from_secs(1));
+    let later = call(&alice, "charge_card", charge_args()).await;
+    let r2 = meta_str(&later, META_REF).unwrap();
+    assert_ne!(r1, r2);
+    assert_eq!(processor.charges(), 2);
+    let status = call(&alice, "idempotency_status", json!({"ref": r1})).await;
+    let s = status.structured_content.clone().unwrap();
+    assert_eq!(s["state"], "completed", "{s}");
+    assert_eq!(s["superseded_by"], r2.as_str(), "{s}");
+    assert!(s["message"].as_str().unwrap().contains(&r2), "{s}");
+    let bob = connect(payments(&engine, Caller::new("globex", "bob"), &processor)).await;
+    let foreign = call(&bob, "idempotency_status", json!({"ref": r1})).await;
+    assert_eq!(foreign.structured_content.unwrap()["state"], "not_found");
+}

@@ -262,6 +262,14 @@ impl Reference {
         self.generation
     }
 
+    /// The reference of generation `generation` on the same key.
+    pub(crate) fn with_generation(self, generation: u32) -> Reference {
+        Reference {
+            prefix: self.prefix,
+            generation,
+        }
+    }
+
     /// Whether `key` is the key this reference was taken from (prefix match).
     pub fn matches(&self, key: &Key) -> bool {
         key.0[..8] == self.prefix

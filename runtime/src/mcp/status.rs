@@ -91,6 +91,7 @@ where
     };
     let engine = ctx.service.idempotency();
     match engine.status(&caller, reference).await {
+        Ok(Some(status)) if status.reference != reference => superseded(reference, &status),
         Ok(Some(status)) => {
             let lease_passed = engine.clock().now() >= status.lease_expires_at;
             describe(&status, lease_passed)
@@ -102,6 +103,24 @@ where
         })),
         Err(e) => text_error(format!("The status of ref {reference} could not be read right now ({e}). Ask again shortly; do not repeat the original call meanwhile.")),
     }
+}
+
+/// `asked` names an earlier operation on a key that has moved on to `now`: a key moves on only
+/// after its operation completed and its window passed, so `asked` completed; its answer is no
+/// longer kept.
+fn superseded(asked: Reference, now: &RecordStatus) -> CallToolResult {
+    let tool = &now.tool;
+    CallToolResult::structured(json!({
+        "ref": asked.to_string(),
+        "tool": tool,
+        "state": "completed",
+        "superseded_by": now.reference.to_string(),
+        "message": format!(
+            "{tool} (ref {asked}) completed; its answer is no longer kept because its replay window passed. \
+             The same call was made again later as ref {}: ask about that ref for its state.",
+            now.reference
+        ),
+    }))
 }
 
 fn describe(s: &RecordStatus, lease_passed: bool) -> CallToolResult {

@@ -275,9 +275,9 @@ impl RecordStore for MemoryStore {
             inner
                 .rows
                 .range(Key::from_bytes(lo)..=Key::from_bytes(hi))
-                .find(|(_, r)| r.tenant == tenant && r.generation == reference.generation())
+                .find(|(_, r)| r.tenant == tenant && r.generation >= reference.generation())
                 .map(|(_, r)| RecordStatus {
-                    reference,
+                    reference: reference.with_generation(r.generation),
                     tool: r.tool.clone(),
                     state: r.state,
                     claimed_at: r.claimed_at,

@@ -74,7 +74,7 @@
 //! | [`RecordStore::mark_unknown`] | in flight | unknown (never re-run; only a settlement ends it) |
 //! | [`RecordStore::renew`] | in flight | the lease ends at `lease_expires_at` |
 //! | [`RecordStore::settle`] | in flight, unknown | the [`Settlement`]; the token goes up by one, so the original worker's late completion is fenced |
-//! | [`RecordStore::status`] | any | the record named by the reference, if it belongs to the tenant (another tenant's is `None`, as is a superseded generation) |
+//! | [`RecordStore::status`] | any | the record of the reference's key, if it belongs to the tenant (another tenant's is `None`, like one that does not exist); for a superseded generation, the key's current record, whose `reference` names the newer generation |
 //! | [`Maintenance::purge`] | completed, released | deletes up to `limit` records whose window ended before `older_than` |
 //! | [`Maintenance::unsettled`] | in flight (lease ended at or before `now`), unknown | up to `limit`, oldest claim first |
 //! | [`OutboxStore::fetch`] | – | up to `limit` messages visible at `now`, oldest first; each becomes invisible until `invisible_until` and its attempt count goes up |
@@ -278,8 +278,9 @@ pub trait RecordStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// The operation named by `reference`, if it belongs to `tenant` (another tenant's reference
-    /// is `None`, exactly like one that does not exist). A reference whose generation has been
-    /// superseded is `None` too.
+    /// is `None`, exactly like one that does not exist). For a reference whose generation has
+    /// been superseded (its key moved on after the window, which only a completed operation
+    /// allows), the key's current record: its `reference` names the newer generation.
     fn status<'a>(
         &'a self,
         tenant: &'a str,

@@ -412,7 +412,7 @@ impl RecordStore for PostgresStore {
         Box::pin(async move {
             let row = sqlx::query(
                 "SELECT tool, key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at, \
-                 response FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND generation = $3",
+                 response FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND generation >= $3",
             )
             .bind(ref_value(&reference))
             .bind(tenant)

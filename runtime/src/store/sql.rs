@@ -383,7 +383,7 @@ impl RecordRow {
         let settled = matches!(state, RecordState::Completed | RecordState::Released);
         let ends_at = Timestamp::from_millis(self.ends_at);
         Ok(RecordStatus {
-            reference,
+            reference: reference.with_generation(generation_of(i64::from(self.generation))?),
             tool,
             state,
             claimed_at: Timestamp::from_millis(self.claimed_at),
