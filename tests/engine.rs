@@ -155,8 +155,14 @@ async fn window_is_exact_and_counts_from_completion() {
     let r2 = after.reference.unwrap();
     assert_ne!(r1, r2, "a new operation gets a new reference");
     assert_eq!(r2.generation(), r1.generation() + 1);
-    // The old reference is no longer resolvable; the new one is.
-    assert!(w.engine.status(&w.caller, r1).await.unwrap().is_none());
+    // The old reference resolves to the key's current operation, under its own reference.
+    let old = w
+        .engine
+        .status(&w.caller, r1)
+        .await
+        .unwrap()
+        .expect("status");
+    assert_eq!(old.reference, r2, "superseded by the new operation");
     assert!(w.engine.status(&w.caller, r2).await.unwrap().is_some());
 }
 

@@ -584,3 +584,135 @@ async fn a_lost_claim_reply_is_released_sqlite() {
         std::fs::remove_file(p).ok();
     }
 }
+
+/// A timeout sweep on PostgreSQL: 300 calls, each wrapped by its caller in a random short
+/// timeout (so futures are dropped while claiming, running, completing). Once the lease has
+/// passed and one lease-expiry round has run, no record is left in flight, and no body ran twice.
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_sweep_leaves_nothing_in_flight_postgres() {
+    let Some(schema) = idempotency_tests::pg::TestSchema::create("sweep").await else {
+        return;
+    };
+    let pg = schema.store().await;
+    let scripted = Scripted::new(Arc::new(pg.clone()));
+    let shared: Arc<dyn Store> = scripted.clone();
+    let clock = ManualClock::new(Timestamp::from_millis(T0));
+    let engine = Idempotency::builder_shared(shared)
+        .clock(clock.clone())
+        .lease(LEASE)
+        .reconcile_every(Duration::from_millis(20))
+        .build();
+    let caller = Caller::new("acme", "alice");
+    let runs: Arc<std::sync::Mutex<std::collections::HashMap<u64, usize>>> = Arc::default();
+    let mut calls = tokio::task::JoinSet::new();
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    for n in 0..300u64 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let budget = Duration::from_micros(seed % 4_000);
+        let (engine, caller, runs) = (engine.clone(), caller.clone(), runs.clone());
+        calls.spawn(async move {
+            let prepared = Prepared::call(&caller, "charge_card", &(n % 100)).expect("key");
+            let spec = spec();
+            let call = engine.execute_raw(
+                &spec,
+                &caller,
+                prepared,
+                ErrorPolicy::<ChargeError>::retryable(),
+                async move {
+                    *runs.lock().unwrap().entry(n % 100).or_default() += 1;
+                    tokio::task::yield_now().await;
+                    Ok::<u64, ChargeError>(n)
+                },
+            );
+            let _ = tokio::time::timeout(budget, call).await;
+        });
+    }
+    while calls.join_next().await.is_some() {}
+    // A claim whose caller gave up before its answer came is released in the background (it
+    // never ran): wait, through the store, until no never-run call is still in flight.
+    let never_ran = |runs: &std::collections::HashMap<u64, usize>| -> Vec<Reference> {
+        (0..100u64)
+            .filter(|n| !runs.contains_key(n))
+            .map(|n| {
+                Prepared::call(&caller, "charge_card", &n)
+                    .expect("key")
+                    .key
+                    .reference(1)
+            })
+            .collect()
+    };
+    let pending = never_ran(&runs.lock().unwrap());
+    let mut still = pending.clone();
+    for _ in 0..10_000 {
+        let mut left = Vec::new();
+        for r in &still {
+            let s = engine.status(&caller, *r).await.expect("status");
+            if s.map(|s| s.state) == Some(RecordState::InFlight) {
+                left.push(*r);
+            }
+        }
+        still = left;
+        if still.is_empty() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        still.is_empty(),
+        "claims that never ran are still in flight: {still:?}"
+    );
+    // The lease passes; wait for two rounds to finish (the second started after the first).
+    clock.advance(LEASE + Duration::from_secs(1));
+    scripted.script(Op::Unsettled, [Act::Report, Act::Report]);
+    assert_eq!(reported_from(&scripted).await, Op::Unsettled);
+    assert_eq!(reported_from(&scripted).await, Op::Unsettled);
+    let in_flight: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM idempotency_records WHERE state = 0")
+            .fetch_one(pg.pool())
+            .await
+            .expect("count");
+    assert_eq!(in_flight, 0, "nothing left in flight");
+    let twice: Vec<u64> = runs
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(k, _)| *k)
+        .collect();
+    assert!(twice.is_empty(), "bodies ran twice for {twice:?}");
+    // Truthful, not just terminal: a call whose body never ran is never "outcome unknown".
+    let mut never_ran_but_unknown = Vec::new();
+    for n in 0..100u64 {
+        if runs.lock().unwrap().contains_key(&n) {
+            continue;
+        }
+        let r = Prepared::call(&caller, "charge_card", &n)
+            .expect("key")
+            .key
+            .reference(1);
+        let state = engine
+            .status(&caller, r)
+            .await
+            .expect("status")
+            .map(|s| s.state);
+        if state == Some(RecordState::Unknown) {
+            never_ran_but_unknown.push(n);
+        }
+    }
+    assert!(
+        never_ran_but_unknown.is_empty(),
+        "claims whose body never ran were left unknown: {never_ran_but_unknown:?}"
+    );
+    drop(engine);
+    pg.pool().close().await;
+    schema.drop_schema().await;
+}
+
+async fn reported_from(store: &Scripted) -> Op {
+    tokio::time::timeout(Duration::from_secs(60), store.parked())
+        .await
+        .expect("the store call came")
+}
