@@ -567,6 +567,18 @@ async fn a_lost_claim_reply_is_released_memory() {
     claim_reply_lost(Arc::new(MemoryStore::new())).await;
 }
 
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+#[tokio::test]
+async fn a_lost_claim_reply_is_released_postgres() {
+    let Some(schema) = idempotency_tests::pg::TestSchema::create("lost_claim").await else {
+        return;
+    };
+    let store = schema.store().await;
+    claim_reply_lost(Arc::new(store.clone())).await;
+    store.pool().close().await;
+    schema.drop_schema().await;
+}
+
 #[tokio::test]
 async fn a_lost_claim_reply_is_released_sqlite() {
     let path = std::env::temp_dir().join(format!(
