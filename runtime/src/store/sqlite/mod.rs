@@ -22,17 +22,18 @@ use super::sql::{
     Migration, RecordRow, CLAIM_ATTEMPTS, FENCE_ATTEMPTS,
 };
 use super::{
-    BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
-    RecordStore, Settlement, StoreError, Token, Unsettled,
+    BoxFuture, Claim, ClaimRequest, Completion, RecordStore, Settlement, StoreError, Token,
 };
 use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::{RecordState, RecordStatus};
 
+mod background;
+
 const MIGRATIONS: &[Migration] = &[Migration {
     version: 1,
     description: "records and outbox",
-    sql: include_str!("../../migrations/sqlite/0001_records.sql"),
+    sql: include_str!("../../../migrations/sqlite/0001_records.sql"),
 }];
 
 /// The pool size [`SqliteStore::open`] uses: readers run side by side in WAL mode; writers
@@ -461,82 +462,5 @@ impl RecordStore for SqliteStore {
             .bind(completed)
             .bind(expires)
         }))
-    }
-}
-
-impl Maintenance for SqliteStore {
-    /// A scan that stops after `limit` matches (writers are serialised, so nothing changes the
-    /// rows between the scan and the delete).
-    fn purge(&self, older_than: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
-        Box::pin(async move {
-            let done = sqlx::query(
-                "DELETE FROM idempotency_records WHERE ref IN \
-                 (SELECT ref FROM idempotency_records WHERE state IN (1, 3, 4) AND ends_at < $1 LIMIT $2) \
-                 AND state IN (1, 3, 4) AND ends_at < $1",
-            )
-            .bind(older_than.as_millis())
-            .bind(i64::from(limit))
-            .execute(&self.pool)
-            .await
-            .map_err(db_error)?;
-            Ok(done.rows_affected())
-        })
-    }
-
-    fn unsettled(
-        &self,
-        now: Timestamp,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
-        Box::pin(async move {
-            // Ties in the keys' byte order, as the memory store: `ref` compared unsigned.
-            let rows: Vec<sql::UnsettledRow> = sqlx::query_as(
-                "SELECT ref, key_rest, generation, tenant, tool, state, token, claimed_at \
-                 FROM idempotency_records WHERE state = 2 OR (state = 0 AND ends_at <= $1) \
-                 ORDER BY claimed_at, ref < 0, ref LIMIT $2",
-            )
-            .bind(now.as_millis())
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_error)?;
-            rows.into_iter().map(sql::unsettled).collect()
-        })
-    }
-}
-
-impl OutboxStore for SqliteStore {
-    fn fetch(
-        &self,
-        now: Timestamp,
-        invisible_until: Timestamp,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
-        Box::pin(async move {
-            let rows: Vec<sql::OutboxRow<i64>> = sqlx::query_as(
-                "UPDATE idempotency_outbox SET attempts = attempts + 1, visible_at = $2 WHERE id IN \
-                 (SELECT id FROM idempotency_outbox WHERE visible_at <= $1 ORDER BY id LIMIT $3) \
-                 RETURNING id, key, generation, topic, payload, attempts - 1",
-            )
-            .bind(now.as_millis())
-            .bind(invisible_until.as_millis())
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_error)?;
-            sql::outbox_entries(rows)
-        })
-    }
-
-    fn ack<'a>(&'a self, receipt: &'a Receipt) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            let id = sql::receipt_id(receipt)?;
-            sqlx::query("DELETE FROM idempotency_outbox WHERE id = $1")
-                .bind(id)
-                .execute(&self.pool)
-                .await
-                .map_err(db_error)?;
-            Ok(())
-        })
     }
 }
