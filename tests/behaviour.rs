@@ -361,6 +361,55 @@ async fn ship_line(ctx: &Ctx, args: ShipArgs) -> Result<String, Error> {
     label(ctx).await
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct OptionalOrder {
+    order_id: Option<String>,
+    item: String,
+}
+
+#[idempotent(business_key = "order_id", on_error = "retryable")]
+async fn order_item(ctx: &Ctx, args: OptionalOrder) -> Result<String, Error> {
+    let _ = args.item;
+    label(ctx).await
+}
+
+/// A missing business key (`None`, `""`) never shares a record: the call is refused before any
+/// store I/O with an error that names the field, whatever the other arguments.
+#[tokio::test(start_paused = true)]
+async fn a_missing_business_key_is_refused_naming_the_field() {
+    let ctx = ctx();
+    for (order_id, item) in [
+        (None, "apple"),
+        (None, "pear"),
+        (Some(String::new()), "fig"),
+    ] {
+        let out = order_item(
+            &ctx,
+            OptionalOrder {
+                order_id,
+                item: item.into(),
+            },
+        )
+        .await;
+        match out {
+            Err(e @ Error::Arguments { .. }) => {
+                assert!(e.nothing_done());
+                assert!(e.advice().contains("`order_id`"), "{}", e.advice());
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    assert_eq!(ctx.processor.calls(), 0, "nothing ran");
+    // With the key present it runs, once.
+    let given = || OptionalOrder {
+        order_id: Some("o-7".into()),
+        item: "apple".into(),
+    };
+    let first = order_item(&ctx, given()).await.unwrap();
+    assert_eq!(order_item(&ctx, given()).await.unwrap(), first);
+    assert_eq!(ctx.processor.calls(), 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_business_key_with_other_arguments_is_a_mismatch() {
     let ctx = ctx();

@@ -257,8 +257,14 @@ async fn business_key_with_other_arguments_is_a_mismatch() {
             order_id: "o-1",
             address,
         };
-        let prepared =
-            Prepared::business(&w.caller, "create_shipment", &args.order_id, &args).unwrap();
+        let prepared = Prepared::business(
+            &w.caller,
+            "create_shipment",
+            "order_id",
+            &args.order_id,
+            &args,
+        )
+        .unwrap();
         let spec = ToolSpec::new("create_shipment", WINDOW);
         let engine = w.engine.clone();
         let caller = w.caller.clone();

@@ -177,7 +177,13 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
                 [one] => one.clone(),
                 many => quote!(&(#(#many),*)),
             };
-            quote_spanned!(args_ty.span()=> #pa::prepare_business::<#args_ty, _>(&#caller, #name, #bk, &#keyed))
+            let names = keys
+                .value
+                .iter()
+                .map(|k| k.text.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            quote_spanned!(args_ty.span()=> #pa::prepare_business::<#args_ty, _>(&#caller, #name, #names, #bk, &#keyed))
         }
     };
 

@@ -49,8 +49,9 @@ pub fn prepare_call<A: Arguments + ?Sized>(
 pub fn prepare_business<A: Arguments + ?Sized, B: Serialize + ?Sized>(
     caller: &Caller,
     tool: &str,
+    field: &str,
     business_key: &B,
     args: &A,
 ) -> Result<Prepared, Error> {
-    Prepared::business(caller, tool, business_key, args)
+    Prepared::business(caller, tool, field, business_key, args)
 }

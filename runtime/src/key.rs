@@ -56,6 +56,13 @@ pub enum KeyError {
     /// The caller's tenant is empty: the server has not established who is calling.
     #[error("the caller's tenant is empty; the server must establish who is calling before an idempotent tool runs")]
     EmptyTenant,
+    /// The business key is missing (`null`, `""`, or a composite whose parts all are): such calls
+    /// cannot be told apart, so none is keyed.
+    #[error("the business key `{field}` is missing (null or empty): send it, so this call can be told apart from others")]
+    MissingBusinessKey {
+        /// The business-key field(s), as the attribute names them.
+        field: String,
+    },
     /// The value cannot be written as canonical JSON (NaN, a non-string map key...).
     #[error("the value cannot be written as canonical JSON")]
     Canonical(#[from] CanonicalError),

@@ -89,13 +89,34 @@ impl Prepared {
         })
     }
 
-    /// The key of a call keyed by a business key, with the full arguments' fingerprint.
+    /// The key of a call keyed by a business key (the value of the arguments' `field`), with the
+    /// full arguments' fingerprint. A missing business key — `null`, `""`, or a composite whose
+    /// parts are all missing — is refused before anything is claimed: calls without one cannot
+    /// be told apart, so they must never share a record.
+    ///
+    /// ```
+    /// use idempotency::{tool::Prepared, Caller, Error};
+    /// let alice = Caller::new("acme", "alice");
+    /// let none: Option<&str> = None;
+    /// let e = Prepared::business(&alice, "create_shipment", "order_id", &none, &"apple").unwrap_err();
+    /// assert!(matches!(e, Error::Arguments { .. }));
+    /// assert!(e.advice().contains("order_id"));
+    /// ```
     pub fn business<A: Serialize + ?Sized, B: Serialize + ?Sized>(
         caller: &Caller,
         tool: &str,
+        field: &str,
         business_key: &B,
         args: &A,
     ) -> Result<Self, Error> {
+        if is_missing(business_key) {
+            return Err(refused(
+                tool,
+                KeyError::MissingBusinessKey {
+                    field: field.to_owned(),
+                },
+            ));
+        }
         let key =
             Key::for_business_key(caller, tool, business_key).map_err(|e| refused(tool, e))?;
         let fingerprint = Fingerprint::of(args).map_err(|e| refused(tool, e))?;
@@ -106,13 +127,27 @@ impl Prepared {
     }
 }
 
+/// Whether a business-key value is missing: `null`, `""`, or a list whose parts all are.
+fn is_missing<B: Serialize + ?Sized>(value: &B) -> bool {
+    fn missing(v: &serde_json::Value) -> bool {
+        match v {
+            serde_json::Value::Null => true,
+            serde_json::Value::String(s) => s.is_empty(),
+            serde_json::Value::Array(parts) => parts.iter().all(missing),
+            _ => false,
+        }
+    }
+    // A value that cannot be serialised is left to the keying, which says why.
+    serde_json::to_value(value).is_ok_and(|v| missing(&v))
+}
+
 /// Why a call could not be keyed, as the wrapper's answer for `tool`.
 fn refused(tool: &str, e: KeyError) -> Error {
     match e {
         KeyError::EmptyTenant => Error::InvalidCaller {
             reason: e.to_string(),
         },
-        KeyError::Canonical(_) => Error::Arguments {
+        _ => Error::Arguments {
             tool: tool.to_owned(),
             source: e,
         },
