@@ -291,6 +291,25 @@ async fn a_timeout_holds_when_the_store_hangs() {
     );
 }
 
+/// A store that does not answer the claim cannot hold a caller with a timeout: "not done"
+/// within the timeout (nothing ran), and a repeat is not blocked by a claim that was never made.
+#[tokio::test(start_paused = true)]
+async fn a_timeout_holds_when_the_claim_hangs() {
+    let w = world();
+    w.store.script(Op::Claim, [Act::Hang]);
+    let timeout = Duration::from_secs(2);
+    let started = tokio::time::Instant::now();
+    let out = charge(&w, spec().with_timeout(timeout), 15, false).await;
+    assert!(started.elapsed() <= timeout);
+    match out.result {
+        Err(Failure::Wrapper(e @ Error::Store { .. })) => assert!(e.nothing_done()),
+        other => panic!("expected not done, got {other:?}"),
+    }
+    assert_eq!(w.charges.load(Ordering::SeqCst), 0);
+    assert_eq!(charge(&w, spec(), 15, false).await.result.ok(), Some(15));
+    assert_eq!(w.charges.load(Ordering::SeqCst), 1);
+}
+
 /// A renewal that finds the record settled elsewhere stops the renewals and the attempt tells
 /// the truth: its result was not recorded; the settlement stands.
 #[tokio::test(start_paused = true)]

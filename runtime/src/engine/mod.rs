@@ -296,7 +296,15 @@ impl Idempotency {
             tool,
             armed: true,
         };
-        let claim = self.store.claim(&req).await;
+        // With a timeout, a store that does not answer the claim within it cannot hold the
+        // caller: nothing ran, and the claim it may have made is released by `pending`.
+        let claim = match spec.timeout {
+            None => self.store.claim(&req).await,
+            Some(t) => match tokio::time::timeout(t, self.store.claim(&req)).await {
+                Ok(answer) => answer,
+                Err(elapsed) => Err(StoreError::Unavailable(Box::new(elapsed))),
+            },
+        };
         if claim.is_ok() {
             pending.armed = false;
         }
