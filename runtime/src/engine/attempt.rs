@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::guard::{Answer, Guard, OnDrop};
+use super::guard::{bounded, is_elapsed, Answer, Guard, OnDrop};
 use crate::call::Call;
 use crate::clock::Timestamp;
 use crate::error::{Error, UnknownReason};
@@ -348,17 +348,15 @@ impl Attempt {
     /// fails too, the error says so (a repeat would be told "in flight").
     async fn release(&mut self, settle_by: Option<tokio::time::Instant>) -> Result<(), StoreError> {
         self.guard.on_drop = OnDrop::Release;
-        let mut last = None;
-        for attempt in 1..=2 {
-            let now = self.guard.clock.now();
-            match bounded(
-                settle_by,
-                self.guard
-                    .store
-                    .release(self.guard.key, self.guard.token, now),
-            )
-            .await
-            {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let now = self.now();
+            let released = self
+                .guard
+                .store
+                .release(self.guard.key, self.guard.token, now);
+            match bounded(settle_by, released).await {
                 Ok(()) => {
                     self.guard.on_drop = OnDrop::Nothing;
                     return Ok(());
@@ -375,39 +373,18 @@ impl Attempt {
                 }
                 Err(e) => {
                     tracing::error!(tool = self.tool(), reference = %self.guard.reference, error = %e, attempt, "idempotency release failed");
-                    let elapsed = is_elapsed(&e);
-                    last = Some(e);
-                    if elapsed {
-                        break;
+                    // Out of time: the drop guard keeps trying in the background.
+                    if is_elapsed(&e) {
+                        return Err(e);
+                    }
+                    if attempt == 2 {
+                        self.guard.on_drop = OnDrop::Nothing;
+                        return Err(e);
                     }
                 }
             }
         }
-        let e = last.unwrap_or(StoreError::NotFound);
-        if !is_elapsed(&e) {
-            self.guard.on_drop = OnDrop::Nothing;
-        }
-        Err(e)
     }
-}
-
-/// `fut`, abandoned at `by` with an "unavailable: no answer in time" error.
-async fn bounded<F>(by: Option<tokio::time::Instant>, fut: F) -> Result<(), StoreError>
-where
-    F: Future<Output = Result<(), StoreError>>,
-{
-    match by {
-        None => fut.await,
-        Some(by) => match tokio::time::timeout_at(by, fut).await {
-            Ok(r) => r,
-            Err(elapsed) => Err(StoreError::Unavailable(Box::new(elapsed))),
-        },
-    }
-}
-
-/// Whether `e` is [`bounded`]'s "no answer in time".
-fn is_elapsed(e: &StoreError) -> bool {
-    matches!(e, StoreError::Unavailable(source) if source.is::<tokio::time::error::Elapsed>())
 }
 
 /// A panic's message, when it has one.

@@ -125,14 +125,7 @@ impl Drop for Guard {
                 tracing::error!(tool, %reference, error = %e, "idempotency could not settle a dropped call; the reconciler will see its lease expire");
             }
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(h) => {
-                h.spawn(settle);
-            }
-            Err(_) => {
-                tracing::error!(tool, %reference, "idempotency call dropped outside a Tokio runtime; the reconciler will see its lease expire")
-            }
-        }
+        in_background(settle, tool, reference);
     }
 }
 
@@ -187,8 +180,44 @@ impl Drop for ClaimGuard {
             }
             tracing::error!(tool, "idempotency gave up releasing a claim whose answer was lost; its lease will pass and lease expiry will settle it");
         };
-        if let Ok(h) = tokio::runtime::Handle::try_current() {
-            h.spawn(release);
-        }
+        in_background(release, tool, key.reference(1));
     }
+}
+
+/// Runs a drop guard's settlement on the current runtime; outside one it cannot run, and the
+/// record is left to lease expiry (said in the log).
+fn in_background(
+    settle: impl std::future::Future<Output = ()> + Send + 'static,
+    tool: &str,
+    reference: Reference,
+) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) => {
+            h.spawn(settle);
+        }
+        Err(_) => tracing::error!(
+            tool,
+            %reference,
+            "idempotency call dropped outside a Tokio runtime; its record is left to lease expiry"
+        ),
+    }
+}
+
+/// `fut`, abandoned at `by` with an "unavailable: no answer in time" error.
+pub(super) async fn bounded<T, F>(by: Option<tokio::time::Instant>, fut: F) -> Result<T, StoreError>
+where
+    F: std::future::Future<Output = Result<T, StoreError>>,
+{
+    match by {
+        None => fut.await,
+        Some(by) => match tokio::time::timeout_at(by, fut).await {
+            Ok(r) => r,
+            Err(elapsed) => Err(StoreError::Unavailable(Box::new(elapsed))),
+        },
+    }
+}
+
+/// Whether `e` is [`bounded`]'s "no answer in time".
+pub(super) fn is_elapsed(e: &StoreError) -> bool {
+    matches!(e, StoreError::Unavailable(source) if source.is::<tokio::time::error::Elapsed>())
 }

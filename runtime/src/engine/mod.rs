@@ -21,7 +21,7 @@ mod guard;
 
 use attempt::Attempt;
 use expiry::{Background, Reconcile};
-use guard::ClaimGuard;
+use guard::{bounded, ClaimGuard};
 
 /// The store and clock every idempotent tool of a server shares. Cheap to clone.
 ///
@@ -298,13 +298,8 @@ impl Idempotency {
         };
         // With a timeout, a store that does not answer the claim within it cannot hold the
         // caller: nothing ran, and the claim it may have made is released by `pending`.
-        let claim = match spec.timeout {
-            None => self.store.claim(&req).await,
-            Some(t) => match tokio::time::timeout(t, self.store.claim(&req)).await {
-                Ok(answer) => answer,
-                Err(elapsed) => Err(StoreError::Unavailable(Box::new(elapsed))),
-            },
-        };
+        let by = spec.timeout.map(|t| tokio::time::Instant::now() + t);
+        let claim = bounded(by, self.store.claim(&req)).await;
         if claim.is_ok() {
             pending.armed = false;
         }
