@@ -63,6 +63,7 @@ fn req(key: Key, fingerprint: Option<Fingerprint>, now: i64) -> ClaimRequest<'st
     ClaimRequest {
         key,
         tenant: TENANT,
+        subject: None,
         tool: TOOL,
         fingerprint,
         now: at(now),
@@ -175,7 +176,10 @@ impl Backend {
         tenant: &str,
         reference: idempotency::Reference,
     ) -> Option<RecordStatus> {
-        self.store.status(tenant, reference).await.expect("status")
+        self.store
+            .status(tenant, "alice", reference)
+            .await
+            .expect("status")
     }
 
     async fn unsettled(&self, now: i64, limit: u32) -> Vec<Unsettled> {
@@ -508,7 +512,13 @@ async fn tokens_are_not_reused_after_a_purge(b: &Backend) {
         .await
         .expect("settle");
     let later = 50 * 60 * M; // 50 h
-    assert_eq!(b.store.purge(at(later), 10).await.expect("purge"), 1);
+    assert_eq!(
+        b.store
+            .purge(at(later), at(later), 10)
+            .await
+            .expect("purge"),
+        1
+    );
     let new = b.new_claim(k, None, later).await;
     assert_eq!(new, first_token(later));
     assert_ne!(new, old);
@@ -531,7 +541,7 @@ async fn stale_tokens_are_fenced(b: &Backend) {
     let r = k.reference(1);
     assert_fenced(b.complete(k, t1, 3 * S, WINDOW, "stale").await, r);
     assert_fenced(b.store.release(k, t1, at(3 * S)).await, r);
-    assert_fenced(b.store.renew(k, t1, at(3 * LEASE)).await, r);
+    assert_fenced(b.store.renew(k, t1, at(0), at(3 * LEASE)).await, r);
     assert_fenced(b.store.mark_unknown(k, t1).await, r);
     assert_fenced(b.settle(k, t1, &Settlement::Released, 3 * S).await, r);
     assert!(
@@ -543,7 +553,11 @@ async fn stale_tokens_are_fenced(b: &Backend) {
         .await
         .expect("complete");
     assert_wrong_state(b.store.release(k, t2, at(4 * S)).await, r, "completed");
-    assert_wrong_state(b.store.renew(k, t2, at(3 * LEASE)).await, r, "completed");
+    assert_wrong_state(
+        b.store.renew(k, t2, at(0), at(3 * LEASE)).await,
+        r,
+        "completed",
+    );
     assert_wrong_state(b.store.mark_unknown(k, t2).await, r, "completed");
     assert_wrong_state(
         b.complete(k, t2, 4 * S, WINDOW, "again").await,
@@ -572,7 +586,11 @@ async fn stale_tokens_are_fenced(b: &Backend) {
         .expect("complete with an error answer");
     let re = e.reference(1);
     assert_wrong_state(b.store.release(e, te, at(2 * S)).await, re, "completed");
-    assert_wrong_state(b.store.renew(e, te, at(3 * LEASE)).await, re, "completed");
+    assert_wrong_state(
+        b.store.renew(e, te, at(0), at(3 * LEASE)).await,
+        re,
+        "completed",
+    );
     assert_wrong_state(b.store.mark_unknown(e, te).await, re, "completed");
     assert_wrong_state(
         b.complete(e, te, 2 * S, WINDOW, "again").await,
@@ -591,7 +609,7 @@ async fn stale_tokens_are_fenced(b: &Backend) {
     let missing = key("missing");
     assert_not_found(b.complete(missing, t1, 0, WINDOW, "x").await);
     assert_not_found(b.store.release(missing, t1, at(0)).await);
-    assert_not_found(b.store.renew(missing, t1, at(0)).await);
+    assert_not_found(b.store.renew(missing, t1, at(0), at(0)).await);
     assert_not_found(b.store.mark_unknown(missing, t1).await);
     assert_not_found(b.settle(missing, t1, &Settlement::Released, 0).await);
 }
@@ -630,7 +648,10 @@ async fn late_completion_after_settle_is_fenced(b: &Backend) {
 async fn renew_extends_the_lease(b: &Backend) {
     let k = key("long");
     let t = b.new_claim(k, None, 0).await;
-    b.store.renew(k, t, at(3 * LEASE)).await.expect("renew");
+    b.store
+        .renew(k, t, at(0), at(3 * LEASE))
+        .await
+        .expect("renew");
     assert_eq!(
         b.status(TENANT, k.reference(1))
             .await
@@ -712,6 +733,7 @@ async fn status_is_tenant_scoped_and_generation_exact(b: &Backend) {
     let claim = |key, tenant, tool, now| ClaimRequest {
         key,
         tenant,
+        subject: None,
         tool,
         fingerprint: None,
         now: at(now),
@@ -757,7 +779,7 @@ async fn status_is_tenant_scoped_and_generation_exact(b: &Backend) {
     assert_eq!(b.status("globex", ka.reference(1)).await, None);
     assert_eq!(
         b.store
-            .purge(at(2 * (S + WINDOW)), 10)
+            .purge(at(2 * (S + WINDOW)), at(2 * (S + WINDOW)), 10)
             .await
             .expect("purge"),
         1
@@ -804,8 +826,20 @@ async fn purge_deletes_only_settled_records_past_the_cutoff(b: &Backend) {
         .await
         .expect("mark unknown");
 
-    assert_eq!(b.store.purge(at(cutoff), 100).await.expect("purge"), 2);
-    assert_eq!(b.store.purge(at(cutoff), 100).await.expect("purge"), 0);
+    assert_eq!(
+        b.store
+            .purge(at(cutoff), at(cutoff), 100)
+            .await
+            .expect("purge"),
+        2
+    );
+    assert_eq!(
+        b.store
+            .purge(at(cutoff), at(cutoff), 100)
+            .await
+            .expect("purge"),
+        0
+    );
     assert!(matches!(
         b.claim(in_flight, None, 31 * M).await,
         Claim::InFlight { .. }
@@ -835,9 +869,27 @@ async fn purge_deletes_only_settled_records_past_the_cutoff(b: &Backend) {
     for name in ["p1", "p2", "p3", "p4", "p5"] {
         completed(name, S).await;
     }
-    assert_eq!(b.store.purge(at(cutoff), 3).await.expect("purge"), 3);
-    assert_eq!(b.store.purge(at(cutoff), 3).await.expect("purge"), 2);
-    assert_eq!(b.store.purge(at(cutoff), 3).await.expect("purge"), 0);
+    assert_eq!(
+        b.store
+            .purge(at(cutoff), at(cutoff), 3)
+            .await
+            .expect("purge"),
+        3
+    );
+    assert_eq!(
+        b.store
+            .purge(at(cutoff), at(cutoff), 3)
+            .await
+            .expect("purge"),
+        2
+    );
+    assert_eq!(
+        b.store
+            .purge(at(cutoff), at(cutoff), 3)
+            .await
+            .expect("purge"),
+        0
+    );
 }
 
 async fn unsettled_lists_expired_leases_and_unknowns(b: &Backend) {
@@ -861,6 +913,7 @@ async fn unsettled_lists_expired_leases_and_unknowns(b: &Backend) {
                 key: k1,
                 reference: k1.reference(1),
                 tenant: TENANT.into(),
+                subject: None,
                 tool: TOOL.into(),
                 state: RecordState::InFlight,
                 token: first_token(0),
@@ -870,6 +923,7 @@ async fn unsettled_lists_expired_leases_and_unknowns(b: &Backend) {
                 key: k3,
                 reference: k3.reference(1),
                 tenant: TENANT.into(),
+                subject: None,
                 tool: TOOL.into(),
                 state: RecordState::Unknown,
                 token: t3,
@@ -1362,8 +1416,8 @@ mod sql {
         let k = key("odd");
         // State 9 on the key's own row; a key_rest of 2 bytes on an unknown one.
         sqlx::query(
-            "INSERT INTO idempotency_records (ref, key_rest, tenant, tool, generation, state, token, claimed_at, ends_at, fingerprint) \
-             VALUES ($1, $2, 'acme', 'charge_card', 1, 9, 1, 0, 0, x''), (7, x'0102', 'acme', 'charge_card', 1, 2, 1, 0, 0, x'')",
+            "INSERT INTO idempotency_records (ref, key_rest, tenant, subject, tool, generation, state, token, claimed_at, ends_at, fingerprint) \
+             VALUES ($1, $2, 'acme', '', 'charge_card', 1, 9, 1, 0, 0, x''), (7, x'0102', 'acme', '', 'charge_card', 1, 2, 1, 0, 0, x'')",
         )
         .bind(i64::from_be_bytes(k.reference(1).prefix().to_owned()))
         .bind(&k.as_bytes()[8..])
@@ -1393,8 +1447,8 @@ mod sql {
         let k = key("odd");
         // State 9 on the key's own row; a key_rest of 2 bytes on an unknown one.
         sqlx::query(
-            "INSERT INTO idempotency_records (ref, key_rest, tenant, tool, generation, state, token, claimed_at, ends_at, fingerprint) \
-             VALUES ($1, $2, 'acme', 'charge_card', 1, 9, 1, 0, 0, ''), (7, '\\x0102', 'acme', 'charge_card', 1, 2, 1, 0, 0, '')",
+            "INSERT INTO idempotency_records (ref, key_rest, tenant, subject, tool, generation, state, token, claimed_at, ends_at, fingerprint) \
+             VALUES ($1, $2, 'acme', '', 'charge_card', 1, 9, 1, 0, 0, ''), (7, '\\x0102', 'acme', '', 'charge_card', 1, 2, 1, 0, 0, '')",
         )
         .bind(i64::from_be_bytes(k.reference(1).prefix().to_owned()))
         .bind(&k.as_bytes()[8..])
@@ -1461,7 +1515,7 @@ mod sql {
             .claim(&req(a, None, S))
             .await
             .expect("claim in flight");
-        store.renew(a, ta, at(LEASE)).await.expect("renew");
+        store.renew(a, ta, at(0), at(LEASE)).await.expect("renew");
         let done = answer("done");
         let outbox = [message("receipt_email", "{}")];
         let with_outbox = Completion {
@@ -1477,7 +1531,10 @@ mod sql {
             .await
             .expect("complete with outbox");
         store.claim(&req(a, None, 2 * S)).await.expect("replay");
-        store.status(TENANT, a.reference(1)).await.expect("status");
+        store
+            .status(TENANT, "alice", a.reference(1))
+            .await
+            .expect("status");
         let tb = match store.claim(&req(b, None, 0)).await.expect("claim") {
             Claim::New { token, .. } => token,
             other => panic!("{other:?}"),
@@ -1515,8 +1572,8 @@ mod sql {
         // Fill the table behind the cached plans' back.
         sqlx::raw_sql(
             "INSERT INTO idempotency_records (ref, token, claimed_at, ends_at, completed_at, generation, \
-             state, key_rest, tenant, tool, fingerprint, response) \
-             SELECT i, 1, 0, 0, 0, 1, 1, substring(sha256(i::text::bytea) FROM 9), 'acme', 'charge_card', '', \
+             state, key_rest, tenant, subject, tool, fingerprint, response) \
+             SELECT i, 1, 0, 0, 0, 1, 1, substring(sha256(i::text::bytea) FROM 9), 'acme', '', 'charge_card', '', \
              repeat('x', 70) FROM generate_series(1, 20000) i",
         )
         .execute(&pool)

@@ -514,7 +514,8 @@ async fn settle_state(w: &World, r: idempotency::Reference) -> RecordState {
 }
 
 #[tokio::test]
-async fn status_is_tenant_scoped() {
+async fn status_of_a_call_key_is_the_subjects_own() {
+    // Call keys are subject-scoped by default: the key covers the subject, and so does the status.
     let w = world();
     let out = charge(&w, 100).await;
     let r = out.reference.unwrap();
@@ -525,7 +526,7 @@ async fn status_is_tenant_scoped() {
         .status(&same_tenant_other_user, r)
         .await
         .unwrap()
-        .is_some());
+        .is_none());
     let other_tenant = Caller::new("globex", "alice");
     assert!(w.engine.status(&other_tenant, r).await.unwrap().is_none());
 }
@@ -620,6 +621,7 @@ async fn a_thousand_concurrent_claims_make_one_new_claim() {
                 let req = ClaimRequest {
                     key,
                     tenant: "acme",
+                    subject: None,
                     tool: "charge_card",
                     fingerprint: None,
                     now,
@@ -659,6 +661,7 @@ async fn a_reference_held_by_another_key_refuses_the_call() {
         .claim(&ClaimRequest {
             key: other,
             tenant: "globex",
+            subject: None,
             tool: "create_shipment",
             fingerprint: None,
             now,

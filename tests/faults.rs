@@ -604,6 +604,7 @@ async fn contention_after_release(store: Arc<dyn Store>) {
     let req = idempotency::store::ClaimRequest {
         key: key.key,
         tenant: "acme",
+        subject: None,
         tool: "charge_card",
         fingerprint: None,
         now: clock.now(),

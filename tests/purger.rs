@@ -27,6 +27,7 @@ async fn claim(store: &Scripted, k: Key, now: i64) -> Token {
     let req = ClaimRequest {
         key: k,
         tenant: "acme",
+        subject: None,
         tool: "charge_card",
         fingerprint: None,
         now: Timestamp::from_millis(now),
@@ -59,7 +60,7 @@ async fn complete(store: &Scripted, k: Key, token: Token, now: i64) {
 
 async fn present(store: &Scripted, k: Key) -> bool {
     store
-        .status("acme", k.reference(1))
+        .status("acme", "alice", k.reference(1))
         .await
         .expect("status")
         .is_some()

@@ -805,6 +805,7 @@ async fn the_example_reconcilers_ask_the_stub_by_reference() {
         key: key(n),
         reference: key(n).reference(1),
         tenant: "acme".into(),
+        subject: Some("alice".into()),
         tool: "charge_card".into(),
         state: idempotency::store::RecordState::InFlight,
         token: idempotency::store::Token(1),

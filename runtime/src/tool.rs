@@ -58,6 +58,20 @@ impl ToolSpec {
     }
 }
 
+/// Who shares a tool's records: every subject of the caller's tenant, or only the caller's
+/// subject. It decides whether the subject is part of the key, and who may look a record up by
+/// its reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// Any subject of the tenant: the same business key (or call) from two subjects of one
+    /// tenant is one operation, and either may ask its status. The default for business keys,
+    /// which name a tenant-wide thing (an order is the organisation's, whichever agent retries it).
+    Tenant,
+    /// Only the caller's subject: another subject of the tenant gets neither the replay nor the
+    /// status. The default for call keys.
+    Subject,
+}
+
 /// A call's key and (for business keys) the fingerprint of its full arguments: what the engine
 /// claims.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +80,8 @@ pub struct Prepared {
     pub key: Key,
     /// The full arguments' fingerprint, for business keys.
     pub fingerprint: Option<Fingerprint>,
+    /// Who shares the record.
+    pub scope: Scope,
 }
 
 impl Prepared {
@@ -86,6 +102,7 @@ impl Prepared {
         Ok(Prepared {
             key,
             fingerprint: None,
+            scope: Scope::Subject,
         })
     }
 
@@ -123,6 +140,7 @@ impl Prepared {
         Ok(Prepared {
             key,
             fingerprint: Some(fingerprint),
+            scope: Scope::Tenant,
         })
     }
 }

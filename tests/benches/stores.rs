@@ -71,6 +71,7 @@ fn store_fresh(store: Arc<dyn Store>) -> Op {
             let req = ClaimRequest {
                 key: key(n),
                 tenant: TENANT,
+                subject: None,
                 tool: TOOL,
                 fingerprint: None,
                 now: now(),
@@ -104,6 +105,7 @@ fn store_repeat(store: Arc<dyn Store>) -> Op {
             let req = ClaimRequest {
                 key: key(n),
                 tenant: TENANT,
+                subject: None,
                 tool: TOOL,
                 fingerprint: None,
                 now: now(),

@@ -180,9 +180,10 @@ impl RecordStore for Scripted {
         &self,
         key: Key,
         token: Token,
+        now: Timestamp,
         until: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.run(Op::Renew, move || self.inner.renew(key, token, until))
+        self.run(Op::Renew, move || self.inner.renew(key, token, now, until))
     }
     fn settle<'a>(
         &'a self,
@@ -199,15 +200,23 @@ impl RecordStore for Scripted {
     fn status<'a>(
         &'a self,
         tenant: &'a str,
+        subject: &'a str,
         reference: Reference,
     ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
-        self.run(Op::Status, move || self.inner.status(tenant, reference))
+        self.run(Op::Status, move || {
+            self.inner.status(tenant, subject, reference)
+        })
     }
 }
 
 impl Maintenance for Scripted {
-    fn purge(&self, older_than: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
-        self.run(Op::Purge, move || self.inner.purge(older_than, limit))
+    fn purge(
+        &self,
+        now: Timestamp,
+        older_than: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<u64, StoreError>> {
+        self.run(Op::Purge, move || self.inner.purge(now, older_than, limit))
     }
     fn unsettled(
         &self,

@@ -28,6 +28,8 @@ CREATE TABLE idempotency_records (
     state        SMALLINT NOT NULL,
     key_rest     BYTEA    NOT NULL,
     tenant       TEXT     NOT NULL,
+
+    subject      TEXT     NOT NULL,
     tool         TEXT     NOT NULL,
     fingerprint  BYTEA    NOT NULL,
     response     TEXT

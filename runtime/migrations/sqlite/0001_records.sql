@@ -30,6 +30,8 @@ CREATE TABLE idempotency_records (
     state        INTEGER NOT NULL,
     key_rest     BLOB    NOT NULL,
     tenant       TEXT    NOT NULL,
+
+    subject      TEXT    NOT NULL,
     tool         TEXT    NOT NULL,
     fingerprint  BLOB    NOT NULL,
     response     TEXT

@@ -234,13 +234,14 @@ impl Attempt {
         let every = self.lease / 3;
         loop {
             tokio::time::sleep(every).await;
-            let until = self.now() + self.lease;
+            let now = self.now();
+            let until = now + self.lease;
             let by = tokio::time::Instant::now() + every;
             match bounded(
                 Some(by),
                 self.guard
                     .store
-                    .renew(self.guard.key, self.guard.token, until),
+                    .renew(self.guard.key, self.guard.token, now, until),
             )
             .await
             {

@@ -13,7 +13,7 @@ use crate::key::{Caller, Reference};
 use crate::outcome::{ErrorPolicy, Failure, Outcome};
 use crate::record::RecordStatus;
 use crate::store::{Claim, ClaimRequest, Store, StoreError, Token};
-use crate::tool::{Prepared, ToolSpec};
+use crate::tool::{Prepared, Scope, ToolSpec};
 
 mod attempt;
 pub(crate) mod expiry;
@@ -206,13 +206,16 @@ impl Idempotency {
         self.lease
     }
 
-    /// What the store knows of `reference`, if it belongs to the caller's tenant.
+    /// What the store knows of `reference`, if the caller may see it: its tenant's record, and
+    /// for a subject-scoped record, its subject's.
     pub async fn status(
         &self,
         caller: &Caller,
         reference: Reference,
     ) -> Result<Option<RecordStatus>, StoreError> {
-        self.store.status(&caller.tenant, reference).await
+        self.store
+            .status(&caller.tenant, &caller.subject, reference)
+            .await
     }
 
     /// Runs `body` at most once for `prepared`'s key: claims first, then runs, then records; a
@@ -282,6 +285,10 @@ impl Idempotency {
         let req = ClaimRequest {
             key: prepared.key,
             tenant: &caller.tenant,
+            subject: match prepared.scope {
+                Scope::Subject => Some(&caller.subject),
+                Scope::Tenant => None,
+            },
             tool,
             fingerprint: prepared.fingerprint,
             now,

@@ -15,6 +15,7 @@ use crate::record::{RecordState, RecordStatus, StoredResponse};
 #[derive(Clone, Debug)]
 struct Row {
     tenant: String,
+    subject: Option<String>,
     tool: String,
     generation: u32,
     state: RecordState,
@@ -53,7 +54,7 @@ struct Inner {
 /// let store = MemoryStore::new();
 /// let key = Key::for_call(&Caller::new("acme", "alice"), "charge_card", &100)?;
 /// let req = ClaimRequest {
-///     key, tenant: "acme", tool: "charge_card", fingerprint: None,
+///     key, tenant: "acme", subject: None, tool: "charge_card", fingerprint: None,
 ///     now: Timestamp::from_millis(0), lease_expires_at: Timestamp::from_millis(30_000),
 ///     token: Token(1),
 /// };
@@ -132,6 +133,7 @@ impl RecordStore for MemoryStore {
             let mut inner = self.lock();
             let fresh = |generation: u32, token: i64| Row {
                 tenant: req.tenant.to_owned(),
+                subject: req.subject.map(str::to_owned),
                 tool: req.tool.to_owned(),
                 generation,
                 state: RecordState::InFlight,
@@ -258,6 +260,7 @@ impl RecordStore for MemoryStore {
         &self,
         key: Key,
         token: Token,
+        _now: Timestamp,
         lease_expires_at: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         let out = self.fenced(key, token, |row, _| row.lease_expires_at = lease_expires_at);
@@ -267,6 +270,7 @@ impl RecordStore for MemoryStore {
     fn status<'a>(
         &'a self,
         tenant: &'a str,
+        subject: &'a str,
         reference: Reference,
     ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
         let out = {
@@ -275,7 +279,11 @@ impl RecordStore for MemoryStore {
             inner
                 .rows
                 .range(Key::from_bytes(lo)..=Key::from_bytes(hi))
-                .find(|(_, r)| r.tenant == tenant && r.generation >= reference.generation())
+                .find(|(_, r)| {
+                    r.tenant == tenant
+                        && r.subject.as_deref().is_none_or(|s| s == subject)
+                        && r.generation >= reference.generation()
+                })
                 .map(|(_, r)| RecordStatus {
                     reference: reference.with_generation(r.generation),
                     tool: r.tool.clone(),
@@ -333,7 +341,12 @@ impl RecordStore for MemoryStore {
 }
 
 impl Maintenance for MemoryStore {
-    fn purge(&self, older_than: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
+    fn purge(
+        &self,
+        _now: Timestamp,
+        older_than: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<u64, StoreError>> {
         let n = {
             let mut inner = self.lock();
             let doomed: Vec<Key> = inner
@@ -372,6 +385,7 @@ impl Maintenance for MemoryStore {
                     key: *k,
                     reference: k.reference(r.generation),
                     tenant: r.tenant.clone(),
+                    subject: r.subject.clone(),
                     tool: r.tool.clone(),
                     state: r.state,
                     token: Token(r.token),

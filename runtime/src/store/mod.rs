@@ -16,9 +16,19 @@
 //! and `PostgresStore` (feature `postgres`).
 //!
 //! Every backend answers the same questions with the same semantics; one conformance suite
-//! (`tests/conformance.rs`) runs against all of them. Times are passed in by the engine (from its
-//! [`Clock`](crate::clock::Clock)), so the stores never read a clock of their own and replicas agree with
-//! the engine that drives them.
+//! (`tests/conformance.rs`) runs against all of them.
+//!
+//! ## Time
+//!
+//! Every method that needs a time is passed the engine's `now` (from its
+//! [`Clock`](crate::clock::Clock)) and, where it needs more, other absolute times *relative to
+//! that `now`* (a lease end is `now + lease`, a window end `now + window`). A store on one
+//! machine (memory, SQLite) uses them as given. A store shared by replicas whose clocks may
+//! disagree (PostgreSQL) decides by its own server clock instead: it reads `server_now` in the
+//! statement and shifts every time of the call by `server_now - now`, so the durations the
+//! engine chose are kept and every replica is judged by one clock. Either way a completion,
+//! release or settlement never records a time earlier than the record's claim, so a clock that
+//! steps back cannot end a window early.
 //!
 //! ## Claim semantics (all stores)
 //!
@@ -59,7 +69,7 @@
 //!
 //! ## Method contracts
 //!
-//! Every method takes its times from the caller (absolute [`Timestamp`]s) and answers in one
+//! Every method takes its times from the caller (see [Time](#time)) and answers in one
 //! round trip where the notes above do not say otherwise. "Fenced" means: the update applies only
 //! when the record's current token is the one presented and its state is one the method allows;
 //! otherwise nothing changes and the answer says why: [`StoreError::Fenced`] (another token is
@@ -74,7 +84,7 @@
 //! | [`RecordStore::mark_unknown`] | in flight | unknown (never re-run; only a settlement ends it) |
 //! | [`RecordStore::renew`] | in flight | the lease ends at `lease_expires_at` |
 //! | [`RecordStore::settle`] | in flight, unknown | the [`Settlement`]; the token goes up by one, so the original worker's late completion is fenced |
-//! | [`RecordStore::status`] | any | the record of the reference's key, if it belongs to the tenant (another tenant's is `None`, like one that does not exist); for a superseded generation, the key's current record, whose `reference` names the newer generation |
+//! | [`RecordStore::status`] | any | the record of the reference's key, if the tenant (and, for a subject-scoped record, the subject) may see it (anyone else's is `None`, like one that does not exist); for a superseded generation, the key's current record, whose `reference` names the newer generation |
 //! | [`Maintenance::purge`] | completed, released | deletes up to `limit` records whose window ended before `older_than` |
 //! | [`Maintenance::unsettled`] | in flight (lease ended at or before `now`), unknown | up to `limit`, oldest claim first |
 //! | [`OutboxStore::fetch`] | – | up to `limit` messages visible at `now`, oldest first; each becomes invisible until `invisible_until` and its attempt count goes up |
@@ -132,8 +142,11 @@ pub struct Token(pub i64);
 pub struct ClaimRequest<'a> {
     /// The call's key.
     pub key: Key,
-    /// The caller's tenant (kept for tenant-scoped status lookups).
+    /// The caller's tenant (status lookups are scoped to it).
     pub tenant: &'a str,
+    /// The caller's subject, for a subject-scoped record (only that subject of the tenant may
+    /// look it up); `None` for a tenant-scoped one (any subject of the tenant may).
+    pub subject: Option<&'a str>,
     /// The tool's name.
     pub tool: &'a str,
     /// The full arguments' fingerprint (business keys); `None` for call keys.
@@ -216,6 +229,8 @@ pub struct Unsettled {
     pub reference: Reference,
     /// The caller's tenant.
     pub tenant: String,
+    /// The caller's subject, for a subject-scoped record.
+    pub subject: Option<String>,
     /// The tool's name.
     pub tool: String,
     /// `InFlight` (lease expired) or `Unknown`.
@@ -257,11 +272,13 @@ pub trait RecordStore: Send + Sync + 'static {
     /// Marks the claim's outcome unknown (fenced, in flight only).
     fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>>;
 
-    /// Extends an in-flight claim's lease (fenced), so a long body is not taken for a dead worker.
+    /// Extends an in-flight claim's lease to `lease_expires_at` (relative to `now`; fenced), so a
+    /// long body is not taken for a dead worker.
     fn renew(
         &self,
         key: Key,
         token: Token,
+        now: Timestamp,
         lease_expires_at: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>>;
 
@@ -277,13 +294,15 @@ pub trait RecordStore: Send + Sync + 'static {
         expires_at: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
-    /// The operation named by `reference`, if it belongs to `tenant` (another tenant's reference
-    /// is `None`, exactly like one that does not exist). For a reference whose generation has
-    /// been superseded (its key moved on after the window, which only a completed operation
-    /// allows), the key's current record: its `reference` names the newer generation.
+    /// The operation named by `reference`, if `tenant` and `subject` may see it: the record's
+    /// tenant is `tenant` and, for a subject-scoped record, its subject is `subject` (anyone
+    /// else's reference is `None`, exactly like one that does not exist). For a reference whose
+    /// generation has been superseded (its key moved on after the window, which only a completed
+    /// operation allows), the key's current record: its `reference` names the newer generation.
     fn status<'a>(
         &'a self,
         tenant: &'a str,
+        subject: &'a str,
         reference: Reference,
     ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>>;
 }
@@ -291,8 +310,14 @@ pub trait RecordStore: Send + Sync + 'static {
 /// Background work over many records: retention and reconciliation.
 pub trait Maintenance: Send + Sync + 'static {
     /// Deletes up to `limit` completed or released records whose window ended before
-    /// `older_than`; returns how many went. In-flight and unknown records are never purged.
-    fn purge(&self, older_than: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>>;
+    /// `older_than` (relative to `now`: `now - retention`); returns how many went. In-flight and
+    /// unknown records are never purged.
+    fn purge(
+        &self,
+        now: Timestamp,
+        older_than: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<u64, StoreError>>;
 
     /// Up to `limit` claims to reconcile: in flight with `lease_expires_at <= now`, or unknown;
     /// oldest claim first.

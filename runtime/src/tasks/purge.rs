@@ -61,10 +61,11 @@ impl Purger {
 
     /// One round: batches until one comes back short; returns how many records went.
     pub async fn run_once(&self) -> Result<u64, StoreError> {
-        let older_than = self.clock.now() - self.retention;
+        let now = self.clock.now();
+        let older_than = now - self.retention;
         let mut total = 0u64;
         loop {
-            let n = self.store.purge(older_than, BATCH).await?;
+            let n = self.store.purge(now, older_than, BATCH).await?;
             total += n;
             if n < u64::from(BATCH) {
                 return Ok(total);

@@ -62,15 +62,15 @@ const BOOKKEEPING: Bookkeeping = Bookkeeping {
 /// no row lock and no transaction id (a lock would cost the repeat a WAL flush at commit).
 ///
 /// Parameters: `$1` ref, `$2` key_rest, `$3` tenant, `$4` tool, `$5` fingerprint, `$6` now,
-/// `$7` lease end (shared with [`TAKEOVER`]).
+/// `$7` lease end, `$8` token, `$9` subject (`''` for a tenant-scoped record) (shared with [`TAKEOVER`]).
 ///
 /// Zero rows come back when a conflicting row was committed after the statement's snapshot
 /// (READ COMMITTED): the claim runs again.
 const CLAIM: &str = "\
 WITH ins AS (
     INSERT INTO idempotency_records
-        (ref, token, claimed_at, ends_at, generation, state, key_rest, tenant, tool, fingerprint)
-    VALUES ($1, $8, $6, $7, 1, 0, $2, $3, $4, $5)
+        (ref, token, claimed_at, ends_at, generation, state, key_rest, tenant, subject, tool, fingerprint)
+    VALUES ($1, $8, $6, $7, 1, 0, $2, $3, $9, $4, $5)
     ON CONFLICT (ref) DO NOTHING
     RETURNING 1
 )
@@ -91,6 +91,7 @@ UPDATE idempotency_records SET
     generation = CASE WHEN state = 3 THEN generation ELSE generation + 1 END,
     state = 0,
     tenant = $3,
+    subject = $9,
     tool = $4,
     fingerprint = $5,
     completed_at = NULL,
@@ -286,6 +287,7 @@ impl RecordStore for PostgresStore {
                     .bind(req.now.as_millis())
                     .bind(req.lease_expires_at.as_millis())
                     .bind(req.token.0)
+                    .bind(req.subject.unwrap_or(""))
             };
             for _ in 0..CLAIM_ATTEMPTS {
                 let row = bound(CLAIM)
@@ -392,6 +394,7 @@ impl RecordStore for PostgresStore {
         &self,
         key: Key,
         token: Token,
+        _now: Timestamp,
         lease_expires_at: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(self.fenced(key, token, &[RecordState::InFlight], "the lease renewal", move || {
@@ -408,16 +411,19 @@ impl RecordStore for PostgresStore {
     fn status<'a>(
         &'a self,
         tenant: &'a str,
+        subject: &'a str,
         reference: Reference,
     ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
         Box::pin(async move {
             let row = sqlx::query(
                 "SELECT tool, key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at, \
-                 response FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND generation >= $3",
+                 response FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND generation >= $3 \
+                 AND (subject = '' OR subject = $4)",
             )
             .bind(ref_value(&reference))
             .bind(tenant)
             .bind(i64::from(reference.generation()))
+            .bind(subject)
             .fetch_optional(&self.pool)
             .await
             .map_err(db_error)?;

@@ -272,17 +272,19 @@ pub(crate) fn why_fenced(
     Ok(())
 }
 
-/// An unsettled row as read: ref, key_rest, generation, tenant, tool, state, token, claimed_at.
-pub(crate) type UnsettledRow = (i64, Vec<u8>, i32, String, String, i16, i64, i64);
+/// An unsettled row as read: ref, key_rest, generation, tenant, subject, tool, state, token,
+/// claimed_at.
+pub(crate) type UnsettledRow = (i64, Vec<u8>, i32, String, String, String, i16, i64, i64);
 
 /// An unsettled row read back.
 pub(crate) fn unsettled(row: UnsettledRow) -> Result<Unsettled, StoreError> {
-    let (r, rest, generation, tenant, tool, code, token, claimed_at) = row;
+    let (r, rest, generation, tenant, subject, tool, code, token, claimed_at) = row;
     let key = key_from(r, &rest)?;
     Ok(Unsettled {
         key,
         reference: key.reference(generation_of(i64::from(generation))?),
         tenant,
+        subject: (!subject.is_empty()).then_some(subject),
         tool,
         state: split_state(code)?.0,
         token: Token(token),

@@ -10,7 +10,12 @@ use crate::store::{
 impl Maintenance for SqliteStore {
     /// A scan that stops after `limit` matches (writers are serialised, so nothing changes the
     /// rows between the scan and the delete).
-    fn purge(&self, older_than: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
+    fn purge(
+        &self,
+        _now: Timestamp,
+        older_than: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(async move {
             let done = sqlx::query(
                 "DELETE FROM idempotency_records WHERE ref IN \
@@ -34,7 +39,7 @@ impl Maintenance for SqliteStore {
         Box::pin(async move {
             // Ties in the keys' byte order, as the memory store: `ref` compared unsigned.
             let rows: Vec<sql::UnsettledRow> = sqlx::query_as(
-                "SELECT ref, key_rest, generation, tenant, tool, state, token, claimed_at \
+                "SELECT ref, key_rest, generation, tenant, subject, tool, state, token, claimed_at \
                  FROM idempotency_records WHERE state = 2 OR (state = 0 AND ends_at <= $1) \
                  ORDER BY claimed_at, ref < 0, ref LIMIT $2",
             )

@@ -60,11 +60,11 @@ const BOOKKEEPING: Bookkeeping = Bookkeeping {
 /// key's when its `key_rest` differs).
 ///
 /// Parameters: `$1` ref, `$2` key_rest, `$3` tenant, `$4` tool, `$5` fingerprint, `$6` now,
-/// `$7` lease end (as PostgreSQL's claim).
+/// `$7` lease end, `$8` token, `$9` subject (`''` for a tenant-scoped record) (as PostgreSQL's claim).
 const CLAIM: &str = "\
 INSERT INTO idempotency_records
-    (ref, token, claimed_at, ends_at, generation, state, key_rest, tenant, tool, fingerprint)
-VALUES ($1, $8, $6, $7, 1, 0, $2, $3, $4, $5)
+    (ref, token, claimed_at, ends_at, generation, state, key_rest, tenant, subject, tool, fingerprint)
+VALUES ($1, $8, $6, $7, 1, 0, $2, $3, $9, $4, $5)
 ON CONFLICT (ref) DO UPDATE SET
     token = excluded.token,
     claimed_at = excluded.claimed_at,
@@ -72,6 +72,7 @@ ON CONFLICT (ref) DO UPDATE SET
     generation = CASE WHEN state = 3 THEN generation ELSE generation + 1 END,
     state = 0,
     tenant = excluded.tenant,
+    subject = excluded.subject,
     tool = excluded.tool,
     fingerprint = excluded.fingerprint,
     completed_at = NULL,
@@ -295,6 +296,7 @@ impl RecordStore for SqliteStore {
                     .bind(req.now.as_millis())
                     .bind(req.lease_expires_at.as_millis())
                     .bind(req.token.0)
+                    .bind(req.subject.unwrap_or(""))
                     .fetch_all(&self.pool)
                     .await
                     .map_err(db_error)?;
@@ -400,6 +402,7 @@ impl RecordStore for SqliteStore {
         &self,
         key: Key,
         token: Token,
+        _now: Timestamp,
         lease_expires_at: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(self.fenced(key, token, &[RecordState::InFlight], "the lease renewal", move || {
@@ -416,16 +419,19 @@ impl RecordStore for SqliteStore {
     fn status<'a>(
         &'a self,
         tenant: &'a str,
+        subject: &'a str,
         reference: Reference,
     ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
         Box::pin(async move {
             let row = sqlx::query(
                 "SELECT tool, key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at, \
-                 response FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND generation >= $3",
+                 response FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND generation >= $3 \
+                 AND (subject = '' OR subject = $4)",
             )
             .bind(ref_value(&reference))
             .bind(tenant)
             .bind(i64::from(reference.generation()))
+            .bind(subject)
             .fetch_optional(&self.pool)
             .await
             .map_err(db_error)?;
