@@ -170,7 +170,13 @@ impl Db {
         if let Some(path) = target.strip_prefix("sqlite:") {
             Arc::new(SqliteStore::open(path).await.expect("open sqlite store"))
         } else {
-            Arc::new(PostgresStore::connect(target).await.expect("open pg store"))
+            // The scenario moves time with a ManualClock: the store takes the engine's times.
+            Arc::new(
+                PostgresStore::connect(target)
+                    .await
+                    .expect("open pg store")
+                    .trusting_engine_clock(),
+            )
         }
     }
 
@@ -691,7 +697,10 @@ async fn released_claim_is_taken_over_by_exactly_one_of_32_postgres() {
     let Some(url) = database_url() else { return };
     let (scoped, schema) = pg_schema(&url, "contention").await;
     contention_after_release(Arc::new(
-        PostgresStore::connect(&scoped).await.expect("store"),
+        PostgresStore::connect(&scoped)
+            .await
+            .expect("store")
+            .trusting_engine_clock(),
     ))
     .await;
     pg_drop(&url, &schema).await;

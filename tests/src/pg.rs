@@ -117,11 +117,20 @@ impl TestSchema {
             .expect("connect the pool")
     }
 
-    /// A store in the schema (a tuned pool of 10), migrated.
+    /// A store in the schema (a tuned pool of 10), migrated, that takes the engine's times as
+    /// given (`trusting_engine_clock`): for tests that move time with a `ManualClock`.
     ///
     /// # Panics
     /// If the database cannot be reached or the migrations fail.
     pub async fn store(&self) -> PostgresStore {
+        self.server_clock_store().await.trusting_engine_clock()
+    }
+
+    /// A store in the schema as users get it: every time decided by the database server's clock.
+    ///
+    /// # Panics
+    /// If the database cannot be reached or the migrations fail.
+    pub async fn server_clock_store(&self) -> PostgresStore {
         PostgresStore::from_pool(self.pool(10).await)
             .await
             .expect("open the PostgreSQL store")

@@ -26,7 +26,9 @@
 //! machine (memory, SQLite) uses them as given. A store shared by replicas whose clocks may
 //! disagree (PostgreSQL) decides by its own server clock instead: it reads `server_now` in the
 //! statement and shifts every time of the call by `server_now - now`, so the durations the
-//! engine chose are kept and every replica is judged by one clock. Either way a completion,
+//! engine chose are kept and every replica is judged by one clock; the times a claim answers
+//! with are shifted back into the caller's frame, so the engine's own comparisons (has this
+//! in-flight claim's lease passed?) agree with the server's. Either way a completion,
 //! release or settlement never records a time earlier than the record's claim, so a clock that
 //! steps back cannot end a window early.
 //!

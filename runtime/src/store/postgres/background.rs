@@ -1,6 +1,6 @@
 //! [`PostgresStore`]'s background work: retention (purge), the claims to reconcile, and the outbox.
 
-use super::PostgresStore;
+use super::{clock, PostgresStore};
 use crate::clock::Timestamp;
 use crate::store::sql::{self, db_error};
 use crate::store::{
@@ -12,19 +12,26 @@ impl Maintenance for PostgresStore {
     /// on each row as it is deleted, so a row a claim took over meanwhile is left alone.
     fn purge(
         &self,
-        _now: Timestamp,
+        now: Timestamp,
         older_than: Timestamp,
         limit: u32,
     ) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(async move {
-            let done = sqlx::query(
+            // The cutoff is the server's clock less the retention (`$3 - $1`, ≤ 0).
+            let done = sqlx::query(concat!(
                 "DELETE FROM idempotency_records \
                  WHERE ref = ANY (ARRAY(SELECT ref FROM idempotency_records \
-                                        WHERE state IN (1, 3, 4) AND ends_at < $1 LIMIT $2)) \
-                   AND state IN (1, 3, 4) AND ends_at < $1",
-            )
-            .bind(older_than.as_millis())
+                                        WHERE state IN (1, 3, 4) AND ends_at < ",
+                clock!("$1", "$4"),
+                " + ($3 - $1) LIMIT $2)) \
+                   AND state IN (1, 3, 4) AND ends_at < ",
+                clock!("$1", "$4"),
+                " + ($3 - $1)"
+            ))
+            .bind(now.as_millis())
             .bind(i64::from(limit))
+            .bind(older_than.as_millis())
+            .bind(self.clock_offset)
             .execute(&self.pool)
             .await
             .map_err(db_error)?;
@@ -39,13 +46,15 @@ impl Maintenance for PostgresStore {
     ) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
         Box::pin(async move {
             // Ties in the keys' byte order, as the memory store: `ref` compared unsigned.
-            let rows: Vec<sql::UnsettledRow> = sqlx::query_as(
+            let rows: Vec<sql::UnsettledRow> = sqlx::query_as(concat!(
                 "SELECT ref, key_rest, generation, tenant, subject, tool, state, token, claimed_at \
-                 FROM idempotency_records WHERE state = 2 OR (state = 0 AND ends_at <= $1) \
-                 ORDER BY claimed_at, ref < 0, ref LIMIT $2",
-            )
+                 FROM idempotency_records WHERE state = 2 OR (state = 0 AND ends_at <= ",
+                clock!("$1", "$3"),
+                ") ORDER BY claimed_at, ref < 0, ref LIMIT $2"
+            ))
             .bind(now.as_millis())
             .bind(i64::from(limit))
+            .bind(self.clock_offset)
             .fetch_all(&self.pool)
             .await
             .map_err(db_error)?;
@@ -62,14 +71,19 @@ impl OutboxStore for PostgresStore {
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
         Box::pin(async move {
-            let rows: Vec<sql::OutboxRow<i32>> = sqlx::query_as(
-                "UPDATE idempotency_outbox SET attempts = attempts + 1, visible_at = $2 WHERE id IN \
-                 (SELECT id FROM idempotency_outbox WHERE visible_at <= $1 ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
-                 RETURNING id, key, generation, topic, payload, attempts - 1",
-            )
+            let rows: Vec<sql::OutboxRow<i32>> = sqlx::query_as(concat!(
+                "UPDATE idempotency_outbox SET attempts = attempts + 1, visible_at = ",
+                clock!("$1", "$4"),
+                " + ($2 - $1) WHERE id IN \
+                 (SELECT id FROM idempotency_outbox WHERE visible_at <= ",
+                clock!("$1", "$4"),
+                " ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
+                 RETURNING id, key, generation, topic, payload, attempts - 1"
+            ))
             .bind(now.as_millis())
             .bind(invisible_until.as_millis())
             .bind(i64::from(limit))
+            .bind(self.clock_offset)
             .fetch_all(&self.pool)
             .await
             .map_err(db_error)?;

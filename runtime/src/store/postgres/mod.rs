@@ -33,6 +33,24 @@ use crate::record::{RecordState, RecordStatus};
 
 mod background;
 
+/// The statement's clock, in ms since the epoch: the database server's (`statement_timestamp()`,
+/// one value for the whole statement) plus the store's offset `$off`, or, when `$off` is NULL
+/// (a store told to trust the engine's clock, for tests that move time by hand), the engine's
+/// `now` parameter as given. Every other time of the statement is shifted by the same amount
+/// (`clock + (t - now)`), keeping the durations the engine chose.
+macro_rules! clock {
+    ($now:literal, $off:literal) => {
+        concat!(
+            "COALESCE((extract(epoch FROM statement_timestamp()) * 1000)::BIGINT + ",
+            $off,
+            "::BIGINT, ",
+            $now,
+            "::BIGINT)"
+        )
+    };
+}
+pub(super) use clock;
+
 const MIGRATIONS: &[Migration] = &[Migration {
     version: 1,
     description: "records and outbox",
@@ -62,32 +80,40 @@ const BOOKKEEPING: Bookkeeping = Bookkeeping {
 /// no row lock and no transaction id (a lock would cost the repeat a WAL flush at commit).
 ///
 /// Parameters: `$1` ref, `$2` key_rest, `$3` tenant, `$4` tool, `$5` fingerprint, `$6` now,
-/// `$7` lease end, `$8` token, `$9` subject (`''` for a tenant-scoped record) (shared with [`TAKEOVER`]).
+/// `$7` lease end, `$8` token, `$9` subject (`''` for a tenant-scoped record), `$10` the clock
+/// offset ([`clock!`]) (shared with [`TAKEOVER`]). The last column is the statement's clock, by
+/// which the caller judges whether a found record's window has ended.
 ///
 /// Zero rows come back when a conflicting row was committed after the statement's snapshot
 /// (READ COMMITTED): the claim runs again.
-const CLAIM: &str = "\
+const CLAIM: &str = concat!("\
 WITH ins AS (
     INSERT INTO idempotency_records
         (ref, token, claimed_at, ends_at, generation, state, key_rest, tenant, subject, tool, fingerprint)
-    VALUES ($1, $8, $6, $7, 1, 0, $2, $3, $9, $4, $5)
+    VALUES ($1, $8, ", clock!("$6", "$10"), ", ", clock!("$6", "$10"), " + ($7 - $6), 1, 0, $2, $3, $9, $4, $5)
     ON CONFLICT (ref) DO NOTHING
     RETURNING 1
 )
-SELECT true, NULL::BYTEA, 1, 0::SMALLINT, NULL::BYTEA, 0::BIGINT, 0::BIGINT, NULL::BIGINT, NULL::TEXT
+SELECT true, NULL::BYTEA, 1, 0::SMALLINT, NULL::BYTEA, 0::BIGINT, 0::BIGINT, NULL::BIGINT, NULL::TEXT, 0::BIGINT
 FROM ins
 UNION ALL
-SELECT false, key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at, response
-FROM idempotency_records WHERE ref = $1 AND NOT EXISTS (SELECT 1 FROM ins)";
+SELECT false, key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at, response, ",
+clock!("$6", "$10"), "
+FROM idempotency_records WHERE ref = $1 AND NOT EXISTS (SELECT 1 FROM ins)");
 
 /// The rare second statement of a claim that found a released or window-expired record of its
 /// own key: take it over (the request's token; generation + 1 only for an expired window), if it still
 /// qualifies. Same parameters as [`CLAIM`].
-const TAKEOVER: &str = "\
+const TAKEOVER: &str = concat!(
+    "\
 UPDATE idempotency_records SET
     token = $8,
-    claimed_at = $6,
-    ends_at = $7,
+    claimed_at = ",
+    clock!("$6", "$10"),
+    ",
+    ends_at = ",
+    clock!("$6", "$10"),
+    " + ($7 - $6),
     generation = CASE WHEN state = 3 THEN generation ELSE generation + 1 END,
     state = 0,
     tenant = $3,
@@ -96,26 +122,48 @@ UPDATE idempotency_records SET
     fingerprint = $5,
     completed_at = NULL,
     response = NULL
-WHERE ref = $1 AND key_rest = $2 AND (state = 3 OR (state IN (1, 4) AND ends_at <= $6))
-RETURNING generation, token";
+WHERE ref = $1 AND key_rest = $2 AND (state = 3 OR (state IN (1, 4) AND ends_at <= ",
+    clock!("$6", "$10"),
+    "))
+RETURNING generation, token"
+);
 
-/// `$1` ref, `$2` key_rest, `$3` token, then the new values.
-const COMPLETE: &str = "\
-UPDATE idempotency_records SET state = $4, response = $5, completed_at = $6, ends_at = $7
-WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0";
+/// `$1` ref, `$2` key_rest, `$3` token, `$4` state, `$5` response, `$6` now, `$7` window end,
+/// `$8` clock offset. The completion time is never earlier than the claim's, so a clock that
+/// stepped back cannot end the window early.
+const COMPLETE: &str = concat!(
+    "\
+UPDATE idempotency_records SET state = $4, response = $5,
+    completed_at = GREATEST(",
+    clock!("$6", "$8"),
+    ", claimed_at),
+    ends_at = GREATEST(",
+    clock!("$6", "$8"),
+    ", claimed_at) + ($7 - $6)
+WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
+);
 
 /// A completion with outbox messages: one statement, so one transaction and one round trip. It
-/// inserts as many rows as there are messages, or none when the update was fenced.
-const COMPLETE_WITH_OUTBOX: &str = "\
+/// inserts as many rows as there are messages, or none when the update was fenced. Parameters
+/// as [`COMPLETE`], then `$9` topics and `$10` payloads.
+const COMPLETE_WITH_OUTBOX: &str = concat!(
+    "\
 WITH done AS (
-    UPDATE idempotency_records SET state = $4, response = $5, completed_at = $6, ends_at = $7
+    UPDATE idempotency_records SET state = $4, response = $5,
+        completed_at = GREATEST(",
+    clock!("$6", "$8"),
+    ", claimed_at),
+        ends_at = GREATEST(",
+    clock!("$6", "$8"),
+    ", claimed_at) + ($7 - $6)
     WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0
-    RETURNING generation
+    RETURNING generation, completed_at
 )
 INSERT INTO idempotency_outbox (visible_at, generation, key, topic, payload)
-SELECT $6, done.generation, int8send($1) || $2, m.topic, m.payload
-FROM done CROSS JOIN unnest($8::TEXT[], $9::TEXT[]) WITH ORDINALITY AS m(topic, payload, n)
-ORDER BY m.n";
+SELECT done.completed_at, done.generation, int8send($1) || $2, m.topic, m.payload
+FROM done CROSS JOIN unnest($9::TEXT[], $10::TEXT[]) WITH ORDINALITY AS m(topic, payload, n)
+ORDER BY m.n"
+);
 
 const ROW_NOW: &str =
     "SELECT generation, token, state, key_rest FROM idempotency_records WHERE ref = $1";
@@ -142,9 +190,21 @@ type PgQuery = Query<'static, Postgres, PgArguments>;
 /// size when they were made, while purge and the reconciler's scan, which have no index to use,
 /// still scan. (`plan_cache_mode = force_custom_plan` would also do, but planning the claim on
 /// every call costs about 0.1 ms, doubling a repeat's latency.)
+///
+/// ## Time
+///
+/// Replicas' clocks disagree; the database's is the one they share. Every statement reads the
+/// server's clock (`statement_timestamp()`) and keeps only the durations the engine chose (the
+/// lease, the window, the retention), so a replica whose clock is minutes ahead or behind claims,
+/// replays, expires leases and purges exactly as one whose clock is right. A completion is never
+/// recorded earlier than its claim, so the database's clock stepping back cannot end a window
+/// early either.
 #[derive(Clone, Debug)]
 pub struct PostgresStore {
     pool: PgPool,
+    /// `Some(offset)`: the server's clock plus `offset` ms (0 outside tests); `None`: the
+    /// engine's times as given (tests that move time by hand).
+    clock_offset: Option<i64>,
 }
 
 impl PostgresStore {
@@ -204,7 +264,10 @@ impl PostgresStore {
     /// A store on an existing pool; runs the migrations. Build the pool's options with
     /// [`PostgresStore::tune`] (a warning is logged if its connections are not tuned).
     pub async fn from_pool(pool: PgPool) -> Result<Self, StoreError> {
-        let store = PostgresStore { pool };
+        let store = PostgresStore {
+            pool,
+            clock_offset: Some(0),
+        };
         store.migrate().await?;
         let seqscan: String = sqlx::query_scalar("SELECT current_setting('enable_seqscan')")
             .fetch_one(&store.pool)
@@ -223,6 +286,24 @@ impl PostgresStore {
     /// The connection pool.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// For tests that move time by hand (`ManualClock`): this store uses the engine's times as
+    /// given instead of the database server's clock. Never for replicas: their clocks disagree.
+    #[cfg(feature = "test-util")]
+    #[doc(hidden)]
+    pub fn trusting_engine_clock(mut self) -> Self {
+        self.clock_offset = None;
+        self
+    }
+
+    /// For tests: this store reads the database server's clock shifted by `offset_ms`, as if the
+    /// database's clock had jumped (a window's end reached without waiting for it).
+    #[cfg(feature = "test-util")]
+    #[doc(hidden)]
+    pub fn with_server_clock_offset(mut self, offset_ms: i64) -> Self {
+        self.clock_offset = Some(offset_ms);
+        self
     }
 
     /// Applies the migrations this build embeds that the database lacks, in one transaction under
@@ -262,6 +343,37 @@ impl PostgresStore {
     }
 }
 
+/// `claim`'s times moved from the server's clock to the caller's (`t - shift`), so that a lease
+/// the server counts as live is live by the caller's `now` too.
+fn in_callers_frame(claim: Claim, shift: i64) -> Claim {
+    let back = |t: Timestamp| Timestamp::from_millis(t.as_millis().saturating_sub(shift));
+    match claim {
+        Claim::InFlight {
+            reference,
+            claimed_at,
+            lease_expires_at,
+        } => Claim::InFlight {
+            reference,
+            claimed_at: back(claimed_at),
+            lease_expires_at: back(lease_expires_at),
+        },
+        Claim::Completed {
+            reference,
+            response,
+            completed_at,
+        } => Claim::Completed {
+            reference,
+            response,
+            completed_at: back(completed_at),
+        },
+        Claim::Unknown { reference, since } => Claim::Unknown {
+            reference,
+            since: back(since),
+        },
+        other => other,
+    }
+}
+
 /// A fenced statement's first three parameters: `$1` ref, `$2` key_rest, `$3` token.
 fn fenced_query(sql: &'static str, key: &Key, token: Token) -> PgQuery {
     sqlx::query(sql)
@@ -288,6 +400,7 @@ impl RecordStore for PostgresStore {
                     .bind(req.lease_expires_at.as_millis())
                     .bind(req.token.0)
                     .bind(req.subject.unwrap_or(""))
+                    .bind(self.clock_offset)
             };
             for _ in 0..CLAIM_ATTEMPTS {
                 let row = bound(CLAIM)
@@ -303,8 +416,15 @@ impl RecordStore for PostgresStore {
                     });
                 }
                 let rec = RecordRow::read(&row, 1).map_err(db_error)?;
-                if let Some(answer) = rec.existing_claim(&req.key, &req.fingerprint, req.now)? {
-                    return Ok(answer);
+                let clock: i64 = row.try_get(9).map_err(db_error)?;
+                let clock = Timestamp::from_millis(clock);
+                if let Some(answer) = rec.existing_claim(&req.key, &req.fingerprint, clock)? {
+                    // Judged by the server's clock, answered in the caller's: the engine
+                    // compares the lease end with its own `now`.
+                    return Ok(in_callers_frame(
+                        answer,
+                        clock.as_millis() - req.now.as_millis(),
+                    ));
                 }
                 let taken = bound(TAKEOVER)
                     .fetch_optional(&self.pool)
@@ -345,7 +465,8 @@ impl RecordStore for PostgresStore {
                         .bind(state)
                         .bind(c.response.body.as_str())
                         .bind(c.now.as_millis())
-                        .bind(c.expires_at.as_millis());
+                        .bind(c.expires_at.as_millis())
+                        .bind(self.clock_offset);
                     if c.outbox.is_empty() {
                         q
                     } else {
@@ -370,12 +491,18 @@ impl RecordStore for PostgresStore {
             "the release",
             move || {
                 fenced_query(
-                    "UPDATE idempotency_records SET state = 3, completed_at = $4, ends_at = $4 \
-                     WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
+                    concat!(
+                        "UPDATE idempotency_records SET state = 3, completed_at = GREATEST(",
+                        clock!("$4", "$5"),
+                        ", claimed_at), ends_at = GREATEST(",
+                        clock!("$4", "$5"),
+                        ", claimed_at) WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
+                    ),
                     &key,
                     token,
                 )
                 .bind(now.as_millis())
+                .bind(self.clock_offset)
             },
         ))
     }
@@ -394,17 +521,29 @@ impl RecordStore for PostgresStore {
         &self,
         key: Key,
         token: Token,
-        _now: Timestamp,
+        now: Timestamp,
         lease_expires_at: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.fenced(key, token, &[RecordState::InFlight], "the lease renewal", move || {
-            fenced_query(
-                "UPDATE idempotency_records SET ends_at = $4 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
-                &key,
-                token,
-            )
-            .bind(lease_expires_at.as_millis())
-        }))
+        Box::pin(self.fenced(
+            key,
+            token,
+            &[RecordState::InFlight],
+            "the lease renewal",
+            move || {
+                fenced_query(
+                    concat!(
+                    "UPDATE idempotency_records SET ends_at = ",
+                    clock!("$4", "$6"),
+                    " + ($5 - $4) WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
+                ),
+                    &key,
+                    token,
+                )
+                .bind(now.as_millis())
+                .bind(lease_expires_at.as_millis())
+                .bind(self.clock_offset)
+            },
+        ))
     }
 
     /// A primary-key probe: the reference is the primary key.
@@ -444,21 +583,30 @@ impl RecordStore for PostgresStore {
         at: Timestamp,
         expires_at: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let (code, body, completed, expires) = sql::settlement_columns(settlement, at, expires_at);
+        let (code, body, _, expires) = sql::settlement_columns(settlement, at, expires_at);
         let allowed = &[RecordState::InFlight, RecordState::Unknown];
-        // Unknown keeps its lease end in `ends_at`.
+        // Settled at the statement's clock (never before the claim); the window, if any, keeps
+        // its length. Unknown keeps its lease end in `ends_at` and has no completion time.
         Box::pin(self.fenced(key, token, allowed, "the settlement", move || {
             fenced_query(
-                "UPDATE idempotency_records SET token = token + 1, state = $4, response = $5, \
-                 completed_at = $6, ends_at = coalesce($7, ends_at) \
-                 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2)",
+                concat!(
+                    "UPDATE idempotency_records SET token = token + 1, state = $4, response = $5, \
+                     completed_at = CASE WHEN $7::BIGINT IS NULL THEN NULL ELSE GREATEST(",
+                    clock!("$6", "$8"),
+                    ", claimed_at) END, \
+                     ends_at = CASE WHEN $7::BIGINT IS NULL THEN ends_at ELSE GREATEST(",
+                    clock!("$6", "$8"),
+                    ", claimed_at) + ($7 - $6) END \
+                     WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2)"
+                ),
                 &key,
                 token,
             )
             .bind(code)
             .bind(body)
-            .bind(completed)
+            .bind(at.as_millis())
             .bind(expires)
+            .bind(self.clock_offset)
         }))
     }
 }
