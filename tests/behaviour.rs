@@ -193,7 +193,8 @@ fn number_spelling_and_escapes_follow_the_typed_value() {
     let caller = idempotency::Caller::new("acme", "alice");
     let key = |json: &str| {
         let w: Weight = serde_json::from_str(json).unwrap();
-        idempotency::key::Key::for_call(&caller, "ship", &w).unwrap()
+        idempotency::key::Key::for_call(&idempotency::key::Secret::demo(), &caller, "ship", &w)
+            .unwrap()
     };
     let a = key(r#"{"kg":1e2,"label":"A"}"#);
     assert_eq!(a, key(r#"{"kg":100,"label":"\u0041"}"#));
@@ -367,7 +368,11 @@ struct OptionalOrder {
     item: String,
 }
 
-#[idempotent(business_key = "order_id", on_error = "retryable")]
+#[idempotent(
+    business_key = "order_id",
+    missing_key = "refuse",
+    on_error = "retryable"
+)]
 async fn order_item(ctx: &Ctx, args: OptionalOrder) -> Result<String, Error> {
     let _ = args.item;
     label(ctx).await

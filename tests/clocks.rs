@@ -37,7 +37,8 @@ async fn step_back_while_running(store: Arc<dyn Store>) {
             charges.clone(),
         );
         async move {
-            let prepared = Prepared::call(&caller, "charge_card", &4200u64).expect("key");
+            let prepared =
+                Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &4200u64).expect("key");
             let out: Outcome<u64, Wrapper> = engine
                 .execute(
                     &spec,

@@ -45,11 +45,17 @@ fn dur(ms: i64) -> Duration {
 }
 
 fn key(name: &str) -> Key {
-    Key::for_call(&Caller::new(TENANT, "alice"), TOOL, name).expect("key")
+    Key::for_call(
+        &idempotency::key::Secret::demo(),
+        &Caller::new(TENANT, "alice"),
+        TOOL,
+        name,
+    )
+    .expect("key")
 }
 
 fn fp(args: &str) -> Option<Fingerprint> {
-    Some(Fingerprint::of(args).expect("fingerprint"))
+    Some(Fingerprint::of(&idempotency::key::Secret::demo(), args).expect("fingerprint"))
 }
 
 fn answer(body: &str) -> StoredResponse {

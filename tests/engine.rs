@@ -105,7 +105,7 @@ fn world() -> World {
 
 async fn charge(w: &World, amount: u64) -> Outcome<Receipt, ChargeError> {
     let p = w.processor.clone();
-    let prepared = Prepared::call(&w.caller, "charge_card", &amount).unwrap();
+    let prepared = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &amount).unwrap();
     w.engine
         .execute(
             &spec(),
@@ -170,7 +170,7 @@ async fn window_is_exact_and_counts_from_completion() {
 async fn a_slow_first_call_does_not_expire_before_it_finishes() {
     let w = world();
     let (p, clock) = (w.processor.clone(), w.clock.clone());
-    let prepared = Prepared::call(&w.caller, "charge_card", &7u64).unwrap();
+    let prepared = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &7u64).unwrap();
     let out: Outcome<Receipt, ChargeError> = w
         .engine
         .execute(
@@ -197,7 +197,8 @@ async fn a_concurrent_repeat_is_told_in_flight_with_the_ref() {
     let (w2, g2) = (w.clone(), gate.clone());
     let first = tokio::spawn(async move {
         let p = w2.processor.clone();
-        let prepared = Prepared::call(&w2.caller, "charge_card", &100u64).unwrap();
+        let prepared =
+            Prepared::call(&w2.caller, &idempotency_tests::CHARGE_CARD, &100u64).unwrap();
         w2.engine
             .execute(
                 &spec(),
@@ -214,7 +215,7 @@ async fn a_concurrent_repeat_is_told_in_flight_with_the_ref() {
     while w.store.is_empty() {
         tokio::task::yield_now().await;
     }
-    let prepared = Prepared::call(&w.caller, "charge_card", &100u64).unwrap();
+    let prepared = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &100u64).unwrap();
     let second: Outcome<Receipt, idempotency::outcome::Failure<ChargeError>> = w
         .engine
         .execute_raw(
@@ -259,7 +260,7 @@ async fn business_key_with_other_arguments_is_a_mismatch() {
         };
         let prepared = Prepared::business(
             &w.caller,
-            "create_shipment",
+            &ToolSpec::new("create_shipment", WINDOW),
             "order_id",
             &args.order_id,
             &args,
@@ -298,7 +299,7 @@ async fn business_key_with_other_arguments_is_a_mismatch() {
 
 async fn failing(w: &World, err: fn() -> ChargeError) -> Outcome<Receipt, ChargeError> {
     let p = w.processor.clone();
-    let prepared = Prepared::call(&w.caller, "charge_card", &5u64).unwrap();
+    let prepared = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &5u64).unwrap();
     w.engine
         .execute(
             &spec(),
@@ -377,7 +378,7 @@ async fn a_timeout_is_an_unknown_outcome_and_the_repeat_does_not_run() {
     let spec = ToolSpec::new("charge_card", WINDOW).with_timeout(Duration::from_secs(30));
     let run = || {
         let p = w.processor.clone();
-        let prepared = Prepared::call(&w.caller, "charge_card", &1u64).unwrap();
+        let prepared = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &1u64).unwrap();
         let engine = w.engine.clone();
         let caller = w.caller.clone();
         async move {
@@ -425,7 +426,7 @@ async fn a_timeout_is_an_unknown_outcome_and_the_repeat_does_not_run() {
 async fn a_panic_after_start_is_answered_as_an_unknown_outcome() {
     let w = world();
     let p = w.processor.clone();
-    let prepared = Prepared::call(&w.caller, "charge_card", &3u64).unwrap();
+    let prepared = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &3u64).unwrap();
     let first = w
         .engine
         .execute_raw(
@@ -475,7 +476,7 @@ async fn a_dropped_call_tells_the_truth() {
     // Dropped mid-body (rmcp cancels by dropping the future): outcome unknown.
     let w = world();
     let p = w.processor.clone();
-    let prepared = Prepared::call(&w.caller, "charge_card", &9u64).unwrap();
+    let prepared = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &9u64).unwrap();
     let spec = spec();
     let fut = w.engine.execute(
         &spec,
@@ -492,7 +493,7 @@ async fn a_dropped_call_tells_the_truth() {
         },
     );
     let _ = tokio::time::timeout(Duration::from_millis(20), fut).await;
-    let key = prepared.key;
+    let key = prepared.key.key(&idempotency::key::Secret::demo());
     let r = key.reference(1);
     let state = settle_state(&w, r).await;
     assert_eq!(state, RecordState::Unknown);
@@ -536,7 +537,7 @@ async fn follow_on_work_is_written_with_the_completion_and_not_twice() {
     let w = world();
     let go = || {
         let p = w.processor.clone();
-        let prepared = Prepared::call(&w.caller, "charge_card", &42u64).unwrap();
+        let prepared = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &42u64).unwrap();
         let engine = w.engine.clone();
         let caller = w.caller.clone();
         async move {
@@ -575,7 +576,7 @@ async fn follow_on_work_is_written_with_the_completion_and_not_twice() {
 async fn enqueue_after_the_call_finished_is_refused() {
     let w = world();
     let kept: Arc<std::sync::Mutex<Option<idempotency::Call>>> = Arc::default();
-    let prepared = Prepared::call(&w.caller, "charge_card", &43u64).unwrap();
+    let prepared = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &43u64).unwrap();
     let (p, slot) = (w.processor.clone(), kept.clone());
     let out = w
         .engine
@@ -610,7 +611,13 @@ async fn enqueue_after_the_call_finished_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_concurrent_claims_make_one_new_claim() {
     let store = Arc::new(MemoryStore::new());
-    let key = Key::for_call(&Caller::new("acme", "alice"), "charge_card", &100).unwrap();
+    let key = Key::for_call(
+        &idempotency::key::Secret::demo(),
+        &Caller::new("acme", "alice"),
+        "charge_card",
+        &100,
+    )
+    .unwrap();
     let barrier = Arc::new(tokio::sync::Barrier::new(1000));
     let tasks: Vec<_> = (0..1000)
         .map(|_| {
@@ -649,9 +656,10 @@ async fn a_thousand_concurrent_claims_make_one_new_claim() {
 #[tokio::test]
 async fn a_reference_held_by_another_key_refuses_the_call() {
     let w = world();
-    let mine = Prepared::call(&w.caller, "charge_card", &100u64)
+    let mine = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &100u64)
         .unwrap()
-        .key;
+        .key
+        .key(&idempotency::key::Secret::demo());
     let mut bytes = *mine.as_bytes();
     bytes[31] ^= 1;
     let other = Key::from_bytes(bytes);
@@ -670,10 +678,47 @@ async fn a_reference_held_by_another_key_refuses_the_call() {
         })
         .await
         .unwrap();
-    assert!(matches!(held, Claim::New { .. }), "{held:?}");
+    let Claim::New { token, .. } = held else {
+        panic!("{held:?}")
+    };
+    // The holder moves on to its second operation (generation 2): a refusal must not say so.
+    let answer = idempotency::store::StoredResponse {
+        ok: true,
+        body: "{}".into(),
+    };
+    w.store
+        .complete(&idempotency::store::Completion {
+            key: other,
+            token,
+            response: &answer,
+            now,
+            expires_at: now,
+            outbox: &[],
+        })
+        .await
+        .unwrap();
+    let later = now + Duration::from_millis(1);
+    let again = w
+        .store
+        .claim(&ClaimRequest {
+            key: other,
+            tenant: "globex",
+            subject: None,
+            tool: "create_shipment",
+            fingerprint: None,
+            now: later,
+            lease_expires_at: later + Duration::from_secs(30),
+            token: idempotency::store::Token(later.as_millis()),
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(again, Claim::New { reference, .. } if reference.generation() == 2),
+        "{again:?}"
+    );
 
     let p = w.processor.clone();
-    let prepared = Prepared::call(&w.caller, "charge_card", &100u64).unwrap();
+    let prepared = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &100u64).unwrap();
     let out: Outcome<Receipt, idempotency::outcome::Failure<ChargeError>> = w
         .engine
         .execute_raw(
@@ -686,7 +731,9 @@ async fn a_reference_held_by_another_key_refuses_the_call() {
         .await;
     match out.result {
         Err(idempotency::outcome::Failure::Wrapper(e @ Error::ReferenceTaken { .. })) => {
+            // This call's own reference, not the holder's (whose generation is 2).
             assert_eq!(e.reference(), Some(mine.reference(1)));
+            assert!(!e.to_string().contains("-2") && !e.advice().contains("-2"));
             assert!(e.nothing_done() && !e.safe_to_retry());
             assert!(e.advice().contains("Nothing was done"), "{}", e.advice());
         }
@@ -697,7 +744,7 @@ async fn a_reference_held_by_another_key_refuses_the_call() {
     assert_eq!(w.store.len(), 1);
     let status = w
         .engine
-        .status(&Caller::new("globex", "bob"), other.reference(1))
+        .status(&Caller::new("globex", "bob"), other.reference(2))
         .await
         .unwrap()
         .expect("the holder's record");

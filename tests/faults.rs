@@ -240,7 +240,8 @@ async fn kill9_worker() {
         .lease(LEASE)
         .without_reconciler()
         .build();
-    let prepared = Prepared::call(&caller(), "charge_card", &4200u64).expect("key");
+    let prepared =
+        Prepared::call(&caller(), &idempotency_tests::CHARGE_CARD, &4200u64).expect("key");
     let _: Outcome<Receipt, ChargeError> = engine
         .execute(
             &spec(),
@@ -302,7 +303,8 @@ async fn kill9_scenario(target: String) {
         .build();
     let repeat = || {
         let engine = engine.clone();
-        let prepared = Prepared::call(&caller(), "charge_card", &4200u64).expect("key");
+        let prepared =
+            Prepared::call(&caller(), &idempotency_tests::CHARGE_CARD, &4200u64).expect("key");
         async move {
             charge_with(&engine, prepared, async {
                 panic!("the repeat must not run the side effect")
@@ -414,7 +416,8 @@ async fn postgres_outage_fails_closed_and_recovers() {
     let call = |amount: u64| {
         let (engine, charges, cut) = (engine.clone(), charges.clone(), cut_in_body.clone());
         async move {
-            let prepared = Prepared::call(&caller(), "charge_card", &amount).expect("key");
+            let prepared =
+                Prepared::call(&caller(), &idempotency_tests::CHARGE_CARD, &amount).expect("key");
             charge_with(&engine, prepared, async move {
                 charges.fetch_add(1, Ordering::SeqCst);
                 if let Some(p) = cut.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -516,7 +519,8 @@ async fn outbox_survives_a_crash_and_a_replay_sends_nothing_more() {
     let go = |engine: Idempotency| {
         let charges = charges.clone();
         async move {
-            let prepared = Prepared::call(&caller(), "charge_card", &77u64).expect("key");
+            let prepared =
+                Prepared::call(&caller(), &idempotency_tests::CHARGE_CARD, &77u64).expect("key");
             engine
                 .execute(
                     &spec(),
@@ -605,10 +609,10 @@ async fn contention_after_release(store: Arc<dyn Store>) {
         .lease(Duration::from_secs(30))
         .without_reconciler()
         .build();
-    let key = Prepared::call(&caller(), "charge_card", &9u64).expect("key");
+    let key = Prepared::call(&caller(), &idempotency_tests::CHARGE_CARD, &9u64).expect("key");
     // A worker claims and dies (no completion).
     let req = idempotency::store::ClaimRequest {
-        key: key.key,
+        key: key.key.key(&idempotency::key::Secret::demo()),
         tenant: "acme",
         subject: None,
         tool: "charge_card",
@@ -650,7 +654,8 @@ async fn contention_after_release(store: Arc<dyn Store>) {
             let (engine, runs, barrier) = (engine.clone(), runs.clone(), barrier.clone());
             tokio::spawn(async move {
                 barrier.wait().await;
-                let prepared = Prepared::call(&caller(), "charge_card", &9u64).expect("key");
+                let prepared =
+                    Prepared::call(&caller(), &idempotency_tests::CHARGE_CARD, &9u64).expect("key");
                 charge_with(&engine, prepared, async move {
                     runs.fetch_add(1, Ordering::SeqCst);
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -717,7 +722,8 @@ async fn a_panic_before_the_side_effect_is_unknown_until_reconciled_then_runs_on
     let run = |fail: bool| {
         let (engine, charges) = (engine.clone(), charges.clone());
         tokio::spawn(async move {
-            let prepared = Prepared::call(&caller(), "charge_card", &5u64).expect("key");
+            let prepared =
+                Prepared::call(&caller(), &idempotency_tests::CHARGE_CARD, &5u64).expect("key");
             charge_with(&engine, prepared, async move {
                 if fail {
                     panic!("bug before the processor call");
@@ -778,7 +784,8 @@ async fn a_late_completion_after_settlement_is_rejected() {
     let g2 = gate.clone();
     let e2 = engine.clone();
     let slow = tokio::spawn(async move {
-        let prepared = Prepared::call(&caller(), "charge_card", &8u64).expect("key");
+        let prepared =
+            Prepared::call(&caller(), &idempotency_tests::CHARGE_CARD, &8u64).expect("key");
         e2.execute(
             &spec(),
             &caller(),
@@ -827,7 +834,7 @@ async fn a_late_completion_after_settlement_is_rejected() {
         .result
         .expect("the worker's own answer");
     // The record keeps the reconciler's answer: the fencing token rejected the late write.
-    let prepared = Prepared::call(&caller(), "charge_card", &8u64).expect("key");
+    let prepared = Prepared::call(&caller(), &idempotency_tests::CHARGE_CARD, &8u64).expect("key");
     let r: Outcome<Receipt, ChargeError> = engine
         .execute(
             &spec(),
@@ -853,7 +860,7 @@ async fn bad_input_is_refused_before_anything_runs() {
         args: &A,
         ran: &Arc<AtomicUsize>,
     ) -> Result<(), Error> {
-        let prepared = Prepared::call(who, "charge_card", args)?;
+        let prepared = Prepared::call(who, &idempotency_tests::CHARGE_CARD, args)?;
         let ran = ran.clone();
         let out: Outcome<u8, ChargeError> = engine
             .execute(
@@ -894,7 +901,7 @@ async fn bad_input_is_refused_before_anything_runs() {
     let handle = std::thread::Builder::new()
         .stack_size(64 << 20)
         .spawn(move || {
-            let r = Prepared::call(&caller(), "charge_card", &deep).map(|_| ());
+            let r = Prepared::call(&caller(), &idempotency_tests::CHARGE_CARD, &deep).map(|_| ());
             std::mem::forget(deep); // serde_json's recursive Drop is not what is under test
             r
         });
@@ -941,7 +948,8 @@ async fn tracing_names_ref_and_tool_but_not_arguments() {
     let secret = serde_json::json!({"card_token": "tok_SECRET_4242", "amount": 5});
     let mut reference = None;
     for _ in 0..2 {
-        let prepared = Prepared::call(&caller(), "charge_card", &secret).expect("key");
+        let prepared =
+            Prepared::call(&caller(), &idempotency_tests::CHARGE_CARD, &secret).expect("key");
         let out: Outcome<u8, ChargeError> = engine
             .execute(
                 &spec(),

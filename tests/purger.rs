@@ -20,7 +20,13 @@ const WINDOW: Duration = Duration::from_secs(900);
 const EVERY: Duration = Duration::from_secs(300);
 
 fn key(n: u32) -> Key {
-    Key::for_call(&Caller::new("acme", "purger"), "charge_card", &n).expect("key")
+    Key::for_call(
+        &idempotency::key::Secret::demo(),
+        &Caller::new("acme", "purger"),
+        "charge_card",
+        &n,
+    )
+    .expect("key")
 }
 
 async fn claim(store: &Scripted, k: Key, now: i64) -> Token {

@@ -205,7 +205,8 @@ async fn replica_worker() {
             (engine.clone(), caller.clone(), args.clone(), pool.clone());
         calls.spawn(async move {
             let spec = ToolSpec::new("charge_card", Duration::from_secs(900));
-            let prepared = Prepared::call(&caller, "charge_card", &args).expect("key");
+            let prepared =
+                Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &args).expect("key");
             engine
                 .execute(
                     &spec,

@@ -75,7 +75,7 @@ async fn serve_once(
     let spec = ToolSpec::new("charge_card", WINDOW);
     let caller = Caller::new("acme", "alice");
     let args = serde_json::json!({"amount": 4200, "currency": "EUR"});
-    let prepared = Prepared::call(&caller, "charge_card", &args).expect("key");
+    let prepared = Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &args).expect("key");
     let out = engine
         .execute(
             &spec,
@@ -132,8 +132,11 @@ fn a_call_cut_off_by_a_runtime_shutdown_is_not_in_flight_after_a_restart() {
     let lease = Duration::from_secs(30);
     let caller = Caller::new("acme", "alice");
     let spec = ToolSpec::new("charge_card", WINDOW);
-    let prepared = Prepared::call(&caller, "charge_card", &7u64).expect("key");
-    let reference = prepared.key.reference(1);
+    let prepared = Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &7u64).expect("key");
+    let reference = prepared
+        .key
+        .key(&idempotency::key::Secret::demo())
+        .reference(1);
 
     let first = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -179,7 +182,8 @@ fn a_call_cut_off_by_a_runtime_shutdown_is_not_in_flight_after_a_restart() {
             .reconcile_every(Duration::from_millis(10))
             .build();
         let repeat = |p: Processor| {
-            let prepared = Prepared::call(&caller, "charge_card", &7u64).expect("key");
+            let prepared =
+                Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &7u64).expect("key");
             let engine = engine.clone();
             let caller = caller.clone();
             async move {

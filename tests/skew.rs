@@ -46,7 +46,7 @@ async fn charge(
 ) -> Outcome<u64, Wrapper> {
     let caller = Caller::new("acme", "alice");
     let spec = ToolSpec::new("charge_card", WINDOW);
-    let prepared = Prepared::call(&caller, "charge_card", &amount).expect("key");
+    let prepared = Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &amount).expect("key");
     let charges = charges.clone();
     engine
         .execute(
@@ -118,7 +118,8 @@ async fn a_live_lease_is_live_for_every_replica_and_its_reconciler() {
         tokio::spawn(async move {
             let caller = Caller::new("acme", "alice");
             let spec = ToolSpec::new("charge_card", WINDOW);
-            let prepared = Prepared::call(&caller, "charge_card", &300u64).expect("key");
+            let prepared =
+                Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &300u64).expect("key");
             let out: Outcome<u64, Wrapper> = slow
                 .execute(
                     &spec,
@@ -234,9 +235,13 @@ async fn the_server_clock_stepping_back_does_not_shorten_the_window() {
         return;
     };
     let store = schema.server_clock_store().await;
-    let key =
-        idempotency::key::Key::for_call(&Caller::new("acme", "alice"), "charge_card", &500u64)
-            .expect("key");
+    let key = idempotency::key::Key::for_call(
+        &idempotency::key::Secret::demo(),
+        &Caller::new("acme", "alice"),
+        "charge_card",
+        &500u64,
+    )
+    .expect("key");
     let now = SystemClock.now();
     let claim = |store: PostgresStore, token| async move {
         let req = ClaimRequest {

@@ -68,11 +68,14 @@ fn world_with(configure: impl FnOnce(IdempotencyBuilder) -> IdempotencyBuilder) 
 }
 
 fn prepared(w: &World, amount: u64) -> Prepared {
-    Prepared::call(&w.caller, "charge_card", &amount).expect("key")
+    Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &amount).expect("key")
 }
 
 fn reference(w: &World, amount: u64) -> Reference {
-    prepared(w, amount).key.reference(1)
+    prepared(w, amount)
+        .key
+        .key(&idempotency::key::Secret::demo())
+        .reference(1)
 }
 
 /// A charge: counts at the far side, then returns `Ok`, or `Err(Down)` when `fail`.
@@ -645,7 +648,8 @@ async fn a_timeout_sweep_leaves_nothing_in_flight_postgres() {
         let budget = Duration::from_micros(seed % 4_000);
         let (engine, caller, runs) = (engine.clone(), caller.clone(), runs.clone());
         calls.spawn(async move {
-            let prepared = Prepared::call(&caller, "charge_card", &(n % 100)).expect("key");
+            let prepared =
+                Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &(n % 100)).expect("key");
             let spec = spec();
             let call = engine.execute_raw(
                 &spec,
@@ -668,9 +672,10 @@ async fn a_timeout_sweep_leaves_nothing_in_flight_postgres() {
         (0..100u64)
             .filter(|n| !runs.contains_key(n))
             .map(|n| {
-                Prepared::call(&caller, "charge_card", &n)
+                Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &n)
                     .expect("key")
                     .key
+                    .key(&idempotency::key::Secret::demo())
                     .reference(1)
             })
             .collect()
@@ -720,9 +725,10 @@ async fn a_timeout_sweep_leaves_nothing_in_flight_postgres() {
         if runs.lock().unwrap().contains_key(&n) {
             continue;
         }
-        let r = Prepared::call(&caller, "charge_card", &n)
+        let r = Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &n)
             .expect("key")
             .key
+            .key(&idempotency::key::Secret::demo())
             .reference(1);
         let state = engine
             .status(&caller, r)

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use idempotency::key::Secret;
 use idempotency::mcp::CallerBoundSessions;
 use idempotency::store::{PostgresStore, SqliteStore};
 use idempotency::tasks::Reconcile;
@@ -35,9 +36,11 @@ pub async fn engine_from_env(
     reconcile: impl Reconcile,
     window: Duration,
 ) -> Result<(Idempotency, String), BoxError> {
+    let secret = secret_from_env()?;
     if let Ok(url) = std::env::var("DATABASE_URL") {
         let store = PostgresStore::connect(&url).await?;
         let engine = Idempotency::builder(store)
+            .secret(secret)
             .reconcile(reconcile, window)
             .build();
         return Ok((engine, "PostgreSQL (DATABASE_URL)".into()));
@@ -45,9 +48,22 @@ pub async fn engine_from_env(
     let path = std::env::var("IDEMPOTENCY_SQLITE").unwrap_or_else(|_| DEFAULT_SQLITE.into());
     let store = SqliteStore::open(&path).await?;
     let engine = Idempotency::builder(store)
+        .secret(secret)
         .reconcile(reconcile, window)
         .build();
     Ok((engine, format!("SQLite file {path}")))
+}
+
+/// The key secret from `IDEMPOTENCY_SECRET` (at least 16 bytes); without it, the published demo
+/// secret, which is only for trying the examples out.
+pub fn secret_from_env() -> Result<Secret, BoxError> {
+    match std::env::var("IDEMPOTENCY_SECRET") {
+        Ok(s) => Ok(Secret::new(s)?),
+        Err(_) => {
+            eprintln!("IDEMPOTENCY_SECRET is not set: using the published demo secret (fine for a demo, never for production)");
+            Ok(Secret::demo())
+        }
+    }
 }
 
 /// How the server talks: stdio (what MCP hosts launch) or streamable HTTP.

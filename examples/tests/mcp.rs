@@ -798,8 +798,13 @@ async fn the_example_reconcilers_ask_the_stub_by_reference() {
     use idempotency::store::{Settlement, Unsettled};
     use idempotency::tasks::Reconcile;
     let key = |n: u64| {
-        idempotency::key::Key::for_call(&Caller::new("acme", "alice"), "charge_card", &n)
-            .expect("key")
+        idempotency::key::Key::for_call(
+            &idempotency::key::Secret::demo(),
+            &Caller::new("acme", "alice"),
+            "charge_card",
+            &n,
+        )
+        .expect("key")
     };
     let unsettled = |n: u64| Unsettled {
         key: key(n),

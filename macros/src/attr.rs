@@ -16,11 +16,14 @@ mod kw {
     syn::custom_keyword!(on_error);
     syn::custom_keyword!(timeout);
     syn::custom_keyword!(context);
+    syn::custom_keyword!(scope);
+    syn::custom_keyword!(ignore);
+    syn::custom_keyword!(missing_key);
 }
 
 /// Listed in the "unknown option" error.
-pub const OPTIONS: &str =
-    "`window`, `business_key`, `name`, `on_error`, `timeout`, `context`, `crate`";
+pub const OPTIONS: &str = "`window`, `business_key`, `missing_key`, `scope`, `ignore`, `name`, \
+                            `on_error`, `timeout`, `context`, `crate`";
 
 /// The replay window when `window` is not given: 15 minutes.
 pub const DEFAULT_WINDOW_MS: u64 = 15 * 60 * 1000;
@@ -32,6 +35,20 @@ const DURATION_FORMS: &str =
 pub struct Opt<T> {
     pub value: T,
     pub span: Span,
+}
+
+/// Who shares a tool's records (`scope = "tenant" | "subject"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    Tenant,
+    Subject,
+}
+
+/// What a missing business key means (`missing_key = "refuse" | "call_key"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MissingKey {
+    Refuse,
+    CallKey,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +74,9 @@ pub enum Segment {
 pub struct Options {
     pub window: Option<Opt<u64>>,
     pub business_key: Option<Opt<Vec<KeyPath>>>,
+    pub missing_key: Option<Opt<MissingKey>>,
+    pub scope: Option<Opt<Scope>>,
+    pub ignore: Option<Opt<Vec<LitStr>>>,
     pub name: Option<Opt<LitStr>>,
     pub on_error: Option<Opt<OnError>>,
     pub timeout: Option<Opt<u64>>,
@@ -281,6 +301,90 @@ impl Options {
                 "on_error",
                 key.span,
                 value,
+            );
+        } else if la.peek(kw::scope) {
+            let key: kw::scope = input.parse()?;
+            input.parse::<Token![=]>()?;
+            let lit = string(input, "scope", "\"tenant\"")?;
+            let value = match lit.value().as_str() {
+                "tenant" => Some(Scope::Tenant),
+                "subject" => Some(Scope::Subject),
+                other => {
+                    cx.error(
+                        lit.span(),
+                        format!("`{other}` is not a scope: expected \"tenant\" (every subject of the caller's tenant shares the records) or \"subject\" (only the caller's subject)"),
+                    );
+                    None
+                }
+            };
+            set(
+                cx,
+                &mut self.seen,
+                &mut self.scope,
+                "scope",
+                key.span,
+                value,
+            );
+        } else if la.peek(kw::missing_key) {
+            let key: kw::missing_key = input.parse()?;
+            input.parse::<Token![=]>()?;
+            let lit = string(input, "missing_key", "\"refuse\"")?;
+            let value = match lit.value().as_str() {
+                "refuse" => Some(MissingKey::Refuse),
+                "call_key" => Some(MissingKey::CallKey),
+                other => {
+                    cx.error(
+                        lit.span(),
+                        format!("`{other}` is not what a missing business key can mean: expected \"refuse\" (refuse the call) or \"call_key\" (key it by all its arguments)"),
+                    );
+                    None
+                }
+            };
+            set(
+                cx,
+                &mut self.seen,
+                &mut self.missing_key,
+                "missing_key",
+                key.span,
+                value,
+            );
+        } else if la.peek(kw::ignore) {
+            let key: kw::ignore = input.parse()?;
+            input.parse::<Token![=]>()?;
+            let lits: Vec<LitStr> = if input.peek(syn::token::Bracket) {
+                let content;
+                syn::bracketed!(content in input);
+                content
+                    .parse_terminated(
+                        |i| string(i, "ignore", "[\"sent_at\", \"request_id\"]"),
+                        Token![,],
+                    )?
+                    .into_iter()
+                    .collect()
+            } else {
+                vec![string(
+                    input,
+                    "ignore",
+                    "\"sent_at\" or [\"sent_at\", \"request_id\"]",
+                )?]
+            };
+            let mut ok = !lits.is_empty();
+            if lits.is_empty() {
+                cx.error(key.span, "`ignore` needs at least one field");
+            }
+            for lit in &lits {
+                if syn::parse_str::<Ident>(&lit.value()).is_err() {
+                    cx.error(lit.span(), format!("`{}` is not a top-level field name: `ignore` leaves whole top-level fields out of the key, e.g. ignore = \"sent_at\"", lit.value()));
+                    ok = false;
+                }
+            }
+            set(
+                cx,
+                &mut self.seen,
+                &mut self.ignore,
+                "ignore",
+                key.span,
+                ok.then_some(lits),
             );
         } else if la.peek(kw::context) {
             let key: kw::context = input.parse()?;

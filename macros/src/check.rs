@@ -63,6 +63,32 @@ pub fn function(cx: &mut Ctxt, f: &Function, opts: &Options) {
         }
         hint::check_tool(cx, &f.item.attrs[tool]);
     }
+    if let (Some(m), None) = (&opts.missing_key, &opts.business_key) {
+        cx.error(
+            m.span,
+            "`missing_key` says what a call without its business key means; give `business_key` too, or drop it",
+        );
+    }
+    if let Some(ignore) = &opts.ignore {
+        for (i, f) in ignore.value.iter().enumerate() {
+            if ignore.value[..i]
+                .iter()
+                .any(|prev| prev.value() == f.value())
+            {
+                cx.error(f.span(), format!("`{}` is already ignored", f.value()));
+            }
+            let keyed = opts.business_key.iter().flat_map(|k| &k.value);
+            if let Some(k) = keyed
+                .into_iter()
+                .find(|k| k.text.split('.').next() == Some(&f.value()))
+            {
+                cx.error(
+                    f.span(),
+                    format!("`{}` is part of the business key `{}`: a field cannot be both the key and ignored", f.value(), k.text),
+                );
+            }
+        }
+    }
     if let Some(keys) = &opts.business_key {
         for (i, k) in keys.value.iter().enumerate() {
             if keys.value[..i].iter().any(|prev| prev.text == k.text) {

@@ -10,7 +10,7 @@ use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Ident, Meta, MetaList};
 
 use crate::ast::{is_attr, tool_args, Context, Function, ItemFn, Metas, Mode, Request};
-use crate::attr::{KeyPath, OnError, Options, Segment};
+use crate::attr::{KeyPath, MissingKey, OnError, Options, Scope, Segment};
 use crate::ctxt::Ctxt;
 use crate::emit::with_error;
 use crate::{check, fallback};
@@ -112,6 +112,17 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         let ms = t.value;
         spec.extend(quote!(.with_timeout(#p::Duration::from_millis(#ms))));
     }
+    if let Some(scope) = &opts.scope {
+        let variant = match scope.value {
+            Scope::Tenant => quote!(Tenant),
+            Scope::Subject => quote!(Subject),
+        };
+        spec.extend(quote!(.with_scope(#p::Scope::#variant)));
+    }
+    if let Some(ignore) = &opts.ignore {
+        let fields = &ignore.value;
+        spec.extend(quote!(.ignoring(&[#(#fields),*])));
+    }
     let (spec_path, descriptor) = if f.method {
         let c = const_name(fn_name);
         let descriptor = quote! {
@@ -166,13 +177,28 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
     let args_ty = &f.args.keyed;
     let caller = local("__idem_caller");
     let pa = respan(&p, args_ty.span());
+    // An `Option` business-key field is a compile error unless `missing_key` says what a
+    // missing one means: the probe's `key()` is the field itself for anything but an `Option`.
+    let mut probes = TokenStream::new();
     let prepare = match &opts.business_key {
         None => {
-            quote_spanned!(args_ty.span()=> #pa::prepare_call::<#args_ty>(&#caller, #name, &#keyed))
+            quote_spanned!(args_ty.span()=> #pa::prepare_call::<#args_ty>(&#caller, &#spec_path, &#keyed))
         }
         Some(keys) => {
             let fields: Vec<TokenStream> =
                 keys.value.iter().map(|k| key_access(&keyed, k)).collect();
+            if opts.missing_key.is_none() {
+                for (k, field) in keys.value.iter().zip(&fields) {
+                    let pk = respan(&p, k.span);
+                    probes.extend(quote_spanned! {k.span=>
+                        {
+                            #[allow(unused_imports)]
+                            use #pk::KeyProbeAny as _;
+                            #pk::business_key_field(#pk::KeyProbe(#field).key());
+                        }
+                    });
+                }
+            }
             let bk = match fields.as_slice() {
                 [one] => one.clone(),
                 many => quote!(&(#(#many),*)),
@@ -183,7 +209,11 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
                 .map(|k| k.text.as_str())
                 .collect::<Vec<_>>()
                 .join(", ");
-            quote_spanned!(args_ty.span()=> #pa::prepare_business::<#args_ty, _>(&#caller, #name, #names, #bk, &#keyed))
+            let prepare_fn = match opts.missing_key.as_ref().map(|m| m.value) {
+                Some(MissingKey::CallKey) => quote!(prepare_business_or_call),
+                Some(MissingKey::Refuse) | None => quote!(prepare_business),
+            };
+            quote_spanned!(args_ty.span()=> #pa::#prepare_fn::<#args_ty, _>(&#caller, &#spec_path, #names, #bk, &#keyed))
         }
     };
 
@@ -211,7 +241,7 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         .iter()
         .enumerate()
         .map(|(i, a)| match f.mode {
-            Mode::Rmcp { tool } if tool == i => merge_hint(a),
+            Mode::Rmcp { tool } if tool == i => merge_hint(a, &p, &f.args.keyed),
             _ => a.clone(),
         })
         .collect();
@@ -235,6 +265,7 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
     let execute = quote_spanned! {ok.span()=>
         #po::Idempotency::execute_raw::<#ok, #err, _>(&#engine, &#spec_path, &#caller, #prepared, #policy, #body_local).await
     };
+    let raw_local = local("__idem_raw");
     let (prologue, finish) = if rmcp {
         let request_local = local("__idem_request");
         let request = match &f.request {
@@ -254,6 +285,11 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         };
         sig.output =
             syn::parse_quote!(-> #p::Result<#p::rmcp::model::CallToolResult, #p::rmcp::ErrorData>);
+        // The arguments as sent, copied before `Parameters<T>` takes them: the first parameter
+        // after the receiver.
+        let at = usize::from(matches!(sig.inputs.first(), Some(FnArg::Receiver(_))));
+        sig.inputs
+            .insert(at, syn::parse_quote!(#raw_local: #p::mcp::RawArguments));
         let cx = quote!(#p::IdempotencyContext::<#p::mcp::Request>);
         let prologue = quote! {
             let #engine = #p::Clone::clone(#cx::idempotency(self));
@@ -261,6 +297,10 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
                 #p::Result::Ok(#c) => #c,
                 #p::Result::Err(#e) => return #p::mcp::refuse(#e),
             };
+            #probes
+            if let #p::Result::Err(#e) = #p::mcp::check_arguments(&#raw_local, &#keyed, &#spec_path) {
+                return #p::mcp::refuse(#e);
+            }
             let #prepared = match #prepare {
                 #p::Result::Ok(#pv) => #pv,
                 #p::Result::Err(#e) => return #p::mcp::refuse(#e),
@@ -283,6 +323,7 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
                 #p::Result::Ok(#c) => #c,
                 #p::Result::Err(#e) => return #p::Result::Err(#from(#e)),
             };
+            #probes
             let #prepared = match #prepare {
                 #p::Result::Ok(#pv) => #pv,
                 #p::Result::Err(#e) => return #p::Result::Err(#from(#e)),
@@ -319,12 +360,26 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
 /// `#[tool(...)]` with `idempotent_hint = true` merged into its `annotations(...)` (added when
 /// absent). Everything else keeps its tokens and spans. Call after
 /// `hint::check_tool` passed.
-fn merge_hint(attr: &Attribute) -> Attribute {
+///
+/// Unless the tool gives its own `input_schema`, the one rmcp would infer from the arguments type
+/// is listed closed (`additionalProperties: false`), as the wrapper refuses fields it cannot key.
+fn merge_hint(attr: &Attribute, p: &TokenStream, args_ty: &syn::Type) -> Attribute {
     let Ok(metas) = tool_args(attr) else {
         return attr.clone();
     };
     let mut items: Vec<TokenStream> = Vec::new();
     let mut merged = false;
+    let own_schema = metas
+        .iter()
+        .any(|m| matches!(m, Meta::NameValue(nv) if nv.path.is_ident("input_schema")));
+    if !own_schema {
+        items.push(quote! {
+            input_schema = #p::mcp::closed_input_schema(
+                #p::rmcp::handler::server::common::schema_for_input::<#args_ty>()
+                    .unwrap_or_else(|e| panic!("Invalid input schema for `{}`: {}", ::core::any::type_name::<#args_ty>(), e))
+            )
+        });
+    }
     for m in &metas {
         match m {
             Meta::List(list) if list.path.is_ident("annotations") => {
@@ -448,26 +503,37 @@ mod tests {
     }
 
     fn merged(attr: Attribute) -> String {
-        merge_hint(&attr).to_token_stream().to_string()
+        merge_hint(&attr, &quote!(P), &syn::parse_quote!(A))
+            .to_token_stream()
+            .to_string()
     }
+
+    const SCHEMA: &str = "input_schema = P :: mcp :: closed_input_schema (P :: rmcp :: handler :: server :: common :: schema_for_input :: < A > () . unwrap_or_else (| e | panic ! (\"Invalid input schema for `{}`: {}\" , :: core :: any :: type_name :: < A > () , e)))";
 
     #[test]
     fn merges_into_annotations() {
         assert_eq!(
             merged(syn::parse_quote!(#[tool])),
-            "# [tool (annotations (idempotent_hint = true))]"
+            format!("# [tool ({SCHEMA} , annotations (idempotent_hint = true))]")
         );
         assert_eq!(
             merged(syn::parse_quote!(#[tool(description = "d")])),
-            "# [tool (description = \"d\" , annotations (idempotent_hint = true))]"
+            format!(
+                "# [tool ({SCHEMA} , description = \"d\" , annotations (idempotent_hint = true))]"
+            )
         );
         assert_eq!(
             merged(syn::parse_quote!(#[rmcp::tool(annotations(title = "T"), name = "n")])),
-            "# [rmcp :: tool (annotations (title = \"T\" , idempotent_hint = true) , name = \"n\")]"
+            format!("# [rmcp :: tool ({SCHEMA} , annotations (title = \"T\" , idempotent_hint = true) , name = \"n\")]")
         );
         assert_eq!(
             merged(syn::parse_quote!(#[tool(annotations(idempotent_hint = true))])),
-            "# [tool (annotations (idempotent_hint = true))]"
+            format!("# [tool ({SCHEMA} , annotations (idempotent_hint = true))]")
+        );
+        // A tool's own input schema is kept as it is.
+        assert_eq!(
+            merged(syn::parse_quote!(#[tool(input_schema = s())])),
+            "# [tool (input_schema = s () , annotations (idempotent_hint = true))]"
         );
     }
 

@@ -5,7 +5,7 @@ pub use crate::engine::Idempotency;
 pub use crate::error::Error;
 pub use crate::key::Caller;
 pub use crate::outcome::{Classify, ErrorPolicy, Failure, Outcome};
-pub use crate::tool::{Prepared, ToolSpec};
+pub use crate::tool::{Prepared, Scope, ToolSpec};
 pub use core::clone::Clone;
 pub use core::convert::From;
 pub use core::option::Option;
@@ -20,6 +20,7 @@ pub use ::rmcp;
 /// The MCP side of generated code.
 #[cfg(feature = "rmcp")]
 pub mod mcp {
+    pub use crate::mcp::arguments::{check_arguments, closed_input_schema, RawArguments};
     pub use crate::mcp::{answer, refuse};
 
     /// What an rmcp tool's caller is read from.
@@ -39,19 +40,72 @@ impl<A: Serialize + ?Sized> Arguments for A {}
 /// [`Prepared::call`] for arguments of type `A`.
 pub fn prepare_call<A: Arguments + ?Sized>(
     caller: &Caller,
-    tool: &str,
+    spec: &ToolSpec,
     args: &A,
 ) -> Result<Prepared, Error> {
-    Prepared::call(caller, tool, args)
+    Prepared::call(caller, spec, args)
 }
 
 /// [`Prepared::business`] for arguments of type `A`.
 pub fn prepare_business<A: Arguments + ?Sized, B: Serialize + ?Sized>(
     caller: &Caller,
-    tool: &str,
+    spec: &ToolSpec,
     field: &str,
     business_key: &B,
     args: &A,
 ) -> Result<Prepared, Error> {
-    Prepared::business(caller, tool, field, business_key, args)
+    Prepared::business(caller, spec, field, business_key, args)
+}
+
+/// [`Prepared::business_or_call`] for arguments of type `A`.
+pub fn prepare_business_or_call<A: Arguments + ?Sized, B: Serialize + ?Sized>(
+    caller: &Caller,
+    spec: &ToolSpec,
+    field: &str,
+    business_key: &B,
+    args: &A,
+) -> Result<Prepared, Error> {
+    Prepared::business_or_call(caller, spec, field, business_key, args)
+}
+
+/// A probe that makes an `Option` business-key field a compile error (unless the attribute says
+/// what a missing one means): for an `Option`, the inherent `key` below is chosen over
+/// [`KeyProbeAny::key`] and returns a type that cannot be a business key.
+pub struct KeyProbe<'a, T: ?Sized>(pub &'a T);
+
+/// What [`KeyProbe::key`] gives for an `Option` field: a `business_key` field that may be
+/// missing needs `missing_key = "refuse"` (refuse such calls) or `missing_key = "call_key"` (key
+/// them by all their arguments).
+#[allow(non_camel_case_types)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a business key: an `Option` field needs `missing_key = \"refuse\"` or `missing_key = \"call_key\"`",
+    label = "a business key must be a field that is always there",
+    note = "for an `Option` field, say what a call without it means: refuse it, or key it by all its arguments"
+)]
+pub trait BusinessKeyField: Serialize {}
+impl<T: Serialize + ?Sized> BusinessKeyField for T {}
+
+/// One business-key field, checked where the attribute names it.
+pub fn business_key_field<B: BusinessKeyField + ?Sized>(_field: &B) {}
+
+/// Stands for an `Option` business-key field; not a [`BusinessKeyField`].
+#[allow(non_camel_case_types)]
+pub struct an_Option_business_key_needs_missing_key;
+
+impl<T> KeyProbe<'_, Option<T>> {
+    /// Chosen for `Option` fields.
+    pub fn key(&self) -> &'static an_Option_business_key_needs_missing_key {
+        &an_Option_business_key_needs_missing_key
+    }
+}
+
+/// Chosen for every field that is not an `Option`.
+pub trait KeyProbeAny<'a, T: ?Sized> {
+    /// The field itself.
+    fn key(&self) -> &'a T;
+}
+impl<'a, T: ?Sized> KeyProbeAny<'a, T> for KeyProbe<'a, T> {
+    fn key(&self) -> &'a T {
+        self.0
+    }
 }

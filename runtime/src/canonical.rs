@@ -128,6 +128,33 @@ pub fn canonical_json<T: Serialize + ?Sized>(value: &T) -> Result<String, Canoni
     value.serialize(Ser {
         out: &mut out,
         depth: 0,
+        mode: JCS,
+    })?;
+    Ok(out)
+}
+
+/// The text a key is hashed over: [`canonical_json`], except that it keeps what a handler can
+/// tell apart and JCS merges, and leaves out the top-level members named in `skip`.
+///
+/// * A float keeps a mark that it is one: `1.0` is written `1.0`, not `1`, and `-0.0` is
+///   `-0.0`, so an untagged `Int(1)` and `Float(1.0)`, or a `serde_json::Value` holding `100`
+///   and one holding `100.0` (or `0` and `-0`), get different keys. A typed `f64` field is a
+///   float whatever the client wrote (`100`, `100.0`, `1e2`), so its spellings still share one.
+/// * serde_json's `arbitrary_precision` numbers: an integer written as digits keeps them exactly
+///   (within 64 bits an integer, beyond them a float, as serde_json reads them back); a number
+///   written with a fraction or exponent whose value is a whole number is written out exactly
+///   (`1e21` and `1000000000000000000000` are one number); other fractions go through an `f64`.
+/// * serde_json's `RawValue` is parsed strictly: a duplicate member name, or an integer beyond
+///   64 bits (serde_json would round it to a float, merging neighbours), is refused.
+pub(crate) fn typed_canonical<T: Serialize + ?Sized>(
+    value: &T,
+    skip: &'static [&'static str],
+) -> Result<String, CanonicalError> {
+    let mut out = String::new();
+    value.serialize(Ser {
+        out: &mut out,
+        depth: 0,
+        mode: Mode { typed: true, skip },
     })?;
     Ok(out)
 }
@@ -180,6 +207,117 @@ fn write_number_text(out: &mut String, text: &str) -> Result<(), CanonicalError>
     write_f64(out, f)
 }
 
+/// Marks the float just written (its ECMAScript text is `out[start..]`) as a float: `.0` after
+/// a whole number, and the sign of a negative zero (`-0.0`). Still valid JSON.
+fn mark_float(out: &mut String, start: usize, negative: bool) {
+    let text = &out[start..];
+    if text == "0" && negative {
+        out.insert(start, '-');
+    }
+    if !out[start..].contains(['.', 'e']) {
+        out.push_str(".0");
+    }
+}
+
+/// A number given as JSON text (serde_json's `arbitrary_precision` token), for a key: digits
+/// within 64 bits are an integer; digits beyond, and any number with a fraction or exponent
+/// whose value is whole, are written out exactly as a float (`…000.0`), as serde_json reads
+/// them back as floats; other fractions go through an `f64`.
+fn write_number_text_typed(out: &mut String, text: &str) -> Result<(), CanonicalError> {
+    let bad = || CanonicalError::Custom(format!("{text:?} is not a JSON number"));
+    let (negative, body) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    if !body.is_empty() && body.bytes().all(|b| b.is_ascii_digit()) {
+        if text.parse::<i64>().is_ok() || text.parse::<u64>().is_ok() {
+            return write_number_text(out, text);
+        }
+        write_number_text(out, text)?;
+        out.push_str(".0");
+        return Ok(());
+    }
+    // mantissa digits and the power of ten that scales them
+    let (mantissa, exponent) = match body.find(['e', 'E']) {
+        Some(i) => (&body[..i], body[i + 1..].parse::<i64>().map_err(|_| bad())?),
+        None => (body, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if int.is_empty() || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let digits = format!("{int}{frac}");
+    let scale = exponent - frac.len() as i64;
+    let significant = digits.trim_end_matches('0');
+    let trailing = (digits.len() - significant.len()) as i64;
+    let whole = significant.is_empty() || scale + trailing >= 0;
+    if whole && scale <= 400 {
+        let mut exact = significant.trim_start_matches('0').to_owned();
+        if exact.is_empty() {
+            out.push_str(if negative { "-0.0" } else { "0.0" });
+            return Ok(());
+        }
+        exact.extend(std::iter::repeat_n(
+            '0',
+            usize::try_from(scale + trailing).unwrap_or(0),
+        ));
+        if negative {
+            out.push('-');
+        }
+        out.push_str(&exact);
+        out.push_str(".0");
+        return Ok(());
+    }
+    let f: f64 = text.parse().map_err(|_| bad())?;
+    let start = out.len();
+    write_f64(out, f)?;
+    mark_float(out, start, f.is_sign_negative());
+    Ok(())
+}
+
+/// The first integer literal in JSON `text` (outside strings) that does not fit 64 bits.
+fn integer_beyond_64_bits(text: &str) -> Option<&str> {
+    let bytes = text.as_bytes();
+    let (mut i, mut in_string) = (0, false);
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            match b {
+                b'\\' => i += 1,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        if b == b'"' {
+            in_string = true;
+            i += 1;
+            continue;
+        }
+        if b == b'-' || b.is_ascii_digit() {
+            let start = i;
+            i += 1;
+            while i < bytes.len()
+                && (bytes[i].is_ascii_alphanumeric() || matches!(bytes[i], b'.' | b'+' | b'-'))
+            {
+                i += 1;
+            }
+            let token = &text[start..i];
+            let integer = token
+                .bytes()
+                .skip(usize::from(b == b'-'))
+                .all(|c| c.is_ascii_digit());
+            if integer && token.parse::<i64>().is_err() && token.parse::<u64>().is_err() {
+                return Some(token);
+            }
+            continue;
+        }
+        i += 1;
+    }
+    None
+}
+
 /// `s` as a JSON string with RFC 8785's minimal escaping.
 fn write_str(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -216,10 +354,26 @@ fn write_str(out: &mut String, s: &str) {
 // The serializer
 // ---------------------------------------------------------------------------------------------
 
+/// What the text is for: RFC 8785 for [`canonical_json`], or a key (see [`typed_canonical`]).
+#[derive(Clone, Copy)]
+struct Mode {
+    /// Keys: floats keep a mark that they are floats (`1.0`, `-0.0`), serde_json's private
+    /// number and raw-value tokens are read strictly.
+    typed: bool,
+    /// Top-level object members left out (volatile fields).
+    skip: &'static [&'static str],
+}
+
+const JCS: Mode = Mode {
+    typed: false,
+    skip: &[],
+};
+
 /// Writes one value into `out`; `depth` is the number of levels around it.
 struct Ser<'a> {
     out: &'a mut String,
     depth: usize,
+    mode: Mode,
 }
 
 impl<'a> Ser<'a> {
@@ -234,7 +388,7 @@ impl<'a> Ser<'a> {
 
     fn object(self, len: usize, close: &'static str) -> Result<Object<'a>, CanonicalError> {
         let depth = self.inner_depth()?;
-        Ok(Object::new(self.out, depth, len, close))
+        Ok(Object::new(self.out, depth, self.mode, len, close))
     }
 
     fn seq(self, close: &'static str) -> Result<Seq<'a>, CanonicalError> {
@@ -243,6 +397,7 @@ impl<'a> Ser<'a> {
         Ok(Seq {
             out: self.out,
             depth,
+            mode: self.mode,
             first: true,
             close,
         })
@@ -314,10 +469,20 @@ impl<'a> ser::Serializer for Ser<'a> {
         Ok(())
     }
     fn serialize_f32(self, v: f32) -> Result<(), CanonicalError> {
-        write_f32(self.out, v)
+        let start = self.out.len();
+        write_f32(self.out, v)?;
+        if self.mode.typed {
+            mark_float(self.out, start, v.is_sign_negative());
+        }
+        Ok(())
     }
     fn serialize_f64(self, v: f64) -> Result<(), CanonicalError> {
-        write_f64(self.out, v)
+        let start = self.out.len();
+        write_f64(self.out, v)?;
+        if self.mode.typed {
+            mark_float(self.out, start, v.is_sign_negative());
+        }
+        Ok(())
     }
     fn serialize_char(self, v: char) -> Result<(), CanonicalError> {
         write_str(self.out, v.encode_utf8(&mut [0; 4]));
@@ -348,6 +513,7 @@ impl<'a> ser::Serializer for Ser<'a> {
         value.serialize(Ser {
             out: self.out,
             depth,
+            mode: self.mode,
         })
     }
     fn serialize_unit(self) -> Result<(), CanonicalError> {
@@ -382,6 +548,7 @@ impl<'a> ser::Serializer for Ser<'a> {
         value.serialize(Ser {
             out: &mut *self.out,
             depth,
+            mode: self.mode,
         })?;
         self.out.push('}');
         Ok(())
@@ -410,6 +577,7 @@ impl<'a> ser::Serializer for Ser<'a> {
         Ser {
             out: self.out,
             depth,
+            mode: self.mode,
         }
         .seq("]}")
     }
@@ -422,7 +590,7 @@ impl<'a> ser::Serializer for Ser<'a> {
         len: usize,
     ) -> Result<Struct<'a>, CanonicalError> {
         match name {
-            SERDE_JSON_NUMBER_TOKEN => Ok(Struct::Number(self.out)),
+            SERDE_JSON_NUMBER_TOKEN => Ok(Struct::Number(self.out, self.mode)),
             SERDE_JSON_RAW_TOKEN => Ok(Struct::Raw(self)),
             _ => Ok(Struct::Object(self.object(len, "")?)),
         }
@@ -438,6 +606,7 @@ impl<'a> ser::Serializer for Ser<'a> {
         Ser {
             out: self.out,
             depth,
+            mode: self.mode,
         }
         .object(len, "}")
     }
@@ -448,6 +617,7 @@ struct Seq<'a> {
     out: &'a mut String,
     /// Depth of the elements.
     depth: usize,
+    mode: Mode,
     first: bool,
     /// `]`, or `]}` for a tuple variant.
     close: &'static str,
@@ -462,6 +632,7 @@ impl Seq<'_> {
         value.serialize(Ser {
             out: &mut *self.out,
             depth: self.depth,
+            mode: self.mode,
         })
     }
 
@@ -535,6 +706,7 @@ struct Object<'a> {
     out: &'a mut String,
     /// Depth of the member values.
     depth: usize,
+    mode: Mode,
     /// Where this object's buffered values begin in `out`.
     start: usize,
     members: Vec<Member>,
@@ -544,11 +716,12 @@ struct Object<'a> {
 }
 
 impl<'a> Object<'a> {
-    fn new(out: &'a mut String, depth: usize, len: usize, close: &'static str) -> Self {
+    fn new(out: &'a mut String, depth: usize, mode: Mode, len: usize, close: &'static str) -> Self {
         let start = out.len();
         Object {
             out,
             depth,
+            mode,
             start,
             members: Vec::with_capacity(len.min(256)),
             key: None,
@@ -561,10 +734,14 @@ impl<'a> Object<'a> {
         key: Cow<'static, str>,
         value: &T,
     ) -> Result<(), CanonicalError> {
+        if self.depth == 1 && self.mode.skip.contains(&&*key) {
+            return Ok(());
+        }
         let from = self.out.len() - self.start;
         value.serialize(Ser {
             out: &mut *self.out,
             depth: self.depth,
+            mode: self.mode,
         })?;
         let to = self.out.len() - self.start;
         self.members.push(Member {
@@ -637,7 +814,7 @@ impl ser::SerializeStructVariant for Object<'_> {
 /// structs carry JSON text in their one field instead.
 enum Struct<'a> {
     Object(Object<'a>),
-    Number(&'a mut String),
+    Number(&'a mut String, Mode),
     Raw(Ser<'a>),
 }
 
@@ -651,13 +828,33 @@ impl ser::SerializeStruct for Struct<'_> {
     ) -> Result<(), CanonicalError> {
         match self {
             Struct::Object(object) => object.member(Cow::Borrowed(key), value),
-            Struct::Number(out) => write_number_text(out, &token_text(value)?),
+            Struct::Number(out, mode) if mode.typed => {
+                write_number_text_typed(out, &token_text(value)?)
+            }
+            Struct::Number(out, _) => write_number_text(out, &token_text(value)?),
+            Struct::Raw(ser) if ser.mode.typed => {
+                let text = token_text(value)?;
+                if let Some(big) = integer_beyond_64_bits(&text) {
+                    return Err(CanonicalError::Custom(format!(
+                        "a raw JSON value holds the integer {big}, beyond 64 bits, which would be \
+                         rounded; use a typed integer field (u128/i128) or a string"
+                    )));
+                }
+                let raw: strict::Value = serde_json::from_str(&text)
+                    .map_err(|e| CanonicalError::Custom(format!("invalid raw JSON value: {e}")))?;
+                raw.serialize(Ser {
+                    out: &mut *ser.out,
+                    depth: ser.depth,
+                    mode: ser.mode,
+                })
+            }
             Struct::Raw(ser) => {
                 let raw: serde_json::Value = serde_json::from_str(&token_text(value)?)
                     .map_err(|e| CanonicalError::Custom(format!("invalid raw JSON value: {e}")))?;
                 raw.serialize(Ser {
                     out: &mut *ser.out,
                     depth: ser.depth,
+                    mode: ser.mode,
                 })
             }
         }
@@ -665,7 +862,7 @@ impl ser::SerializeStruct for Struct<'_> {
     fn end(self) -> Result<(), CanonicalError> {
         match self {
             Struct::Object(object) => object.finish(),
-            Struct::Number(_) | Struct::Raw(_) => Ok(()),
+            Struct::Number(..) | Struct::Raw(_) => Ok(()),
         }
     }
 }
@@ -675,6 +872,112 @@ fn token_text<T: Serialize + ?Sized>(value: &T) -> Result<String, CanonicalError
     value
         .serialize(KeySer)
         .map_err(|_| CanonicalError::Custom("malformed serde_json number or raw value".into()))
+}
+
+/// A JSON value read strictly, for a raw value inside a key: duplicate member names are refused
+/// (serde_json's own `Value` keeps the last, so two raw texts a handler can tell apart would
+/// share a key) and numbers keep whether they were written as integers or floats.
+mod strict {
+    use std::fmt;
+
+    use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+    use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+
+    pub(super) enum Value {
+        Null,
+        Bool(bool),
+        I64(i64),
+        U64(u64),
+        F64(f64),
+        Str(String),
+        Arr(Vec<Value>),
+        Obj(Vec<(String, Value)>),
+    }
+
+    impl<'de> Deserialize<'de> for Value {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(ValueVisitor)
+        }
+    }
+
+    struct ValueVisitor;
+
+    impl<'de> Visitor<'de> for ValueVisitor {
+        type Value = Value;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
+        fn visit_unit<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_none<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+            Ok(Value::Bool(v))
+        }
+        fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+            Ok(Value::I64(v))
+        }
+        fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+            Ok(Value::U64(v))
+        }
+        fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+            Ok(Value::F64(v))
+        }
+        fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+            Ok(Value::Str(v.to_owned()))
+        }
+        fn visit_string<E>(self, v: String) -> Result<Value, E> {
+            Ok(Value::Str(v))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+            let mut items = Vec::new();
+            while let Some(item) = seq.next_element()? {
+                items.push(item);
+            }
+            Ok(Value::Arr(items))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+            let mut members: Vec<(String, Value)> = Vec::new();
+            while let Some((k, v)) = map.next_entry::<String, Value>()? {
+                if members.iter().any(|(name, _)| *name == k) {
+                    return Err(de::Error::custom(format!(
+                        "the member {k:?} appears twice; a handler reading the raw text could see either"
+                    )));
+                }
+                members.push((k, v));
+            }
+            Ok(Value::Obj(members))
+        }
+    }
+
+    impl Serialize for Value {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            match self {
+                Value::Null => s.serialize_unit(),
+                Value::Bool(b) => s.serialize_bool(*b),
+                Value::I64(v) => s.serialize_i64(*v),
+                Value::U64(v) => s.serialize_u64(*v),
+                Value::F64(v) => s.serialize_f64(*v),
+                Value::Str(v) => s.serialize_str(v),
+                Value::Arr(items) => {
+                    let mut seq = s.serialize_seq(Some(items.len()))?;
+                    for item in items {
+                        seq.serialize_element(item)?;
+                    }
+                    seq.end()
+                }
+                Value::Obj(members) => {
+                    let mut map = s.serialize_map(Some(members.len()))?;
+                    for (k, v) in members {
+                        map.serialize_entry(k, v)?;
+                    }
+                    map.end()
+                }
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1155,6 +1458,70 @@ mod tests {
             st.serialize_field(SERDE_JSON_RAW_TOKEN, self.0)?;
             st.end()
         }
+    }
+
+    fn keyed<T: Serialize + ?Sized>(v: &T) -> String {
+        typed_canonical(v, &[]).unwrap()
+    }
+
+    #[test]
+    fn keys_mark_floats_and_keep_the_sign_of_zero() {
+        assert_eq!(keyed(&1.0f64), "1.0");
+        assert_eq!(keyed(&1u8), "1");
+        assert_eq!(keyed(&-0.0f64), "-0.0");
+        assert_eq!(keyed(&0.0f64), "0.0");
+        assert_eq!(keyed(&1.5f64), "1.5");
+        assert_eq!(keyed(&1e21f64), "1e+21");
+        assert_eq!(keyed(&0.1f32), "0.1");
+        assert_eq!(keyed(&[1.0f64, 2.5]), "[1.0,2.5]");
+        assert_eq!(
+            keyed(&serde_json::json!({"b": 100.0, "a": -0.0})),
+            r#"{"a":-0.0,"b":100.0}"#
+        );
+        // canonical_json stays RFC 8785.
+        assert_eq!(canonical_json(&[1.0f64, -0.0]).unwrap(), "[1,0]");
+    }
+
+    #[test]
+    fn keys_read_arbitrary_precision_numbers_by_value() {
+        // One number, two spellings.
+        assert_eq!(
+            keyed(&PreciseNumber("1e21")),
+            keyed(&PreciseNumber("1000000000000000000000"))
+        );
+        assert_eq!(keyed(&PreciseNumber("1e21")), "1000000000000000000000.0");
+        assert_eq!(
+            keyed(&PreciseNumber("12.50e1")),
+            keyed(&PreciseNumber("125.0"))
+        );
+        // What serde_json reads back as an integer and as a float stay apart.
+        assert_eq!(keyed(&PreciseNumber("100")), "100");
+        assert_ne!(keyed(&PreciseNumber("100")), keyed(&PreciseNumber("1e2")));
+        // Neighbours beyond 64 bits stay apart; fractions go through an f64.
+        assert_ne!(
+            keyed(&PreciseNumber("18446744073709551616")),
+            keyed(&PreciseNumber("18446744073709551617"))
+        );
+        assert_eq!(keyed(&PreciseNumber("0.5")), "0.5");
+        assert_eq!(keyed(&PreciseNumber("-0")), "0");
+        assert_eq!(keyed(&PreciseNumber("-0.0")), "-0.0");
+    }
+
+    #[test]
+    fn keys_read_raw_values_strictly() {
+        assert!(typed_canonical(&Raw(r#"{"a":1,"a":2}"#), &[]).is_err());
+        assert!(typed_canonical(&Raw("[18446744073709551616]"), &[]).is_err());
+        assert!(typed_canonical(&Raw(r#"["18446744073709551616"]"#), &[]).is_ok());
+        assert_eq!(keyed(&Raw(r#"{"b":1.0, "a":[2]}"#)), r#"{"a":[2],"b":1.0}"#);
+    }
+
+    #[test]
+    fn keys_leave_out_only_top_level_ignored_members() {
+        let v = serde_json::json!({"a": 1, "t": 2, "n": {"t": 3}});
+        assert_eq!(
+            typed_canonical(&v, &["t"]).unwrap(),
+            r#"{"a":1,"n":{"t":3}}"#
+        );
     }
 
     #[test]

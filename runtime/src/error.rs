@@ -280,7 +280,7 @@ mod tests {
     use crate::store::StoreError;
 
     fn r() -> Reference {
-        Key::for_call(&Caller::new("a", "b"), "t", &1)
+        Key::for_call(&crate::key::Secret::demo(), &Caller::new("a", "b"), "t", &1)
             .unwrap()
             .reference(1)
     }

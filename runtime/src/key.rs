@@ -1,21 +1,102 @@
 //! Keys, fingerprints and references: who called which tool with what, reduced to 32 bytes.
 //!
-//! A key is sha256 over a versioned, domain-separated encoding in which every field is prefixed
-//! by its length (8 bytes, big-endian). No byte inside a tenant, subject or tool name — `|`, `\0`,
-//! anything — can move a boundary, so two different callers never share a key, unlike a key
-//! built as `format!("{tenant}|{subject}|{tool}|{args}")`.
+//! A key is HMAC-SHA256, under the server's [`Secret`], of sha256 over a versioned,
+//! domain-separated encoding in which every field is prefixed by its length (8 bytes,
+//! big-endian). No byte inside a tenant, subject or tool name — `|`, `\0`, anything — can move a
+//! boundary, so two different callers never share a key, unlike a key built as
+//! `format!("{tenant}|{subject}|{tool}|{args}")`. The secret makes the reference (the key's first
+//! 8 bytes) worthless to whoever sees it — a processor, a log reader — for confirming a guess
+//! about the arguments: without the secret it cannot be recomputed from them.
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::canonical::canonical_json;
+use crate::canonical::typed_canonical;
 pub use crate::canonical::CanonicalError;
+use crate::tool::Scope;
 
-const KEY_DOMAIN: &[u8] = b"idempotency/key/v1\0";
-const FINGERPRINT_DOMAIN: &[u8] = b"idempotency/fingerprint/v1\0";
+const KEY_DOMAIN: &[u8] = b"idempotency/key/v2\0";
+const FINGERPRINT_DOMAIN: &[u8] = b"idempotency/fingerprint/v2\0";
+
+/// The server's secret: keys, references and fingerprints are HMAC-SHA256 under it, so nobody
+/// without it can recompute a reference from guessed arguments. Every replica sharing a store
+/// must use the same one; `Debug` never shows it.
+///
+/// Read it from configuration (an environment variable, a secrets manager); at least 16 bytes,
+/// 32 random bytes recommended. [`Secret::demo`] is a published constant for demos and tests.
+///
+/// ```
+/// use idempotency::key::Secret;
+/// let secret = Secret::new("a-long-random-value-from-config")?;
+/// assert_eq!(format!("{secret:?}"), "Secret(…)");
+/// assert!(Secret::new("short").is_err());
+/// # Ok::<(), idempotency::key::SecretError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Arc<[u8]>);
+
+/// The shortest secret [`Secret::new`] accepts, in bytes.
+const MIN_SECRET: usize = 16;
+
+impl Secret {
+    /// A secret from its bytes (at least 16).
+    pub fn new(bytes: impl AsRef<[u8]>) -> Result<Secret, SecretError> {
+        let bytes = bytes.as_ref();
+        if bytes.len() < MIN_SECRET {
+            return Err(SecretError { len: bytes.len() });
+        }
+        Ok(Secret(Arc::from(bytes)))
+    }
+
+    /// The published demo secret: what an engine uses when none is configured (it logs a warning
+    /// then). Anyone can recompute references made with it; configure your own in production.
+    pub fn demo() -> Secret {
+        Secret(Arc::from(
+            &b"idempotency demo secret: replace me in production"[..],
+        ))
+    }
+
+    fn hmac(&self, domain: &[u8], material: &[u8; 32]) -> [u8; 32] {
+        hmac_sha256(&self.0, &[domain, material])
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(…)")
+    }
+}
+
+/// A secret too short to be one.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the idempotency secret is {len} bytes long; it must be at least 16 (32 random bytes recommended)")]
+pub struct SecretError {
+    len: usize,
+}
+
+/// HMAC-SHA256 (RFC 2104) of the concatenated `parts` under `key`.
+fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    const BLOCK: usize = 64;
+    let mut block = [0u8; BLOCK];
+    if key.len() > BLOCK {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let mut inner = Sha256::new();
+    inner.update(block.map(|b| b ^ 0x36));
+    for part in parts {
+        inner.update(part);
+    }
+    let mut outer = Sha256::new();
+    outer.update(block.map(|b| b ^ 0x5c));
+    outer.update(inner.finalize());
+    outer.finalize().into()
+}
 
 /// Who is calling: the tenant (the account the data belongs to) and the subject (the user or
 /// service acting in it). Both come from the server's authentication, never from the model.
@@ -63,6 +144,25 @@ pub enum KeyError {
         /// The business-key field(s), as the attribute names them.
         field: String,
     },
+    /// The client sent an argument that the arguments' serialised form — what the key is made
+    /// of — does not carry: an unknown field, or one the type reads but does not serialise. Two
+    /// calls differing in it would share a key, so neither is keyed.
+    #[error(
+        "the argument `{field}` is not part of this tool's arguments as the server keys them (an unknown \
+         field, or one its type does not serialise), so calls differing in it could not be told apart: \
+         send only the fields the tool's input schema lists (server authors: serialise every field the \
+         handler reads, or name a volatile one in `ignore`)"
+    )]
+    NotKeyed {
+        /// The field's path, e.g. `dry_run` or `lines[0].qty`.
+        field: String,
+    },
+    /// The typed arguments could not be compared with what the client sent.
+    #[error("the arguments could not be checked against what the client sent: {reason}")]
+    Unchecked {
+        /// Why (serde_json's message).
+        reason: String,
+    },
     /// The value cannot be written as canonical JSON (NaN, a non-string map key...).
     #[error("the value cannot be written as canonical JSON")]
     Canonical(#[from] CanonicalError),
@@ -88,13 +188,14 @@ impl Encoder {
     }
 }
 
-/// The identity of a call: 32 bytes of sha256. `Display` gives the 64 lowercase hex characters.
+/// The identity of a call: 32 bytes of HMAC-SHA256. `Display` gives the 64 lowercase hex
+/// characters.
 ///
 /// ```
-/// use idempotency::{key::Key, Caller};
-/// let caller = Caller::new("acme", "user-42");
-/// let a = Key::for_call(&caller, "charge_card", &serde_json::json!({"amount": 100, "currency": "EUR"}))?;
-/// let b = Key::for_call(&caller, "charge_card", &serde_json::json!({"currency": "EUR", "amount": 100.0}))?;
+/// use idempotency::{key::{Key, Secret}, Caller};
+/// let (secret, caller) = (Secret::demo(), Caller::new("acme", "user-42"));
+/// let a = Key::for_call(&secret, &caller, "charge_card", &serde_json::json!({"amount": 100, "currency": "EUR"}))?;
+/// let b = Key::for_call(&secret, &caller, "charge_card", &serde_json::json!({"currency": "EUR", "amount": 100}))?;
 /// assert_eq!(a, b);
 /// assert_eq!(a.to_string().len(), 64);
 /// # Ok::<(), idempotency::key::KeyError>(())
@@ -103,58 +204,42 @@ impl Encoder {
 pub struct Key([u8; 32]);
 
 impl Key {
-    /// The key of a call: tenant, subject, tool name and the canonical JSON of the typed arguments.
+    /// The key of a call (subject scope, the default for call keys): tenant, subject, tool name
+    /// and the canonical JSON of the typed arguments, under `secret`.
     ///
     /// Pass the arguments *after* deserialising them into their type, so optional fields filled
     /// by defaults hash the same as when sent explicitly.
     pub fn for_call<A: Serialize + ?Sized>(
+        secret: &Secret,
         caller: &Caller,
         tool: &str,
         args: &A,
     ) -> Result<Key, KeyError> {
-        caller.validate()?;
-        let canonical = canonical_json(args)?;
-        Ok(Self::call_from_canonical(caller, tool, &canonical))
+        Ok(KeyMaterial::call(caller, tool, Scope::Subject, args, &[])?.key(secret))
     }
 
-    pub(crate) fn call_from_canonical(caller: &Caller, tool: &str, canonical: &str) -> Key {
-        let mut e = Encoder::new(KEY_DOMAIN);
-        e.field(b"call")
-            .field(caller.tenant.as_bytes())
-            .field(caller.subject.as_bytes())
-            .field(tool.as_bytes())
-            .field(canonical.as_bytes());
-        Key(e.finish())
-    }
-
-    /// The key of a call identified by a business key (an order id): tenant, tool name and the
-    /// canonical JSON of `value`. The subject is left out on purpose: an order id is unique in its
-    /// tenant whoever sends it. Keep a [`Fingerprint`] of the full arguments beside it to detect a
-    /// repeat of the same order with different arguments.
+    /// The key of a call identified by a business key (an order id; tenant scope, the default
+    /// for business keys): tenant, tool name and the canonical JSON of `value`, under `secret`.
+    /// The subject is left out: an order id is unique in its tenant whoever sends it. Keep a
+    /// [`Fingerprint`] of the full arguments beside it to detect a repeat of the same order with
+    /// different arguments.
     ///
     /// ```
-    /// use idempotency::{key::Key, Caller};
-    /// let alice = Caller::new("acme", "alice");
-    /// let bob = Caller::new("acme", "bob");
+    /// use idempotency::{key::{Key, Secret}, Caller};
+    /// let (secret, alice, bob) = (Secret::demo(), Caller::new("acme", "alice"), Caller::new("acme", "bob"));
     /// assert_eq!(
-    ///     Key::for_business_key(&alice, "create_shipment", "order-7")?,
-    ///     Key::for_business_key(&bob, "create_shipment", "order-7")?,
+    ///     Key::for_business_key(&secret, &alice, "create_shipment", "order-7")?,
+    ///     Key::for_business_key(&secret, &bob, "create_shipment", "order-7")?,
     /// );
     /// # Ok::<(), idempotency::key::KeyError>(())
     /// ```
     pub fn for_business_key<V: Serialize + ?Sized>(
+        secret: &Secret,
         caller: &Caller,
         tool: &str,
         value: &V,
     ) -> Result<Key, KeyError> {
-        caller.validate()?;
-        let canonical = canonical_json(value)?;
-        let mut e = Encoder::new(KEY_DOMAIN);
-        e.field(b"business")
-            .field(caller.tenant.as_bytes())
-            .field(tool.as_bytes())
-            .field(canonical.as_bytes());
-        Ok(Key(e.finish()))
+        Ok(KeyMaterial::business(caller, tool, Scope::Tenant, value)?.key(secret))
     }
 
     /// The 32 bytes.
@@ -202,21 +287,103 @@ fn write_hex(f: &mut fmt::Formatter<'_>, bytes: &[u8]) -> fmt::Result {
     f.write_str(std::str::from_utf8(&out[..2 * bytes.len()]).map_err(|_| fmt::Error)?)
 }
 
-/// A digest of the full canonical arguments. With a business key, a repeat whose fingerprint
-/// differs is a payload mismatch, never silently the old answer.
+/// What a key is made from, before the secret: sha256 over the length-prefixed encoding of the
+/// scope, the caller (the subject only for subject scope), the tool and the canonical arguments.
+/// The engine turns it into the [`Key`] with its secret (and, while a secret is being rotated,
+/// into the keys under the previous ones).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct KeyMaterial([u8; 32]);
+
+impl KeyMaterial {
+    /// Material of a call keyed by all its arguments (less the top-level members in `skip`).
+    pub fn call<A: Serialize + ?Sized>(
+        caller: &Caller,
+        tool: &str,
+        scope: Scope,
+        args: &A,
+        skip: &'static [&'static str],
+    ) -> Result<KeyMaterial, KeyError> {
+        caller.validate()?;
+        let canonical = typed_canonical(args, skip)?;
+        Ok(Self::encode(b"call", caller, tool, scope, &canonical))
+    }
+
+    /// Material of a call keyed by a business-key value.
+    pub fn business<V: Serialize + ?Sized>(
+        caller: &Caller,
+        tool: &str,
+        scope: Scope,
+        value: &V,
+    ) -> Result<KeyMaterial, KeyError> {
+        caller.validate()?;
+        let canonical = typed_canonical(value, &[])?;
+        Ok(Self::encode(b"business", caller, tool, scope, &canonical))
+    }
+
+    fn encode(kind: &[u8], caller: &Caller, tool: &str, scope: Scope, canonical: &str) -> Self {
+        let mut e = Encoder::new(KEY_DOMAIN);
+        e.field(kind);
+        match scope {
+            Scope::Tenant => e.field(b"tenant").field(caller.tenant.as_bytes()),
+            Scope::Subject => e
+                .field(b"subject")
+                .field(caller.tenant.as_bytes())
+                .field(caller.subject.as_bytes()),
+        };
+        e.field(tool.as_bytes()).field(canonical.as_bytes());
+        KeyMaterial(e.finish())
+    }
+
+    /// The key under `secret`.
+    pub fn key(&self, secret: &Secret) -> Key {
+        Key(secret.hmac(KEY_DOMAIN, &self.0))
+    }
+}
+
+impl fmt::Debug for KeyMaterial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KeyMaterial(…)")
+    }
+}
+
+/// A digest of the full canonical arguments, under the secret. With a business key, a repeat
+/// whose fingerprint differs is a payload mismatch, never silently the old answer.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Fingerprint([u8; 32]);
 
-impl Fingerprint {
-    /// The fingerprint of some arguments (their canonical JSON, hashed).
-    pub fn of<A: Serialize + ?Sized>(args: &A) -> Result<Fingerprint, KeyError> {
-        Ok(Self::of_canonical(&canonical_json(args)?))
-    }
+/// What a [`Fingerprint`] is made from, before the secret.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct FingerprintMaterial([u8; 32]);
 
-    pub(crate) fn of_canonical(canonical: &str) -> Fingerprint {
+impl FingerprintMaterial {
+    /// Material of some arguments (their typed canonical JSON less the top-level members in
+    /// `skip`, hashed).
+    pub fn of<A: Serialize + ?Sized>(
+        args: &A,
+        skip: &'static [&'static str],
+    ) -> Result<FingerprintMaterial, KeyError> {
+        let canonical = typed_canonical(args, skip)?;
         let mut e = Encoder::new(FINGERPRINT_DOMAIN);
         e.field(canonical.as_bytes());
-        Fingerprint(e.finish())
+        Ok(FingerprintMaterial(e.finish()))
+    }
+
+    /// The fingerprint under `secret`.
+    pub fn fingerprint(&self, secret: &Secret) -> Fingerprint {
+        Fingerprint(secret.hmac(FINGERPRINT_DOMAIN, &self.0))
+    }
+}
+
+impl fmt::Debug for FingerprintMaterial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FingerprintMaterial(…)")
+    }
+}
+
+impl Fingerprint {
+    /// The fingerprint of some arguments under `secret`.
+    pub fn of<A: Serialize + ?Sized>(secret: &Secret, args: &A) -> Result<Fingerprint, KeyError> {
+        Ok(FingerprintMaterial::of(args, &[])?.fingerprint(secret))
     }
 
     /// The 32 bytes.
@@ -358,6 +525,8 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
+    static S: std::sync::LazyLock<Secret> = std::sync::LazyLock::new(Secret::demo);
+
     fn naive(tenant: &str, subject: &str, tool: &str, args: &str) -> String {
         format!("{tenant}|{subject}|{tool}|{args}")
     }
@@ -372,15 +541,15 @@ mod tests {
             naive(&b.tenant, &b.subject, "t", "{}")
         );
         assert_ne!(
-            Key::for_call(&a, "t", &json!({})).unwrap(),
-            Key::for_call(&b, "t", &json!({})).unwrap()
+            Key::for_call(&S, &a, "t", &json!({})).unwrap(),
+            Key::for_call(&S, &b, "t", &json!({})).unwrap()
         );
         // A boundary moved between subject and tool.
         let c = Caller::new("acme", "alice\0charge");
         let d = Caller::new("acme", "alice");
         assert_ne!(
-            Key::for_call(&c, "card", &json!({})).unwrap(),
-            Key::for_call(&d, "charge\0card", &json!({})).unwrap()
+            Key::for_call(&S, &c, "card", &json!({})).unwrap(),
+            Key::for_call(&S, &d, "charge\0card", &json!({})).unwrap()
         );
     }
 
@@ -392,8 +561,8 @@ mod tests {
         ) {
             prop_assume!(!t1.is_empty() && !t2.is_empty());
             prop_assume!((&t1, &s1, &n1) != (&t2, &s2, &n2));
-            let k1 = Key::for_call(&Caller::new(t1, s1), &n1, &json!(1)).unwrap();
-            let k2 = Key::for_call(&Caller::new(t2, s2), &n2, &json!(1)).unwrap();
+            let k1 = Key::for_call(&S, &Caller::new(t1, s1), &n1, &json!(1)).unwrap();
+            let k2 = Key::for_call(&S, &Caller::new(t2, s2), &n2, &json!(1)).unwrap();
             prop_assert_ne!(k1, k2);
         }
 
@@ -402,8 +571,8 @@ mod tests {
             parts in proptest::collection::vec("[a|\\x00]{0,4}", 6)
         ) {
             prop_assume!(!parts[0].is_empty() && !parts[3].is_empty());
-            let k1 = Key::for_call(&Caller::new(&*parts[0], &*parts[1]), &parts[2], &json!(0)).unwrap();
-            let k2 = Key::for_call(&Caller::new(&*parts[3], &*parts[4]), &parts[5], &json!(0)).unwrap();
+            let k1 = Key::for_call(&S, &Caller::new(&*parts[0], &*parts[1]), &parts[2], &json!(0)).unwrap();
+            let k2 = Key::for_call(&S, &Caller::new(&*parts[3], &*parts[4]), &parts[5], &json!(0)).unwrap();
             prop_assert_eq!(k1 == k2, parts[..3] == parts[3..]);
         }
     }
@@ -411,17 +580,31 @@ mod tests {
     #[test]
     fn key_order_and_number_spelling_do_not_matter() {
         let c = Caller::new("acme", "alice");
-        let a: serde_json::Value =
-            serde_json::from_str(r#"{"amount":100,"currency":"EUR"}"#).unwrap();
-        let b: serde_json::Value =
+        #[derive(serde::Deserialize, serde::Serialize)]
+        struct Typed {
+            amount: f64,
+            currency: String,
+        }
+        let a: Typed = serde_json::from_str(r#"{"amount":100,"currency":"EUR"}"#).unwrap();
+        let b: Typed =
             serde_json::from_str(" {\n \"currency\" : \"EUR\", \"amount\": 1e2 }").unwrap();
         assert_eq!(
-            Key::for_call(&c, "charge", &a).unwrap(),
-            Key::for_call(&c, "charge", &b).unwrap()
+            Key::for_call(&S, &c, "charge", &a).unwrap(),
+            Key::for_call(&S, &c, "charge", &b).unwrap()
+        );
+        // Held as a `Value`, `100` and `1e2` are what the handler sees: an integer and a float.
+        let (x, y): (serde_json::Value, serde_json::Value) = (
+            serde_json::from_str(r#"{"amount":100}"#).unwrap(),
+            serde_json::from_str(r#"{"amount":1e2}"#).unwrap(),
         );
         assert_ne!(
-            Key::for_call(&c, "charge", &json!({"amount": 101, "currency": "EUR"})).unwrap(),
-            Key::for_call(&c, "charge", &a).unwrap()
+            Key::for_call(&S, &c, "charge", &x).unwrap(),
+            Key::for_call(&S, &c, "charge", &y).unwrap()
+        );
+        let a = json!({"amount": 100, "currency": "EUR"});
+        assert_ne!(
+            Key::for_call(&S, &c, "charge", &json!({"amount": 101, "currency": "EUR"})).unwrap(),
+            Key::for_call(&S, &c, "charge", &a).unwrap()
         );
     }
 
@@ -430,21 +613,93 @@ mod tests {
         let c = Caller::new("acme", "alice");
         let other = Caller::new("acme", "bob");
         let foreign = Caller::new("globex", "alice");
-        let bk = Key::for_business_key(&c, "ship", "o-1").unwrap();
-        assert_eq!(bk, Key::for_business_key(&other, "ship", "o-1").unwrap());
-        assert_ne!(bk, Key::for_business_key(&foreign, "ship", "o-1").unwrap());
-        assert_ne!(bk, Key::for_call(&c, "ship", "o-1").unwrap());
+        let bk = Key::for_business_key(&S, &c, "ship", "o-1").unwrap();
+        assert_eq!(
+            bk,
+            Key::for_business_key(&S, &other, "ship", "o-1").unwrap()
+        );
+        assert_ne!(
+            bk,
+            Key::for_business_key(&S, &foreign, "ship", "o-1").unwrap()
+        );
+        assert_ne!(bk, Key::for_call(&S, &c, "ship", "o-1").unwrap());
+    }
+
+    #[test]
+    fn hmac_matches_rfc_4231() {
+        // RFC 4231 test case 2.
+        let mac = hmac_sha256(b"Jefe", &[b"what do ya want ", b"for nothing?"]);
+        let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex,
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        // Test case 6: a key longer than the block is hashed first.
+        let mac = hmac_sha256(
+            &[0xaa; 131],
+            &[b"Test Using Larger Than Block-Size Key - Hash Key First"],
+        );
+        let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex,
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+        );
+    }
+
+    #[test]
+    fn without_the_secret_the_reference_cannot_be_recomputed() {
+        let c = Caller::new("acme", "alice");
+        let args = json!({"amount": 100, "currency": "EUR"});
+        let mine = Secret::new("a secret only the server knows").unwrap();
+        let k = Key::for_call(&mine, &c, "charge_card", &args).unwrap();
+        // Someone who knows the tenant and guesses the arguments, with the published demo secret,
+        // with no secret at all (plain sha256 of the same encoding), or with another secret.
+        let guessed = [
+            Key::for_call(&S, &c, "charge_card", &args).unwrap(),
+            Key::from_bytes(
+                KeyMaterial::call(&c, "charge_card", Scope::Subject, &args, &[])
+                    .unwrap()
+                    .0,
+            ),
+            Key::for_call(
+                &Secret::new("another secret, not ours").unwrap(),
+                &c,
+                "charge_card",
+                &args,
+            )
+            .unwrap(),
+        ];
+        for g in guessed {
+            assert_ne!(g.reference(1), k.reference(1));
+        }
+        assert_eq!(Key::for_call(&mine, &c, "charge_card", &args).unwrap(), k);
+    }
+
+    #[test]
+    fn scope_decides_whether_the_subject_is_in_the_key() {
+        let (alice, bob) = (Caller::new("acme", "alice"), Caller::new("acme", "bob"));
+        let key = |c: &Caller, scope| {
+            KeyMaterial::business(c, "ship", scope, "o-1")
+                .unwrap()
+                .key(&S)
+        };
+        assert_eq!(key(&alice, Scope::Tenant), key(&bob, Scope::Tenant));
+        assert_ne!(key(&alice, Scope::Subject), key(&bob, Scope::Subject));
+        assert_ne!(key(&alice, Scope::Subject), key(&alice, Scope::Tenant));
+        // A subject scope cannot collide with a tenant named like tenant + subject.
+        let joined = Caller::new("acmealice", "");
+        assert_ne!(key(&alice, Scope::Subject), key(&joined, Scope::Tenant));
     }
 
     #[test]
     fn empty_tenant_is_refused() {
-        let err = Key::for_call(&Caller::new("", "alice"), "t", &json!({})).unwrap_err();
+        let err = Key::for_call(&S, &Caller::new("", "alice"), "t", &json!({})).unwrap_err();
         assert!(err.to_string().contains("tenant"), "{err}");
     }
 
     #[test]
     fn display_is_64_lowercase_hex() {
-        let k = Key::for_call(&Caller::new("a", "b"), "t", &json!({})).unwrap();
+        let k = Key::for_call(&S, &Caller::new("a", "b"), "t", &json!({})).unwrap();
         let s = k.to_string();
         assert_eq!(s.len(), 64);
         assert!(s
@@ -454,7 +709,7 @@ mod tests {
 
     #[test]
     fn references_round_trip_and_fit_processor_limits() {
-        let k = Key::for_call(&Caller::new("a", "b"), "t", &json!({})).unwrap();
+        let k = Key::for_call(&S, &Caller::new("a", "b"), "t", &json!({})).unwrap();
         let r = k.reference(u32::MAX);
         let s = r.to_string();
         assert!(s.len() <= 40 && s.len() >= 12, "{s}");

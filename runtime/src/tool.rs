@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::key::{Caller, Fingerprint, Key, KeyError};
+use crate::key::{Caller, FingerprintMaterial, KeyError, KeyMaterial};
 
 /// What the engine needs to know of a tool: its name, window and timeout. `#[idempotent]` makes
 /// one for every tool it wraps (`charge_card::TOOL` for a free function, `Self::CHARGE_CARD_TOOL`
@@ -24,6 +24,8 @@ pub struct ToolSpec {
     pub(crate) name: &'static str,
     pub(crate) window: Duration,
     pub(crate) timeout: Option<Duration>,
+    pub(crate) scope: Option<Scope>,
+    pub(crate) ignore: &'static [&'static str],
 }
 
 impl ToolSpec {
@@ -33,6 +35,8 @@ impl ToolSpec {
             name,
             window,
             timeout: None,
+            scope: None,
+            ignore: &[],
         }
     }
 
@@ -40,6 +44,26 @@ impl ToolSpec {
     pub const fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
+    }
+
+    /// Who shares the tool's records (default: [`Scope::Subject`] for call keys,
+    /// [`Scope::Tenant`] for business keys).
+    pub const fn with_scope(mut self, scope: Scope) -> Self {
+        self.scope = Some(scope);
+        self
+    }
+
+    /// Top-level argument fields left out of the key and the fingerprint: volatile values a
+    /// retry may carry fresh (a client timestamp, a request id) that must not make it a new call.
+    /// The handler still gets them; the first call's answer is what a repeat gets.
+    pub const fn ignoring(mut self, fields: &'static [&'static str]) -> Self {
+        self.ignore = fields;
+        self
+    }
+
+    /// The fields [`ToolSpec::ignoring`] leaves out of the key.
+    pub const fn ignored(&self) -> &'static [&'static str] {
+        self.ignore
     }
 
     /// The tool's name (part of the key).
@@ -72,14 +96,14 @@ pub enum Scope {
     Subject,
 }
 
-/// A call's key and (for business keys) the fingerprint of its full arguments: what the engine
-/// claims.
+/// What a call's key and (for business keys) the fingerprint of its full arguments are made
+/// from; the engine derives them under its secret and claims the key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Prepared {
-    /// The key.
-    pub key: Key,
-    /// The full arguments' fingerprint, for business keys.
-    pub fingerprint: Option<Fingerprint>,
+    /// The key's material.
+    pub key: KeyMaterial,
+    /// The full arguments' fingerprint material, for business keys.
+    pub fingerprint: Option<FingerprintMaterial>,
     /// Who shares the record.
     pub scope: Scope,
 }
@@ -88,21 +112,26 @@ impl Prepared {
     /// The key of a call keyed by all its arguments.
     ///
     /// ```
-    /// use idempotency::{tool::Prepared, Caller};
-    /// let p = Prepared::call(&Caller::new("acme", "alice"), "charge_card", &serde_json::json!({"amount": 1}))?;
+    /// use std::time::Duration;
+    /// use idempotency::{tool::{Prepared, ToolSpec}, Caller};
+    /// const CHARGE: ToolSpec = ToolSpec::new("charge_card", Duration::from_secs(900));
+    /// let p = Prepared::call(&Caller::new("acme", "alice"), &CHARGE, &serde_json::json!({"amount": 1}))?;
     /// assert!(p.fingerprint.is_none());
     /// # Ok::<(), idempotency::Error>(())
     /// ```
     pub fn call<A: Serialize + ?Sized>(
         caller: &Caller,
-        tool: &str,
+        spec: &ToolSpec,
         args: &A,
     ) -> Result<Self, Error> {
-        let key = Key::for_call(caller, tool, args).map_err(|e| refused(tool, e))?;
+        let tool = spec.name;
+        let scope = spec.scope.unwrap_or(Scope::Subject);
+        let key = KeyMaterial::call(caller, tool, scope, args, spec.ignore)
+            .map_err(|e| refused(tool, e))?;
         Ok(Prepared {
             key,
             fingerprint: None,
-            scope: Scope::Subject,
+            scope,
         })
     }
 
@@ -112,20 +141,23 @@ impl Prepared {
     /// be told apart, so they must never share a record.
     ///
     /// ```
-    /// use idempotency::{tool::Prepared, Caller, Error};
+    /// use std::time::Duration;
+    /// use idempotency::{tool::{Prepared, ToolSpec}, Caller, Error};
+    /// const SHIP: ToolSpec = ToolSpec::new("create_shipment", Duration::from_secs(900));
     /// let alice = Caller::new("acme", "alice");
     /// let none: Option<&str> = None;
-    /// let e = Prepared::business(&alice, "create_shipment", "order_id", &none, &"apple").unwrap_err();
+    /// let e = Prepared::business(&alice, &SHIP, "order_id", &none, &"apple").unwrap_err();
     /// assert!(matches!(e, Error::Arguments { .. }));
     /// assert!(e.advice().contains("order_id"));
     /// ```
     pub fn business<A: Serialize + ?Sized, B: Serialize + ?Sized>(
         caller: &Caller,
-        tool: &str,
+        spec: &ToolSpec,
         field: &str,
         business_key: &B,
         args: &A,
     ) -> Result<Self, Error> {
+        let tool = spec.name;
         if is_missing(business_key) {
             return Err(refused(
                 tool,
@@ -134,14 +166,34 @@ impl Prepared {
                 },
             ));
         }
-        let key =
-            Key::for_business_key(caller, tool, business_key).map_err(|e| refused(tool, e))?;
-        let fingerprint = Fingerprint::of(args).map_err(|e| refused(tool, e))?;
+        let scope = spec.scope.unwrap_or(Scope::Tenant);
+        let key = KeyMaterial::business(caller, tool, scope, business_key)
+            .map_err(|e| refused(tool, e))?;
+        let fingerprint =
+            FingerprintMaterial::of(args, spec.ignore).map_err(|e| refused(tool, e))?;
         Ok(Prepared {
             key,
             fingerprint: Some(fingerprint),
-            scope: Scope::Tenant,
+            scope,
         })
+    }
+}
+
+impl Prepared {
+    /// Like [`Prepared::business`], except that a call whose business key is missing is keyed by
+    /// all its arguments ([`Prepared::call`]) instead of being refused.
+    pub fn business_or_call<A: Serialize + ?Sized, B: Serialize + ?Sized>(
+        caller: &Caller,
+        spec: &ToolSpec,
+        field: &str,
+        business_key: &B,
+        args: &A,
+    ) -> Result<Self, Error> {
+        if is_missing(business_key) {
+            Prepared::call(caller, spec, args)
+        } else {
+            Prepared::business(caller, spec, field, business_key, args)
+        }
     }
 }
 

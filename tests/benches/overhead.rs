@@ -61,7 +61,7 @@ async fn by_hand(ctx: &Ctx, args: ChargeArgs) -> Result<Receipt, Error> {
     const SPEC: ToolSpec = ToolSpec::new("charge_h", Duration::from_secs(15 * 60));
     let engine = ctx.idempotency();
     let caller = ctx.caller(&())?;
-    let prepared = Prepared::call(&caller, SPEC.name(), &args)?;
+    let prepared = Prepared::call(&caller, &SPEC, &args)?;
     let body = async move { work(&args) };
     engine
         .execute(&SPEC, &caller, prepared, ErrorPolicy::retryable(), body)

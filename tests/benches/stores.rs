@@ -54,7 +54,13 @@ struct Config {
 }
 
 fn key(n: u64) -> Key {
-    Key::for_call(&Caller::new(TENANT, "bench"), TOOL, &n).expect("key")
+    Key::for_call(
+        &idempotency::key::Secret::demo(),
+        &Caller::new(TENANT, "bench"),
+        TOOL,
+        &n,
+    )
+    .expect("key")
 }
 
 fn now() -> Timestamp {

@@ -3,3 +3,8 @@
 pub mod pg;
 pub mod proxy;
 pub mod scripted;
+
+/// The example tool most tests key their calls for: only its name (and default scope) matters to
+/// the key.
+pub const CHARGE_CARD: idempotency::tool::ToolSpec =
+    idempotency::tool::ToolSpec::new("charge_card", std::time::Duration::from_secs(900));

@@ -147,6 +147,30 @@ pub(super) struct ClaimGuard {
 const RELEASE_TRIES: u32 = 5;
 const RELEASE_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
+impl ClaimGuard {
+    /// An armed guard over the claim `engine` may be making of `key` with `token`.
+    pub(super) fn new(
+        engine: &super::Idempotency,
+        key: Key,
+        token: Token,
+        tool: &'static str,
+    ) -> Self {
+        ClaimGuard {
+            store: engine.store.clone(),
+            clock: engine.clock.clone(),
+            key,
+            token,
+            tool,
+            armed: true,
+        }
+    }
+
+    /// Gives the claim back in the background now (it was made, and nothing will run under it).
+    pub(super) fn release_now(self) {
+        drop(self);
+    }
+}
+
 impl Drop for ClaimGuard {
     fn drop(&mut self) {
         if !self.armed {

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, UnknownReason};
-use crate::key::{Caller, Reference};
+use crate::key::{Caller, Reference, Secret};
 use crate::outcome::{ErrorPolicy, Failure, Outcome};
 use crate::record::RecordStatus;
 use crate::store::{Claim, ClaimRequest, Store, StoreError, Token};
@@ -35,6 +35,9 @@ pub struct Idempotency {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     lease: Duration,
+    secret: Secret,
+    /// Secrets being rotated out: keys made under them are still recognised.
+    previous: Arc<[Secret]>,
     /// Lease-expiry handling, started at the first call; `None` when turned off.
     background: Option<Arc<Background>>,
 }
@@ -63,6 +66,8 @@ pub struct IdempotencyBuilder {
     clock: Arc<dyn Clock>,
     lease: Duration,
     expiry: Expiry,
+    secret: Option<Secret>,
+    previous: Vec<Secret>,
 }
 
 /// What the engine does about claims whose lease passed.
@@ -90,6 +95,26 @@ impl IdempotencyBuilder {
     /// `test-util`).
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The server secret keys, references and fingerprints are derived with (HMAC-SHA256). Every
+    /// replica sharing the store must use the same one. Without it the engine uses the published
+    /// [`Secret::demo`] and logs a warning: anyone could then confirm a guess about a call's
+    /// arguments from its reference.
+    pub fn secret(mut self, secret: Secret) -> Self {
+        self.secret = Some(secret);
+        self
+    }
+
+    /// Secrets being rotated out. Changing the secret changes every key; while the previous
+    /// secret is listed here, a fresh call (no record under the current secret's key) first
+    /// looks for a record under each previous secret's key and, if one is live, answers from it
+    /// (replay, in progress, unknown, mismatch) instead of running again. Keep a secret listed
+    /// for the longest window plus the retention after the last replica stopped using it; it
+    /// costs a fresh call one claim and one release per previous secret.
+    pub fn previous_secrets(mut self, secrets: impl IntoIterator<Item = Secret>) -> Self {
+        self.previous = secrets.into_iter().collect();
         self
     }
 
@@ -152,10 +177,19 @@ impl IdempotencyBuilder {
                 window,
             ))),
         };
+        let secret = self.secret.unwrap_or_else(|| {
+            tracing::warn!(
+                "idempotency: no secret configured (IdempotencyBuilder::secret); using the published \
+                 demo secret, so anyone who sees a reference can check a guess about its arguments"
+            );
+            Secret::demo()
+        });
         Idempotency {
             store: self.store,
             clock: self.clock,
             lease: self.lease,
+            secret,
+            previous: self.previous.into(),
             background,
         }
     }
@@ -188,6 +222,8 @@ impl Idempotency {
                 every: None,
                 window: Duration::from_secs(900),
             },
+            secret: None,
+            previous: Vec::new(),
         }
     }
 
@@ -281,57 +317,41 @@ impl Idempotency {
     {
         let tool = spec.name;
         let now = self.clock.now();
-        let token = attempt_token(now);
-        let req = ClaimRequest {
-            key: prepared.key,
-            tenant: &caller.tenant,
-            subject: match prepared.scope {
-                Scope::Subject => Some(&caller.subject),
-                Scope::Tenant => None,
-            },
-            tool,
-            fingerprint: prepared.fingerprint,
-            now,
-            lease_expires_at: now + self.lease,
-            token,
-        };
-        let mut pending = ClaimGuard {
-            store: self.store.clone(),
-            clock: self.clock.clone(),
-            key: prepared.key,
-            token,
-            tool,
-            armed: true,
-        };
         // With a timeout, a store that does not answer the claim within it cannot hold the
-        // caller: nothing ran, and the claim it may have made is released by `pending`.
+        // caller: nothing ran, and the claim it may have made is released.
         let by = spec.timeout.map(|t| tokio::time::Instant::now() + t);
-        let claim = bounded(by, self.store.claim(&req)).await;
-        if claim.is_ok() {
-            pending.armed = false;
-        }
-        drop(pending);
-        let claim = match claim {
+        let key = prepared.key.key(&self.secret);
+        let claim = match self
+            .claim(spec, caller, &prepared, &self.secret, now, by)
+            .await
+        {
             Ok(c) => c,
-            Err(StoreError::ReferenceTaken { reference }) => {
-                tracing::error!(tool, %reference, "idempotency claim refused: the reference is held by a different key; nothing was run");
-                return refused(Error::ReferenceTaken {
-                    tool: tool.into(),
-                    reference,
-                });
+            Err(out) => return out,
+        };
+        let claim = match claim {
+            Claim::New { reference, token } if !self.previous.is_empty() => {
+                match self.recognise(spec, caller, &prepared, now, by).await {
+                    Ok(None) => Claim::New { reference, token },
+                    Ok(Some(earlier)) => {
+                        // Answered from the record under a previous secret: give this claim back.
+                        let release = self.store.release(key, token, now);
+                        if let Err(e) = bounded(by, release).await {
+                            tracing::warn!(tool, %reference, error = %e, "idempotency: could not release a claim answered from a previous secret's record; it will be reconciled");
+                        }
+                        earlier
+                    }
+                    Err(out) => {
+                        ClaimGuard::new(self, key, token, tool).release_now();
+                        return out;
+                    }
+                }
             }
-            Err(source) => {
-                tracing::warn!(tool, error = %source, "idempotency claim failed; nothing was run");
-                return refused(Error::Store {
-                    tool: tool.into(),
-                    source,
-                });
-            }
+            claim => claim,
         };
         match claim {
             Claim::New { reference, token } => {
                 tracing::debug!(tool, %reference, "idempotency claim");
-                Attempt::new(self, *spec, prepared.key, reference, token, now)
+                Attempt::new(self, *spec, key, reference, token, now)
                     .run(policy, body)
                     .await
             }
@@ -408,6 +428,89 @@ impl Idempotency {
                 })
             }
         }
+    }
+}
+
+impl Idempotency {
+    /// Claims the call's key under `secret`; an error is the caller's answer (nothing ran).
+    async fn claim<T, E>(
+        &self,
+        spec: &ToolSpec,
+        caller: &Caller,
+        prepared: &Prepared,
+        secret: &Secret,
+        now: crate::clock::Timestamp,
+        by: Option<tokio::time::Instant>,
+    ) -> Result<Claim, Outcome<T, Failure<E>>> {
+        let tool = spec.name;
+        let key = prepared.key.key(secret);
+        let token = attempt_token(now);
+        let req = ClaimRequest {
+            key,
+            tenant: &caller.tenant,
+            subject: match prepared.scope {
+                Scope::Subject => Some(&caller.subject),
+                Scope::Tenant => None,
+            },
+            tool,
+            fingerprint: prepared.fingerprint.map(|f| f.fingerprint(secret)),
+            now,
+            lease_expires_at: now + self.lease,
+            token,
+        };
+        let mut pending = ClaimGuard::new(self, key, token, tool);
+        let claim = bounded(by, self.store.claim(&req)).await;
+        if claim.is_ok() {
+            pending.armed = false;
+        }
+        drop(pending);
+        match claim {
+            Ok(c) => Ok(c),
+            Err(StoreError::ReferenceTaken { reference }) => {
+                tracing::error!(tool, %reference, "idempotency claim refused: the reference is held by a different key; nothing was run");
+                // This call's own reference: nothing about the holder (not its generation).
+                Err(refused(Error::ReferenceTaken {
+                    tool: tool.into(),
+                    reference: key.reference(1),
+                }))
+            }
+            Err(source) => {
+                tracing::warn!(tool, error = %source, "idempotency claim failed; nothing was run");
+                Err(refused(Error::Store {
+                    tool: tool.into(),
+                    source,
+                }))
+            }
+        }
+    }
+
+    /// While secrets are rotated: the live record of this call under a previous secret's key,
+    /// if there is one. A probe that finds none made a claim there, which it gives back at once.
+    async fn recognise<T, E>(
+        &self,
+        spec: &ToolSpec,
+        caller: &Caller,
+        prepared: &Prepared,
+        now: crate::clock::Timestamp,
+        by: Option<tokio::time::Instant>,
+    ) -> Result<Option<Claim>, Outcome<T, Failure<E>>> {
+        for secret in self.previous.iter() {
+            match self.claim(spec, caller, prepared, secret, now, by).await? {
+                Claim::New { token, reference } => {
+                    let key = prepared.key.key(secret);
+                    if let Err(source) = bounded(by, self.store.release(key, token, now)).await {
+                        tracing::warn!(tool = spec.name, %reference, error = %source, "idempotency: could not give back a probe claim under a previous secret");
+                        ClaimGuard::new(self, key, token, spec.name).release_now();
+                        return Err(refused(Error::Store {
+                            tool: spec.name.into(),
+                            source,
+                        }));
+                    }
+                }
+                earlier => return Ok(Some(earlier)),
+            }
+        }
+        Ok(None)
     }
 }
 

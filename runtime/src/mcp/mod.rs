@@ -31,6 +31,7 @@
 //! See `examples/` for complete servers.
 
 mod answer;
+pub(crate) mod arguments;
 mod identity;
 mod session;
 mod status;

@@ -52,7 +52,7 @@ struct Inner {
 /// use idempotency::store::{Claim, ClaimRequest, MemoryStore, RecordStore, Token};
 /// use idempotency::{clock::Timestamp, key::Key, Caller};
 /// let store = MemoryStore::new();
-/// let key = Key::for_call(&Caller::new("acme", "alice"), "charge_card", &100)?;
+/// let key = Key::for_call(&idempotency::key::Secret::demo(), &Caller::new("acme", "alice"), "charge_card", &100)?;
 /// let req = ClaimRequest {
 ///     key, tenant: "acme", subject: None, tool: "charge_card", fingerprint: None,
 ///     now: Timestamp::from_millis(0), lease_expires_at: Timestamp::from_millis(30_000),

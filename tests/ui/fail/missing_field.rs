@@ -1,4 +1,5 @@
-//! A business key naming a field the arguments lack: rustc reports it at the string.
+//! A business key naming a field the arguments lack: rustc reports it at the string (followed by the
+//! business-key check, which cannot tell a missing field from an `Option` one).
 #![allow(dead_code)]
 use idempotency::{idempotent, Caller, Error, Idempotency, IdempotencyContext};
 use serde::Serialize;
