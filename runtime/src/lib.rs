@@ -6,9 +6,9 @@
 //! re-issues, a second host calls, a client library retries. This crate makes a repeat of the same
 //! call return the first call's answer instead of running the side effect again:
 //!
-//! 1. the key is derived **on the server** ([`key::Key::for_call`]) from the caller's tenant and subject,
-//!    the tool name and the canonical JSON ([`canonical_json`]) of the typed arguments — never from
-//!    the model;
+//! 1. the key is derived **on the server** ([`key::Key::for_call`]): HMAC-SHA256 under the
+//!    server's [`key::Secret`] of the caller's tenant (and subject), the tool name and the
+//!    canonical JSON of the typed arguments — never from the model;
 //! 2. the key is **claimed** in a [`Store`](store::Store) before the side effect runs;
 //! 3. the body runs with the call's short [`Reference`], to pass downstream as the processor's own
 //!    idempotency reference;
