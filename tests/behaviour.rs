@@ -779,4 +779,80 @@ mod mcp {
             "only the healthy call reached the processor"
         );
     }
+
+    /// A tool that answers with a whole `CallToolResult` (an image and a text block, structured
+    /// content, its own `_meta`): stored and replayed verbatim, the replay marker merged in.
+    #[derive(Clone)]
+    struct Gallery {
+        engine: Idempotency,
+        identity: Identity,
+        renders: Arc<Processor>,
+    }
+
+    impl IdempotencyContext<RequestContext<RoleServer>> for Gallery {
+        fn idempotency(&self) -> &Idempotency {
+            &self.engine
+        }
+        fn caller(&self, request: &RequestContext<RoleServer>) -> Result<Caller, Error> {
+            self.identity.resolve(request)
+        }
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+    struct RenderArgs {
+        title: String,
+    }
+
+    #[tool_router(server_handler)]
+    impl Gallery {
+        /// Render a chart.
+        #[idempotent(on_error = "retryable")]
+        #[tool]
+        async fn render(
+            &self,
+            Parameters(args): Parameters<RenderArgs>,
+        ) -> Result<rmcp::model::CallToolResult, Error> {
+            let n = self
+                .renders
+                .calls
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut meta = serde_json::Map::new();
+            meta.insert("chart/renderer".into(), json!("v2"));
+            Ok(rmcp::model::CallToolResult::success(vec![
+                rmcp::model::ContentBlock::image("iVBORw0KGgo=", "image/png"),
+                rmcp::model::ContentBlock::text(format!("{} (render {n})", args.title)),
+            ])
+            .with_meta(Some(rmcp::model::MetaObject(meta))))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_tool_result_is_stored_and_replayed_verbatim() {
+        let renders = Arc::new(Processor::default());
+        let gallery = Gallery {
+            engine: Idempotency::new(MemoryStore::new()),
+            identity: Identity::stdio(Caller::new("acme", "alice")),
+            renders: renders.clone(),
+        };
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(async move {
+            if let Ok(s) = gallery.serve(server_io).await {
+                let _ = s.waiting().await;
+            }
+        });
+        let client: Client = ().serve(client_io).await.expect("client connects");
+        let first = call(&client, "render", json!({"title": "sales"})).await;
+        let again = call(&client, "render", json!({"title": "sales"})).await;
+        assert_eq!(renders.calls(), 1);
+        let blocks = serde_json::to_value(&first.content).unwrap();
+        assert_eq!(blocks[0]["type"], json!("image"), "{blocks}");
+        assert_eq!(blocks[0]["data"], json!("iVBORw0KGgo="));
+        assert_eq!(blocks[1]["text"], json!("sales (render 0)"));
+        assert_eq!(serde_json::to_value(&again.content).unwrap(), blocks);
+        assert_eq!(again.is_error, first.is_error);
+        assert_eq!(meta(&first, META_REPLAYED), Some(json!(false)));
+        assert_eq!(meta(&again, META_REPLAYED), Some(json!(true)));
+        assert_eq!(meta(&again, "chart/renderer"), Some(json!("v2")));
+        assert_eq!(meta(&again, META_REF), meta(&first, META_REF));
+    }
 }

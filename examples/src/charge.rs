@@ -15,7 +15,7 @@ use idempotency::{
 };
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{ServerCapabilities, ServerConfig};
+use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
 use rmcp::service::RequestContext;
 use rmcp::{schemars, tool, tool_handler, tool_router, RoleServer, ServerHandler};
 use serde::{Deserialize, Serialize};
@@ -180,6 +180,9 @@ impl Payments {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for Payments {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(
+            Implementation::new("idempotency-charge-card", env!("CARGO_PKG_VERSION"))
+                .with_title("Payments (idempotency example)"),
+        )
     }
 }

@@ -131,6 +131,10 @@ async fn tools_list_shows_the_hint_exactly_on_wrapped_tools() {
         &Arc::new(Processor::default()),
     ))
     .await;
+    // The server names itself (not rmcp's own crate name).
+    let info = client.peer_info().expect("server info");
+    let server = info.server_info.as_ref().expect("serverInfo");
+    assert_eq!(server.name, "idempotency-charge-card");
     let tools = client.list_all_tools().await.unwrap();
     let mut seen = Vec::new();
     for t in &tools {

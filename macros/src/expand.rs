@@ -306,7 +306,14 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
                 #p::Result::Err(#e) => return #p::mcp::refuse(#e),
             };
         };
-        let finish = quote!(#p::mcp::answer(#execute));
+        // A tool that answers with a `CallToolResult` itself gets it back verbatim.
+        let verbatim = matches!(ok, syn::Type::Path(t)
+            if t.path.segments.last().is_some_and(|s| s.ident == "CallToolResult"));
+        let finish = if verbatim {
+            quote!(#p::mcp::answer_verbatim(#execute))
+        } else {
+            quote!(#p::mcp::answer(#execute))
+        };
         (prologue, finish)
     } else {
         // Only shared reborrows (`&*ctx`), each ending with its statement, and an owned engine:

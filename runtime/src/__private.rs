@@ -21,7 +21,7 @@ pub use ::rmcp;
 #[cfg(feature = "rmcp")]
 pub mod mcp {
     pub use crate::mcp::arguments::{check_arguments, closed_input_schema, RawArguments};
-    pub use crate::mcp::{answer, refuse};
+    pub use crate::mcp::{answer, answer_verbatim, refuse};
 
     /// What an rmcp tool's caller is read from.
     pub type Request = rmcp::service::RequestContext<rmcp::RoleServer>;

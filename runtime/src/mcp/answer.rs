@@ -72,6 +72,30 @@ pub fn answer<T: Serialize, E: Display>(
     Ok(result.with_meta(Some(MetaObject(meta))))
 }
 
+/// Like [`answer`], for a tool whose answer is itself a [`CallToolResult`]: stored and replayed
+/// verbatim — every content block (images, resources, text), `structuredContent` and `isError` —
+/// with the reference and the replay marker merged into its `_meta` (its own `_meta` keys kept).
+/// `#[idempotent]` uses it for tools returning `CallToolResult`.
+pub fn answer_verbatim<E: Display>(
+    outcome: Outcome<CallToolResult, Failure<E>>,
+) -> Result<CallToolResult, ErrorData> {
+    match outcome.result {
+        Ok(mut result) => {
+            let mut meta = result.meta.take().map(|m| m.0).unwrap_or_default();
+            if let Some(r) = outcome.reference {
+                meta.insert(META_REF.into(), Value::String(r.to_string()));
+            }
+            meta.insert(META_REPLAYED.into(), Value::Bool(outcome.replayed));
+            Ok(result.with_meta(Some(MetaObject(meta))))
+        }
+        Err(e) => answer::<(), E>(Outcome {
+            result: Err(e),
+            replayed: outcome.replayed,
+            reference: outcome.reference,
+        }),
+    }
+}
+
 pub(crate) fn status_of(e: &Error) -> &'static str {
     match e {
         Error::InFlight { .. } => "in_flight",

@@ -36,7 +36,7 @@ mod identity;
 mod session;
 mod status;
 
-pub use answer::{answer, refuse, META_REF, META_REPLAYED, META_STATUS, STATUSES};
+pub use answer::{answer, answer_verbatim, refuse, META_REF, META_REPLAYED, META_STATUS, STATUSES};
 pub use identity::Identity;
 pub use session::CallerBoundSessions;
 pub use status::{status_router, status_tool};
