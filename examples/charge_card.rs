@@ -10,7 +10,11 @@ use idempotency_examples::charge::{self, Payments};
 use idempotency_examples::{processor::Processor, Transport};
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+async fn main() -> std::process::ExitCode {
+    idempotency_examples::exit(run().await)
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     idempotency_examples::init_logging();
     let transport = Transport::from_args()?;
     let delay = std::env::var("PROCESSOR_DELAY_MS")

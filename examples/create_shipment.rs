@@ -8,7 +8,11 @@ use idempotency_examples::shipment::{self, Shipping};
 use idempotency_examples::{carrier::Carrier, Transport};
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+async fn main() -> std::process::ExitCode {
+    idempotency_examples::exit(run().await)
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     idempotency_examples::init_logging();
     let transport = Transport::from_args()?;
     let carrier = Arc::new(Carrier::default());

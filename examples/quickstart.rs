@@ -34,7 +34,11 @@ fn replayed(r: &CallToolResult) -> bool {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), BoxError> {
+async fn main() -> std::process::ExitCode {
+    idempotency_examples::exit(run().await)
+}
+
+async fn run() -> Result<(), BoxError> {
     let path =
         std::env::temp_dir().join(format!("idempotency-quickstart-{}.db", std::process::id()));
     let store = SqliteStore::open(&path).await?;

@@ -3,7 +3,6 @@
 //! `--http ADDR --stateless` for streamable HTTP without sessions), and the downstream stubs.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,7 +37,13 @@ pub async fn engine_from_env(
 ) -> Result<(Idempotency, String), BoxError> {
     let secret = secret_from_env()?;
     if let Ok(url) = std::env::var("DATABASE_URL") {
-        let store = PostgresStore::connect(&url).await?;
+        let store = PostgresStore::connect(&url).await.map_err(|e| {
+            format!(
+                "cannot open the PostgreSQL store at DATABASE_URL ({}): {}",
+                redact(&url),
+                chain(&e)
+            )
+        })?;
         let engine = Idempotency::builder(store)
             .secret(secret)
             .reconcile(reconcile, window)
@@ -46,12 +51,38 @@ pub async fn engine_from_env(
         return Ok((engine, "PostgreSQL (DATABASE_URL)".into()));
     }
     let path = std::env::var("IDEMPOTENCY_SQLITE").unwrap_or_else(|_| DEFAULT_SQLITE.into());
-    let store = SqliteStore::open(&path).await?;
+    let store = SqliteStore::open(&path)
+        .await
+        .map_err(|e| format!("cannot open the SQLite store {path}: {}", chain(&e)))?;
     let engine = Idempotency::builder(store)
         .secret(secret)
         .reconcile(reconcile, window)
         .build();
     Ok((engine, format!("SQLite file {path}")))
+}
+
+/// `e` and its causes, `: `-separated.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
+}
+
+/// A connection URL without its password.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{}@{}", &url[..scheme + 3], user, &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
 }
 
 /// The key secret from `IDEMPOTENCY_SECRET` (at least 16 bytes); without it, the published demo
@@ -71,8 +102,9 @@ pub fn secret_from_env() -> Result<Secret, BoxError> {
 pub enum Transport {
     /// JSON-RPC over stdin/stdout; the caller is the configured local identity.
     Stdio,
-    /// Streamable HTTP at this address; each request's caller comes from its bearer token.
-    Http(SocketAddr, HttpMode),
+    /// Streamable HTTP at this `host:port` (a name like `localhost:8080` or an address like
+    /// `127.0.0.1:8080`); each request's caller comes from its bearer token.
+    Http(String, HttpMode),
 }
 
 /// Whether the HTTP server keeps sessions.
@@ -102,9 +134,14 @@ impl Transport {
             }
             _ => return Err(usage.into()),
         };
-        addr.parse()
-            .map(|addr| Transport::Http(addr, mode))
-            .map_err(|e| format!("--http needs an address like 127.0.0.1:8080 ({e})"))
+        match addr.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                Ok(Transport::Http((*addr).to_owned(), mode))
+            }
+            _ => Err(format!(
+                "--http needs HOST:PORT, like 127.0.0.1:8080 or localhost:8080, not `{addr}`"
+            )),
+        }
     }
 }
 
@@ -180,7 +217,9 @@ where
                 .layer(axum::middleware::from_fn(move |req, next| {
                     authenticate(tokens.clone(), req, next)
                 }));
-            let listener = tokio::net::TcpListener::bind(addr).await?;
+            let listener = tokio::net::TcpListener::bind(addr.as_str())
+                .await
+                .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
             tracing::info!("streamable HTTP, {mode:?} mode");
             tracing::info!("listening on http://{}/mcp", listener.local_addr()?);
             axum::serve(listener, app).await?;
@@ -210,15 +249,41 @@ async fn authenticate(
         }
         None => axum::response::Response::builder()
             .status(401)
+            .header(axum::http::header::WWW_AUTHENTICATE, "Bearer")
             .body(axum::body::Body::from("missing or unknown bearer token"))
             .unwrap_or_default(),
     }
 }
 
-/// Logs go to stderr (stdout carries the MCP protocol over stdio).
+/// Logs go to stderr (stdout carries the MCP protocol over stdio), filtered by `RUST_LOG`
+/// (default `info`).
 pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .try_init();
+}
+
+/// A server's exit: on an error, `error: ` and the whole chain of causes on stderr, exit code 1.
+pub fn exit(result: Result<(), BoxError>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            let mut message = e.to_string();
+            let mut source = e.source();
+            while let Some(cause) = source {
+                let text = cause.to_string();
+                if !message.contains(&text) {
+                    message.push_str(": ");
+                    message.push_str(&text);
+                }
+                source = cause.source();
+            }
+            eprintln!("error: {message}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

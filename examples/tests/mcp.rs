@@ -423,6 +423,42 @@ async fn spawn_http(
     (child, url, db)
 }
 
+/// `--http` takes a host name too, and a bad address is refused with the form it needs.
+#[tokio::test]
+async fn http_takes_a_host_name_and_refuses_a_bad_address() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let db = temp_db("localhost");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_charge_card"))
+        .args(["--http", "localhost:0"])
+        .env("IDEMPOTENCY_SQLITE", &db)
+        .env_remove("DATABASE_URL")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
+    soon("the server's \"listening on\" line", async {
+        while let Some(line) = log.next_line().await.expect("read the server's log") {
+            if line.contains("listening on http://") {
+                return;
+            }
+        }
+        panic!("charge_card --http localhost:0 exited before listening");
+    })
+    .await;
+    let _ = child.kill().await;
+    remove_db(&db);
+
+    let bad = tokio::process::Command::new(env!("CARGO_BIN_EXE_charge_card"))
+        .args(["--http", "8080"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("error: --http needs HOST:PORT"), "{err}");
+}
+
 async fn http_client(url: &str, token: &str) -> Client {
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     use rmcp::transport::StreamableHttpClientTransport;
@@ -683,6 +719,7 @@ async fn over_http_a_session_belongs_to_the_caller_who_opened_it() {
     // No token at all is still the authentication's 401.
     let anonymous = raw(&url, "POST", "nobody", &sid, Some(charge_request(6)), None).await;
     assert_eq!(anonymous.status, 401);
+    assert_eq!(anonymous.header("www-authenticate"), Some("Bearer"));
 
     let _ = child.kill().await;
     remove_db(&db);
