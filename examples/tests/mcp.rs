@@ -459,6 +459,23 @@ async fn http_takes_a_host_name_and_refuses_a_bad_address() {
     assert!(err.contains("error: --http needs HOST:PORT"), "{err}");
 }
 
+/// A store that cannot be opened: the error names it (without the password) and the cause.
+#[tokio::test]
+async fn a_start_up_failure_names_the_store_and_hides_the_password() {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_charge_card"))
+        .env("DATABASE_URL", "postgres://app:hunter2@127.0.0.1:1/app")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("error: cannot open the PostgreSQL store at DATABASE_URL (postgres://app@127.0.0.1:1/app)"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+}
+
 async fn http_client(url: &str, token: &str) -> Client {
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     use rmcp::transport::StreamableHttpClientTransport;
