@@ -116,3 +116,24 @@ pub fn refuse(e: Error) -> Result<CallToolResult, ErrorData> {
     Ok(CallToolResult::error(vec![ContentBlock::text(e.advice())])
         .with_meta(Some(MetaObject(meta))))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// MCP reserves `_meta` prefixes whose second label is `modelcontextprotocol` or `mcp`
+    /// (`io.modelcontextprotocol/`, `dev.mcp/`...): ours must not be one.
+    #[test]
+    fn meta_keys_use_no_reserved_prefix() {
+        for key in [META_REF, META_REPLAYED, META_STATUS] {
+            let (prefix, name) = key.split_once('/').expect("a prefixed key");
+            assert!(!name.is_empty());
+            let labels: Vec<&str> = prefix.split('.').collect();
+            assert!(
+                !matches!(labels.get(1), Some(&"modelcontextprotocol") | Some(&"mcp")),
+                "{key}"
+            );
+            assert_eq!(prefix, "idempotency");
+        }
+    }
+}
