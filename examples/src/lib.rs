@@ -217,6 +217,17 @@ where
                 .layer(axum::middleware::from_fn(move |req, next| {
                     authenticate(tokens.clone(), req, next)
                 }));
+            // Prometheus metrics at /metrics (unauthenticated, beside the MCP endpoint).
+            let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
+            let app = app.route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let metrics = metrics.clone();
+                    async move { metrics.render() }
+                }),
+            );
             let listener = tokio::net::TcpListener::bind(addr.as_str())
                 .await
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;

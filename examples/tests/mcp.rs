@@ -509,6 +509,29 @@ async fn over_http_two_bearer_identities_are_isolated() {
         g1.structured_content.unwrap()["charge_id"],
         a1.structured_content.unwrap()["charge_id"]
     );
+    // The library's counters, as Prometheus scrapes them from /metrics.
+    let scraped = raw(&url.replace("/mcp", "/metrics"), "GET", "", &[], None, None).await;
+    assert_eq!(scraped.status, 200);
+    let count = |answer: &str| -> Option<f64> {
+        scraped
+            .body
+            .lines()
+            .find(|l| {
+                l.starts_with("idempotency_calls_total{")
+                    && l.contains("tool=\"charge_card\"")
+                    && l.contains(&format!("answer=\"{answer}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    assert_eq!(count("fresh"), Some(2.0), "{}", scraped.body);
+    assert_eq!(count("replayed"), Some(1.0), "{}", scraped.body);
+    assert!(
+        scraped
+            .body
+            .contains("idempotency_store_seconds{operation=\"claim\""),
+        "{}",
+        scraped.body
+    );
     let _ = child.kill().await;
     remove_db(&db);
 }

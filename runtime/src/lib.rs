@@ -77,6 +77,7 @@ pub mod error;
 pub mod key;
 #[cfg(feature = "rmcp")]
 pub mod mcp;
+pub mod metrics;
 pub mod outbox;
 pub mod outcome;
 mod periodic;

@@ -101,6 +101,7 @@ impl Rounds {
     pub(crate) async fn run_once(&self) -> Result<ReconcileReport, StoreError> {
         let now = self.clock.now();
         let claims = self.store.unsettled(now, self.batch).await?;
+        metrics::counter!(crate::metrics::UNSETTLED_SEEN).increment(claims.len() as u64);
         let mut report = ReconcileReport {
             examined: claims.len(),
             ..Default::default()

@@ -214,7 +214,7 @@ impl Idempotency {
     /// A builder over a store shared with something else (another engine, an admin task).
     pub fn builder_shared(store: Arc<dyn Store>) -> IdempotencyBuilder {
         IdempotencyBuilder {
-            store,
+            store: Arc::new(crate::metrics::Metered(store)),
             clock: Arc::new(SystemClock),
             lease: Self::DEFAULT_LEASE,
             expiry: Expiry::On {
@@ -296,11 +296,13 @@ impl Idempotency {
             b.ensure_started();
         }
         let span = tracing::debug_span!("idempotent_call", tool = spec.name);
-        tracing::Instrument::instrument(
+        let out = tracing::Instrument::instrument(
             self.claim_and_run(spec, caller, prepared, policy, body),
             span,
         )
-        .await
+        .await;
+        crate::metrics::call(spec.name, &out);
+        out
     }
 
     async fn claim_and_run<T, E, Fut>(

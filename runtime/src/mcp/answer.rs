@@ -111,6 +111,7 @@ pub(crate) fn status_of(e: &Error) -> &'static str {
 /// The wrapper's answer when it cannot even key the call (no caller identity, unkeyable
 /// arguments): an `isError` result saying so; nothing was done.
 pub fn refuse(e: Error) -> Result<CallToolResult, ErrorData> {
+    crate::metrics::refused(&e);
     let mut meta = Map::new();
     meta.insert(META_STATUS.into(), Value::String(status_of(&e).into()));
     Ok(CallToolResult::error(vec![ContentBlock::text(e.advice())])

@@ -67,6 +67,7 @@ impl Purger {
         loop {
             let n = self.store.purge(now, older_than, BATCH).await?;
             total += n;
+            metrics::counter!(crate::metrics::PURGED).increment(n);
             if n < u64::from(BATCH) {
                 return Ok(total);
             }

@@ -1,0 +1,167 @@
+//! What the library counts, through the [`metrics`](https://docs.rs/metrics) facade. The library
+//! installs no exporter: install the recorder of your choice (Prometheus, StatsD...) and these
+//! appear in it; without one they cost next to nothing.
+//!
+//! | name | kind | labels | what |
+//! |---|---|---|---|
+//! | `idempotency_calls_total` | counter | `tool`, `answer` | calls by answer: `fresh` (the body ran), `replayed` (a stored answer), `in_flight`, `unknown` (outcome unknown), `mismatch` (payload mismatch), `refused` (nothing was done: store down, arguments or caller that cannot be keyed, a reference taken, a stored answer that cannot be read) |
+//! | `idempotency_store_seconds` | histogram | `operation` | the store's latency per operation (`claim`, `complete`, `release`, `mark_unknown`, `renew`, `settle`, `status`, `purge`, `unsettled`, `fetch`, `ack`), failures included |
+//! | `idempotency_unsettled_seen_total` | counter | – | unsettled records a reconciliation round looked at |
+//! | `idempotency_purged_total` | counter | – | records the purger deleted |
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::clock::Timestamp;
+use crate::error::Error;
+use crate::key::{Key, Reference};
+use crate::outcome::{Failure, Outcome};
+use crate::record::RecordStatus;
+use crate::store::{
+    BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
+    RecordStore, Settlement, Store, StoreError, Token, Unsettled,
+};
+
+/// Counter: calls by tool and answer.
+pub const CALLS: &str = "idempotency_calls_total";
+/// Histogram: store latency in seconds, by operation.
+pub const STORE_SECONDS: &str = "idempotency_store_seconds";
+/// Counter: unsettled records seen by reconciliation rounds.
+pub const UNSETTLED_SEEN: &str = "idempotency_unsettled_seen_total";
+/// Counter: records purged.
+pub const PURGED: &str = "idempotency_purged_total";
+
+/// Counts one call's answer.
+pub(crate) fn call<T, E>(tool: &'static str, outcome: &Outcome<T, Failure<E>>) {
+    let answer = match &outcome.result {
+        _ if outcome.replayed => "replayed",
+        Ok(_) | Err(Failure::Handler(_)) => "fresh",
+        Err(Failure::Wrapper(e)) => wrapper_answer(e),
+    };
+    metrics::counter!(CALLS, "tool" => tool, "answer" => answer).increment(1);
+}
+
+/// Counts a call refused before it reached the engine (a caller or arguments that cannot be
+/// keyed).
+#[cfg(feature = "rmcp")]
+pub(crate) fn refused(e: &Error) {
+    let tool = match e {
+        Error::Arguments { tool, .. } => tool.clone(),
+        _ => String::from("unknown"),
+    };
+    metrics::counter!(CALLS, "tool" => tool, "answer" => wrapper_answer(e)).increment(1);
+}
+
+fn wrapper_answer(e: &Error) -> &'static str {
+    match e {
+        Error::InFlight { .. } => "in_flight",
+        Error::OutcomeUnknown { .. } | Error::Unstorable { .. } => "unknown",
+        Error::PayloadMismatch { .. } => "mismatch",
+        Error::Store { .. }
+        | Error::NotReleased { .. }
+        | Error::ReferenceTaken { .. }
+        | Error::Arguments { .. }
+        | Error::InvalidCaller { .. }
+        | Error::Replay { .. } => "refused",
+    }
+}
+
+/// A store whose every operation is timed into [`STORE_SECONDS`]. The engine wraps its store in
+/// one, so everything that goes through the engine (calls, lease expiry, reconciler, purger,
+/// dispatcher) is measured.
+pub(crate) struct Metered(pub(crate) Arc<dyn Store>);
+
+fn timed<'a, T: 'a>(
+    operation: &'static str,
+    fut: BoxFuture<'a, Result<T, StoreError>>,
+) -> BoxFuture<'a, Result<T, StoreError>> {
+    Box::pin(async move {
+        let started = Instant::now();
+        let out = fut.await;
+        metrics::histogram!(STORE_SECONDS, "operation" => operation)
+            .record(started.elapsed().as_secs_f64());
+        out
+    })
+}
+
+impl RecordStore for Metered {
+    fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
+        timed("claim", self.0.claim(req))
+    }
+    fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
+        timed("complete", self.0.complete(c))
+    }
+    fn release(
+        &self,
+        key: Key,
+        token: Token,
+        at: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        timed("release", self.0.release(key, token, at))
+    }
+    fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
+        timed("mark_unknown", self.0.mark_unknown(key, token))
+    }
+    fn renew(
+        &self,
+        key: Key,
+        token: Token,
+        now: Timestamp,
+        lease_expires_at: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        timed("renew", self.0.renew(key, token, now, lease_expires_at))
+    }
+    fn settle<'a>(
+        &'a self,
+        key: Key,
+        token: Token,
+        settlement: &'a Settlement,
+        at: Timestamp,
+        expires_at: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        timed(
+            "settle",
+            self.0.settle(key, token, settlement, at, expires_at),
+        )
+    }
+    fn status<'a>(
+        &'a self,
+        tenant: &'a str,
+        subject: &'a str,
+        reference: Reference,
+    ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
+        timed("status", self.0.status(tenant, subject, reference))
+    }
+}
+
+impl Maintenance for Metered {
+    fn purge(
+        &self,
+        now: Timestamp,
+        older_than: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<u64, StoreError>> {
+        timed("purge", self.0.purge(now, older_than, limit))
+    }
+    fn unsettled(
+        &self,
+        now: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
+        timed("unsettled", self.0.unsettled(now, limit))
+    }
+}
+
+impl OutboxStore for Metered {
+    fn fetch(
+        &self,
+        now: Timestamp,
+        invisible_until: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
+        timed("fetch", self.0.fetch(now, invisible_until, limit))
+    }
+    fn ack<'a>(&'a self, receipt: &'a Receipt) -> BoxFuture<'a, Result<(), StoreError>> {
+        timed("ack", self.0.ack(receipt))
+    }
+}
