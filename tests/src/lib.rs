@@ -2,4 +2,6 @@
 
 pub mod pg;
 pub mod proxy;
+#[cfg(feature = "redis")]
+pub mod redis_servers;
 pub mod scripted;
