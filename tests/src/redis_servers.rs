@@ -93,7 +93,7 @@ impl RedisNode {
         // The server dies with this pipe: `cat` returns when it closes, then the shell kills it.
         let mut wrapper = Command::new("sh")
             .arg("-c")
-            .arg(r#"redis-server "$@" & echo $!; cat >/dev/null; kill -9 $! 2>/dev/null; rm -rf "$NODE_DIR""#)
+            .arg(r#"redis-server "$@" & echo $!; cat >/dev/null; kill -9 $! 2>/dev/null; rm -rf "$NODE_DIR"; rmdir "$(dirname "$NODE_DIR")" 2>/dev/null"#)
             .arg("redis-server")
             .args(&args)
             .env("NODE_DIR", &node_dir)
