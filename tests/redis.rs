@@ -389,3 +389,180 @@ async fn cluster_replica_worker() {
         t.fresh, t.replayed, t.in_flight, t.other
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Failover
+// ---------------------------------------------------------------------------------------------
+
+/// What one failover round measured.
+#[derive(Debug, Default)]
+struct Failover {
+    calls: u64,
+    failed: u64,
+    ids: u64,
+    second_runs: u64,
+    promotion: Duration,
+}
+
+/// A load of distinct calls, each made twice (an identical repeat at once), on a 3+3 cluster;
+/// `kill -9` of one master mid-load; the load goes on until a replica took over its slots; the
+/// killed node is restarted (it rejoins as a replica); then every call is repeated once more.
+/// The body counts its runs per call at the far side (a counting stub): a second run is a run
+/// beyond the first of one call.
+async fn failover_round(wait: bool) -> Failover {
+    let mut cluster = RedisCluster::start(3);
+    let seeds = cluster.seeds();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let mut builder = RedisStore::builder().namespace(unique_name("failover"));
+    if wait {
+        builder = builder.wait_for_replicas(1, Duration::from_millis(500));
+    }
+    let store = builder.connect_cluster(&seeds).await.expect("connect");
+    let engine = Idempotency::builder(store).without_reconciler().build();
+    let runs: Arc<std::sync::Mutex<std::collections::HashMap<u64, u64>>> = Arc::default();
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (calls, failed) = (
+        Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        Arc::new(std::sync::atomic::AtomicU64::new(0)),
+    );
+    let call = {
+        let (engine, runs, calls, failed) =
+            (engine.clone(), runs.clone(), calls.clone(), failed.clone());
+        move |id: u64| {
+            let (engine, runs, calls, failed) =
+                (engine.clone(), runs.clone(), calls.clone(), failed.clone());
+            async move {
+                let caller = Caller::new("acme", "alice");
+                let prepared = Prepared::call(&caller, "charge_card", &id).expect("key");
+                let out: Outcome<u64, ChargeError> = engine
+                    .execute(
+                        &ToolSpec::new("charge_card", WINDOW).with_timeout(Duration::from_secs(10)),
+                        &caller,
+                        prepared,
+                        ErrorPolicy::retryable(),
+                        async move {
+                            *runs
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .entry(id)
+                                .or_default() += 1;
+                            Ok(id)
+                        },
+                    )
+                    .await;
+                calls.fetch_add(1, Ordering::Relaxed);
+                if out.result.is_err() {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    };
+    let mut load = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let (call, next, stop) = (call.clone(), next.clone(), stop.clone());
+        load.spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let id = next.fetch_add(1, Ordering::Relaxed);
+                call(id).await;
+                call(id).await;
+            }
+        });
+    }
+    // Load before the crash: until some thousands of calls went through.
+    let warm = calls.clone();
+    tokio::task::spawn_blocking(move || {
+        idempotency_tests::redis_servers::wait_until(
+            "load before the crash",
+            Duration::from_secs(60),
+            || warm.load(Ordering::Relaxed) >= 4_000,
+        )
+    })
+    .await
+    .expect("wait");
+    let victim = cluster.masters()[0];
+    cluster.nodes[victim].kill();
+    let killed = std::time::Instant::now();
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.wait_failover(victim, 3, Duration::from_secs(60));
+        cluster
+    })
+    .await
+    .expect("failover");
+    let promotion = killed.elapsed();
+    // The killed node comes back (as the new master's replica), and the load goes on until
+    // another thousand calls went through.
+    let mut cluster = cluster;
+    cluster.nodes[victim].restart();
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.wait_healthy(3, Duration::from_secs(60));
+        cluster
+    })
+    .await
+    .expect("healthy");
+    let ok = |calls: &std::sync::atomic::AtomicU64, failed: &std::sync::atomic::AtomicU64| {
+        calls.load(Ordering::Relaxed) - failed.load(Ordering::Relaxed)
+    };
+    let after = ok(&calls, &failed);
+    let (c, f) = (calls.clone(), failed.clone());
+    tokio::task::spawn_blocking(move || {
+        idempotency_tests::redis_servers::wait_until(
+            "load after the failover",
+            Duration::from_secs(60),
+            || ok(&c, &f) >= after + 1_000,
+        )
+    })
+    .await
+    .expect("wait");
+    stop.store(true, Ordering::Relaxed);
+    while load.join_next().await.is_some() {}
+
+    // Every call once more.
+    let ids = next.load(Ordering::Relaxed);
+    let mut again = tokio::task::JoinSet::new();
+    let chunk = ids.div_ceil(16);
+    for t in 0..16 {
+        let call = call.clone();
+        again.spawn(async move {
+            for id in t * chunk..((t + 1) * chunk).min(ids) {
+                call(id).await;
+            }
+        });
+    }
+    while again.join_next().await.is_some() {}
+    drop(cluster);
+    let runs = runs.lock().unwrap_or_else(|p| p.into_inner());
+    Failover {
+        calls: calls.load(Ordering::Relaxed),
+        failed: failed.load(Ordering::Relaxed),
+        ids,
+        second_runs: runs.values().map(|n| n.saturating_sub(1)).sum(),
+        promotion,
+    }
+}
+
+/// Kill -9 a master under load: with WAIT for one replica no call runs twice; without it the
+/// number of second runs is measured and printed (a master's acknowledged writes that had not
+/// reached its replica are lost with it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_killed_under_load() {
+    let with = failover_round(true).await;
+    println!(
+        "FAILOVER wait=on calls={} failed={} distinct={} second_runs={} promotion_ms={}",
+        with.calls,
+        with.failed,
+        with.ids,
+        with.second_runs,
+        with.promotion.as_millis()
+    );
+    let without = failover_round(false).await;
+    println!(
+        "FAILOVER wait=off calls={} failed={} distinct={} second_runs={} promotion_ms={}",
+        without.calls,
+        without.failed,
+        without.ids,
+        without.second_runs,
+        without.promotion.as_millis()
+    );
+    assert_eq!(with.second_runs, 0, "with WAIT, no call ran twice");
+}

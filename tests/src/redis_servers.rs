@@ -52,6 +52,8 @@ pub struct RedisNode {
     pub port: u16,
     /// The server's own process id.
     pub pid: u32,
+    dir: PathBuf,
+    cluster: bool,
     wrapper: Child,
     stdin: Option<ChildStdin>,
 }
@@ -61,6 +63,10 @@ impl RedisNode {
         let port = free_port();
         let node_dir = dir.join(port.to_string());
         std::fs::create_dir_all(&node_dir).expect("node directory");
+        Self::spawn(port, node_dir, cluster)
+    }
+
+    fn spawn(port: u16, node_dir: PathBuf, cluster: bool) -> RedisNode {
         let mut args: Vec<String> = [
             "--port",
             &port.to_string(),
@@ -90,7 +96,8 @@ impl RedisNode {
                 args.push(a.into());
             }
         }
-        // The server dies with this pipe: `cat` returns when it closes, then the shell kills it.
+        // The server dies with this pipe: `cat` returns when it closes, then the shell kills it
+        // and removes its directory.
         let mut wrapper = Command::new("sh")
             .arg("-c")
             .arg(r#"redis-server "$@" & echo $!; cat >/dev/null; kill -9 $! 2>/dev/null; rm -rf "$NODE_DIR"; rmdir "$(dirname "$NODE_DIR")" 2>/dev/null"#)
@@ -112,6 +119,8 @@ impl RedisNode {
         let node = RedisNode {
             port,
             pid,
+            dir: node_dir,
+            cluster,
             wrapper,
             stdin,
         };
@@ -121,6 +130,13 @@ impl RedisNode {
             || node.cmd(&["PING"]).is_ok(),
         );
         node
+    }
+
+    /// Starts the server again on its port and directory (after [`RedisNode::kill`]); a
+    /// cluster node rejoins its cluster from its `nodes.conf`.
+    pub fn restart(&mut self) {
+        let again = Self::spawn(self.port, self.dir.clone(), self.cluster);
+        *self = again;
     }
 
     /// `redis://127.0.0.1:<port>`.
@@ -149,16 +165,15 @@ impl RedisNode {
         }
     }
 
-    /// `kill -9` the server (a crash: nothing is flushed, no goodbye to the cluster).
+    /// `kill -9` the server (a crash: nothing is flushed, no goodbye to the cluster). Its
+    /// directory stays, for [`RedisNode::restart`]; the cluster's guard removes it.
     pub fn kill(&mut self) {
-        Command::new("kill")
-            .args(["-9", &self.pid.to_string()])
-            .status()
-            .ok();
-        self.stop();
-    }
-
-    fn stop(&mut self) {
+        for pid in [self.pid, self.wrapper.id()] {
+            Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status()
+                .ok();
+        }
         drop(self.stdin.take());
         self.wrapper.wait().ok();
     }
@@ -166,7 +181,8 @@ impl RedisNode {
 
 impl Drop for RedisNode {
     fn drop(&mut self) {
-        self.stop();
+        drop(self.stdin.take());
+        self.wrapper.wait().ok();
     }
 }
 
@@ -262,6 +278,25 @@ impl RedisCluster {
                 .filter(|info| info.contains("connected_slaves:1") && info.contains("state=online"))
                 .count();
             online == masters
+        });
+    }
+
+    /// After `dead` (a master) was killed: waits until another node took over its slots, that
+    /// is until `masters` live nodes are masters and every live node says `cluster_state:ok`.
+    pub fn wait_failover(&self, dead: usize, masters: usize, deadline: Duration) {
+        wait_until("a replica to take over the dead master", deadline, || {
+            let live: Vec<&RedisNode> = (0..self.nodes.len())
+                .filter(|&i| i != dead)
+                .map(|i| &self.nodes[i])
+                .collect();
+            let promoted = live
+                .iter()
+                .filter(|n| n.text(&["INFO", "replication"]).contains("role:master"))
+                .count();
+            promoted == masters
+                && live
+                    .iter()
+                    .all(|n| n.text(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
         });
     }
 

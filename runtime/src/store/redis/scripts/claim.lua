@@ -18,18 +18,21 @@ local lease = tonumber(ARGV[8]) + off
 local rec = KEYS[1]
 local cur = redis.call('HMGET', rec, 'k', 'g', 's', 'f', 'c', 'e', 'd', 'r')
 
-local function take(g)
+local function take(g, existed)
   redis.call('HSET', rec, 'k', ARGV[2], 'g', g, 's', 0, 'f', ARGV[6], 't', ARGV[9], 'c', now,
     'e', lease, 'tn', ARGV[3], 'sb', ARGV[4], 'tl', ARGV[5])
-  redis.call('HDEL', rec, 'd', 'r')
-  redis.call('PERSIST', rec)
-  redis.call('ZREM', KEYS[3], ARGV[1])
+  if existed then
+    redis.call('HDEL', rec, 'd', 'r')
+    redis.call('PERSIST', rec)
+    redis.call('ZREM', KEYS[3], ARGV[1])
+  end
   redis.call('ZADD', KEYS[2], lease, ARGV[1])
   return {0, g}
 end
 
+-- A settled-index entry left by a record that expired is harmless: purge drops it.
 if not cur[1] then
-  return take(1)
+  return take(1, false)
 end
 local g = tonumber(cur[2])
 if cur[1] ~= ARGV[2] then
@@ -37,10 +40,10 @@ if cur[1] ~= ARGV[2] then
 end
 local s = tonumber(cur[3])
 if s == 3 then
-  return take(g)
+  return take(g, true)
 end
 if (s == 1 or s == 4) and now >= tonumber(cur[6]) then
-  return take(g + 1)
+  return take(g + 1, true)
 end
 if cur[4] ~= '' and ARGV[6] ~= '' and cur[4] ~= ARGV[6] then
   return {4, g}

@@ -47,10 +47,10 @@ end
 -- Never earlier than the claim: a clock that steps back cannot end a window early.
 local at = math.max(now, tonumber(cur[5]))
 local function settled(state, body, ends)
-  redis.call('HSET', rec, 's', state, 'd', at, 'e', ends)
   if body then
-    redis.call('HSET', rec, 'r', body)
+    redis.call('HSET', rec, 's', state, 'd', at, 'e', ends, 'r', body)
   else
+    redis.call('HSET', rec, 's', state, 'd', at, 'e', ends)
     redis.call('HDEL', rec, 'r')
   end
   redis.call('ZREM', KEYS[2], ARGV[2])
