@@ -409,7 +409,7 @@ struct Failover {
 /// killed node is restarted (it rejoins as a replica); then every call is repeated once more.
 /// The body counts its runs per call at the far side (a counting stub): a second run is a run
 /// beyond the first of one call.
-async fn failover_round(wait: bool) -> Failover {
+async fn failover_round(wait: bool, reshard: bool) -> Failover {
     let mut cluster = RedisCluster::start(3);
     let seeds = cluster.seeds();
     let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
@@ -480,26 +480,37 @@ async fn failover_round(wait: bool) -> Failover {
     })
     .await
     .expect("wait");
-    let victim = cluster.masters()[0];
-    cluster.nodes[victim].kill();
-    let killed = std::time::Instant::now();
-    let cluster = tokio::task::spawn_blocking(move || {
-        cluster.wait_failover(victim, 3, Duration::from_secs(60));
+    let started = std::time::Instant::now();
+    let cluster = if reshard {
+        // 2,000 slots (about 30 of the store's 256 shards) move from one master to another
+        // while the load runs.
+        tokio::task::spawn_blocking(move || {
+            cluster.reshard(2_000);
+            cluster
+        })
+        .await
+        .expect("reshard")
+    } else {
+        let victim = cluster.masters()[0];
+        cluster.nodes[victim].kill();
+        let mut cluster = tokio::task::spawn_blocking(move || {
+            cluster.wait_failover(victim, 3, Duration::from_secs(60));
+            cluster
+        })
+        .await
+        .expect("failover");
+        // The killed node comes back (as the new master's replica).
+        cluster.nodes[victim].restart();
         cluster
-    })
-    .await
-    .expect("failover");
-    let promotion = killed.elapsed();
-    // The killed node comes back (as the new master's replica), and the load goes on until
-    // another thousand calls went through.
-    let mut cluster = cluster;
-    cluster.nodes[victim].restart();
+    };
+    let promotion = started.elapsed();
     let cluster = tokio::task::spawn_blocking(move || {
         cluster.wait_healthy(3, Duration::from_secs(60));
         cluster
     })
     .await
     .expect("healthy");
+    // The load goes on until another thousand calls went through.
     let ok = |calls: &std::sync::atomic::AtomicU64, failed: &std::sync::atomic::AtomicU64| {
         calls.load(Ordering::Relaxed) - failed.load(Ordering::Relaxed)
     };
@@ -546,7 +557,7 @@ async fn failover_round(wait: bool) -> Failover {
 /// reached its replica are lost with it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_killed_under_load() {
-    let with = failover_round(true).await;
+    let with = failover_round(true, false).await;
     println!(
         "FAILOVER wait=on calls={} failed={} distinct={} second_runs={} promotion_ms={}",
         with.calls,
@@ -555,7 +566,7 @@ async fn a_master_killed_under_load() {
         with.second_runs,
         with.promotion.as_millis()
     );
-    let without = failover_round(false).await;
+    let without = failover_round(false, false).await;
     println!(
         "FAILOVER wait=off calls={} failed={} distinct={} second_runs={} promotion_ms={}",
         without.calls,
@@ -565,4 +576,21 @@ async fn a_master_killed_under_load() {
         without.promotion.as_millis()
     );
     assert_eq!(with.second_runs, 0, "with WAIT, no call ran twice");
+}
+
+/// `redis-cli --cluster reshard` of 2,000 slots during the load: MOVED and ASK are followed by
+/// the client, no call runs twice and none fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slots_resharded_under_load() {
+    let r = failover_round(false, true).await;
+    println!(
+        "RESHARD calls={} failed={} distinct={} second_runs={} reshard_ms={}",
+        r.calls,
+        r.failed,
+        r.ids,
+        r.second_runs,
+        r.promotion.as_millis()
+    );
+    assert_eq!(r.second_runs, 0, "no call ran twice");
+    assert_eq!(r.failed, 0, "no call failed while its slot moved");
 }

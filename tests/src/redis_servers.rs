@@ -300,6 +300,38 @@ impl RedisCluster {
         });
     }
 
+    /// Moves `slots` slots from the first master to the second with `redis-cli --cluster
+    /// reshard` (keys move by `MIGRATE`, clients are redirected by ASK, then MOVED).
+    ///
+    /// # Panics
+    /// If `redis-cli` fails.
+    pub fn reshard(&self, slots: usize) {
+        let masters = self.masters();
+        let id = |i: usize| self.nodes[i].text(&["CLUSTER", "MYID"]);
+        let out = Command::new("redis-cli")
+            .args([
+                "--cluster",
+                "reshard",
+                &format!("127.0.0.1:{}", self.nodes[masters[0]].port),
+            ])
+            .args([
+                "--cluster-from",
+                &id(masters[0]),
+                "--cluster-to",
+                &id(masters[1]),
+            ])
+            .args(["--cluster-slots", &slots.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli --cluster reshard");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster reshard failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// The seed URLs (every node).
     pub fn seeds(&self) -> Vec<String> {
         self.nodes.iter().map(RedisNode::url).collect()
