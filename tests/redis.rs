@@ -481,7 +481,7 @@ async fn failover_round(wait: bool, reshard: bool) -> Failover {
     .await
     .expect("wait");
     let started = std::time::Instant::now();
-    let cluster = if reshard {
+    let (cluster, promotion) = if reshard {
         // 2,000 slots (about 30 of the store's 256 shards) move from one master to another
         // while the load runs.
         tokio::task::spawn_blocking(move || {
@@ -489,6 +489,7 @@ async fn failover_round(wait: bool, reshard: bool) -> Failover {
             cluster
         })
         .await
+        .map(|c| (c, started.elapsed()))
         .expect("reshard")
     } else {
         let victim = cluster.masters()[0];
@@ -499,11 +500,11 @@ async fn failover_round(wait: bool, reshard: bool) -> Failover {
         })
         .await
         .expect("failover");
+        let promoted = started.elapsed();
         // The killed node comes back (as the new master's replica).
         cluster.nodes[victim].restart();
-        cluster
+        (cluster, promoted)
     };
-    let promotion = started.elapsed();
     let cluster = tokio::task::spawn_blocking(move || {
         cluster.wait_healthy(3, Duration::from_secs(60));
         cluster
