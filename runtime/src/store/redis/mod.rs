@@ -52,6 +52,10 @@ const SHARDS: usize = 256;
 
 /// How long a command may take before the store gives up on it (a node that does not answer).
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections for writes followed by `WAIT` (which blocks its connection until the replicas
+/// answer, holding up whatever else is pipelined on it), so other calls never queue behind a
+/// `WAIT` and concurrent waits do not queue behind each other.
+const WAIT_CONNECTIONS: usize = 8;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The state codes of the records (the SQL stores' codes).
@@ -115,6 +119,9 @@ pub struct RedisStore {
 
 struct Inner {
     conn: RedisConnection,
+    /// With `wait`: the connections the writes that wait use, in turn.
+    waiting: Vec<RedisConnection>,
+    next_waiting: AtomicUsize,
     namespace: String,
     retention_ms: i64,
     wait: Option<Replicas>,
@@ -226,15 +233,23 @@ impl RedisStoreBuilder {
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT))
             .set_number_of_retries(2);
-        let conn = ConnectionManager::new_with_config(client, config)
+        let unreachable = |e| {
+            StoreError::Unavailable(Box::new(Unreachable {
+                what: format!("Redis at {url}"),
+                source: e,
+            }))
+        };
+        let conn = ConnectionManager::new_with_config(client.clone(), config.clone())
             .await
-            .map_err(|e| {
-                StoreError::Unavailable(Box::new(Unreachable {
-                    what: format!("Redis at {url}"),
-                    source: e,
-                }))
-            })?;
-        Ok(self.finish(Conn::Single(conn)))
+            .map_err(unreachable)?;
+        let mut waiting = Vec::new();
+        for _ in 0..self.wait.map_or(0, |_| WAIT_CONNECTIONS) {
+            let c = ConnectionManager::new_with_config(client.clone(), config.clone())
+                .await
+                .map_err(unreachable)?;
+            waiting.push(Conn::Single(c));
+        }
+        Ok(self.finish(Conn::Single(conn), waiting))
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each); the
@@ -249,19 +264,28 @@ impl RedisStoreBuilder {
                 problem: format!("the Redis Cluster seed nodes {seeds:?} are not usable"),
                 source: Some(Box::new(e)),
             })?;
-        let conn = client.get_async_connection().await.map_err(|e| {
+        let unreachable = |e| {
             StoreError::Unavailable(Box::new(Unreachable {
                 what: format!("no node of the Redis Cluster seeded by {seeds:?} answered"),
                 source: e,
             }))
-        })?;
-        Ok(self.finish(Conn::Cluster(conn)))
+        };
+        let conn = client.get_async_connection().await.map_err(unreachable)?;
+        let mut waiting = Vec::new();
+        for _ in 0..self.wait.map_or(0, |_| WAIT_CONNECTIONS) {
+            waiting.push(Conn::Cluster(
+                client.get_async_connection().await.map_err(unreachable)?,
+            ));
+        }
+        Ok(self.finish(Conn::Cluster(conn), waiting))
     }
 
-    fn finish(self, conn: Conn) -> RedisStore {
+    fn finish(self, conn: Conn, waiting: Vec<Conn>) -> RedisStore {
         RedisStore {
             inner: Arc::new(Inner {
                 conn: RedisConnection(conn),
+                waiting: waiting.into_iter().map(RedisConnection).collect(),
+                next_waiting: AtomicUsize::new(0),
                 namespace: self.namespace,
                 retention_ms: i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX / 4),
                 wait: self.wait,
@@ -339,6 +363,16 @@ impl Inner {
             settled: format!("{base}:s"),
             outbox: format!("{base}:o"),
             member,
+        }
+    }
+
+    /// The connection for a script: one of the waiting ones when it is followed by `WAIT`.
+    fn conn_for(&self, wait: Option<Replicas>) -> &RedisConnection {
+        match (wait, self.waiting.len()) {
+            (Some(_), n) if n > 0 => {
+                &self.waiting[self.next_waiting.fetch_add(1, Ordering::Relaxed) % n]
+            }
+            _ => &self.conn,
         }
     }
 
@@ -480,7 +514,7 @@ impl RedisStore {
         ];
         let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         let (reply, acked) = inner
-            .conn
+            .conn_for(wait)
             .run(&inner.scripts.fenced, &keys, &args, wait)
             .await?;
         let reply = array(reply)?;
@@ -537,7 +571,7 @@ impl RecordStore for RedisStore {
             ];
             let keys = [k.record.as_str(), k.unsettled.as_str(), k.settled.as_str()];
             let (reply, acked) = inner
-                .conn
+                .conn_for(inner.wait)
                 .run(&inner.scripts.claim, &keys, &args, inner.wait)
                 .await?;
             let mut reply = array(reply)?.into_iter();
