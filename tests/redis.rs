@@ -595,3 +595,74 @@ async fn slots_resharded_under_load() {
     assert_eq!(r.second_runs, 0, "no call ran twice");
     assert_eq!(r.failed, 0, "no call failed while its slot moved");
 }
+
+/// The scripts run by `EVALSHA`; a node that does not have one (a restart, a failover to a node
+/// that never ran it, `SCRIPT FLUSH`) answers `NOSCRIPT`, and the store sends the script itself.
+/// A subject-scoped record is visible to its subject only; the reconciler is told its subject.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_come_back_after_a_flush_and_subjects_stay_apart() {
+    use idempotency::clock::Timestamp;
+    use idempotency::key::Key;
+    use idempotency::store::{Claim, ClaimRequest, Maintenance, RecordStore, Token};
+    let server = shared_server();
+    let store = RedisStore::builder()
+        .namespace(unique_name("flush"))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let key =
+        |n: u64| Key::for_call(&Caller::new("acme", "alice"), "charge_card", &n).expect("key");
+    let now = SystemClock.now();
+    let req = |key: Key, subject: Option<&'static str>| ClaimRequest {
+        key,
+        tenant: "acme",
+        subject,
+        tool: "charge_card",
+        fingerprint: None,
+        now,
+        lease_expires_at: now,
+        token: Token(1),
+    };
+    assert!(matches!(
+        store.claim(&req(key(1), Some("alice"))).await,
+        Ok(Claim::New { .. })
+    ));
+    server.node.cmd(&["SCRIPT", "FLUSH"]).expect("flush");
+    assert!(matches!(
+        store.claim(&req(key(1), Some("alice"))).await,
+        Ok(Claim::InFlight { .. })
+    ));
+    let reference = key(1).reference(1);
+    assert!(store
+        .status("acme", "alice", reference)
+        .await
+        .expect("status")
+        .is_some());
+    assert_eq!(
+        store
+            .status("acme", "bob", reference)
+            .await
+            .expect("status"),
+        None,
+        "another subject of the tenant"
+    );
+    assert!(matches!(
+        store.claim(&req(key(2), None)).await,
+        Ok(Claim::New { .. })
+    ));
+    assert!(
+        store
+            .status("acme", "bob", key(2).reference(1))
+            .await
+            .expect("status")
+            .is_some(),
+        "a tenant-scoped record: any subject"
+    );
+    let due = store
+        .unsettled(Timestamp::from_millis(now.as_millis() + 1), 10)
+        .await
+        .expect("unsettled");
+    let mut subjects: Vec<Option<String>> = due.into_iter().map(|u| u.subject).collect();
+    subjects.sort();
+    assert_eq!(subjects, vec![None, Some("alice".to_owned())]);
+}
