@@ -7,6 +7,11 @@
 -- TIME - now; the times returned are shifted back into the caller's frame.
 -- Returns {0, gen} new | {1, gen, claimed, lease} in flight | {2, gen, state, completed, body}
 -- completed | {3, gen, claimed} unknown | {4, gen} mismatch | {5, gen} reference taken.
+--
+-- A record is one string (see mod.rs, `Record`): state, generation, claimed, lease or window
+-- end, completed (doubles: exact for milliseconds), then key_rest, fingerprint, token, tenant,
+-- subject, tool and answer, each after its length.
+local FMT = '>BI4dddI1c0I1c0I1c0I2c0I2c0I2c0I4c0'
 local now = tonumber(ARGV[7])
 local off = 0
 if ARGV[10] ~= '1' then
@@ -16,14 +21,14 @@ if ARGV[10] ~= '1' then
 end
 local lease = tonumber(ARGV[8]) + off
 local rec = KEYS[1]
-local cur = redis.call('HMGET', rec, 'k', 'g', 's', 'f', 'c', 'e', 'd', 'r')
+local blob = redis.call('GET', rec)
 
+-- A plain SET also ends the expiry of a settled record it takes over.
 local function take(g, existed)
-  redis.call('HSET', rec, 'k', ARGV[2], 'g', g, 's', 0, 'f', ARGV[6], 't', ARGV[9], 'c', now,
-    'e', lease, 'tn', ARGV[3], 'sb', ARGV[4], 'tl', ARGV[5])
+  local k, f, t, tn, sb, tl = ARGV[2], ARGV[6], ARGV[9], ARGV[3], ARGV[4], ARGV[5]
+  redis.call('SET', rec, struct.pack(FMT, 0, g, now, lease, 0, #k, k, #f, f, #t, t, #tn, tn,
+    #sb, sb, #tl, tl, 0, ''))
   if existed then
-    redis.call('HDEL', rec, 'd', 'r')
-    redis.call('PERSIST', rec)
     redis.call('ZREM', KEYS[3], ARGV[1])
   end
   redis.call('ZADD', KEYS[2], lease, ARGV[1])
@@ -31,27 +36,26 @@ local function take(g, existed)
 end
 
 -- A settled-index entry left by a record that expired is harmless: purge drops it.
-if not cur[1] then
+if not blob then
   return take(1, false)
 end
-local g = tonumber(cur[2])
-if cur[1] ~= ARGV[2] then
+local s, g, c, e, d, k, f, _, _, _, _, r = struct.unpack(FMT, blob)
+if k ~= ARGV[2] then
   return {5, g}
 end
-local s = tonumber(cur[3])
 if s == 3 then
   return take(g, true)
 end
-if (s == 1 or s == 4) and now >= tonumber(cur[6]) then
+if (s == 1 or s == 4) and now >= e then
   return take(g + 1, true)
 end
-if cur[4] ~= '' and ARGV[6] ~= '' and cur[4] ~= ARGV[6] then
+if f ~= '' and ARGV[6] ~= '' and f ~= ARGV[6] then
   return {4, g}
 end
 if s == 0 then
-  return {1, g, tonumber(cur[5]) - off, tonumber(cur[6]) - off}
+  return {1, g, c - off, e - off}
 end
 if s == 2 then
-  return {3, g, tonumber(cur[5]) - off}
+  return {3, g, c - off}
 end
-return {2, g, s, tonumber(cur[7]) - off, cur[8]}
+return {2, g, s, d - off, r}

@@ -8,28 +8,37 @@
 --   n: 8 lease end
 --   s: 8 new token, 9 state code (1, 4, 3 released, 2 unknown), 10 body, 11 window end
 -- Returns {0, gen} done | {-1} no record of this key | {-2, gen} fenced | {-3, gen, state}.
+local FMT = '>BI4dddI1c0I1c0I1c0I2c0I2c0I2c0I4c0'
 local rec = KEYS[1]
 local op = ARGV[1]
-local cur = redis.call('HMGET', rec, 'k', 'g', 's', 't', 'c')
-if not cur[1] or cur[1] ~= ARGV[3] then
+local blob = redis.call('GET', rec)
+if not blob then
   return {-1}
 end
-local g = tonumber(cur[2])
-if cur[4] ~= ARGV[4] then
+local s, g, c, e, d, k, f, t, tn, sb, tl, r = struct.unpack(FMT, blob)
+if k ~= ARGV[3] then
+  return {-1}
+end
+if t ~= ARGV[4] then
   return {-2, g}
 end
-local s = tonumber(cur[3])
 if not (s == 0 or (op == 's' and s == 2)) then
   return {-3, g, s}
 end
+
+local function blob_now()
+  return struct.pack(FMT, s, g, c, e, d, #k, k, #f, f, #t, t, #tn, tn, #sb, sb, #tl, tl, #r, r)
+end
+
 if op == 'u' then
-  redis.call('HSET', rec, 's', 2)
+  s = 2
+  redis.call('SET', rec, blob_now())
   redis.call('ZADD', KEYS[2], 0, ARGV[2])
   return {0, g}
 end
 
-local t = redis.call('TIME')
-local real = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local time = redis.call('TIME')
+local real = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local given = tonumber(ARGV[6])
 local now = given
 if ARGV[5] ~= '1' then
@@ -38,29 +47,24 @@ end
 local off = now - given
 
 if op == 'n' then
-  local lease = tonumber(ARGV[8]) + off
-  redis.call('HSET', rec, 'e', lease)
-  redis.call('ZADD', KEYS[2], lease, ARGV[2])
+  e = tonumber(ARGV[8]) + off
+  redis.call('SET', rec, blob_now())
+  redis.call('ZADD', KEYS[2], e, ARGV[2])
   return {0, g}
 end
 
 -- Never earlier than the claim: a clock that steps back cannot end a window early.
-local at = math.max(now, tonumber(cur[5]))
+local at = math.max(now, c)
 local function settled(state, body, ends)
-  if body then
-    redis.call('HSET', rec, 's', state, 'd', at, 'e', ends, 'r', body)
-  else
-    redis.call('HSET', rec, 's', state, 'd', at, 'e', ends)
-    redis.call('HDEL', rec, 'r')
-  end
+  s, d, e, r = state, at, ends, body
+  -- Native retention: gone at window end + retention (on the server's own clock).
+  redis.call('SET', rec, blob_now(), 'PXAT', ends + tonumber(ARGV[7]) + (real - now))
   redis.call('ZREM', KEYS[2], ARGV[2])
   redis.call('ZADD', KEYS[3], ends, ARGV[2])
-  -- Native retention: gone at window end + retention (on the server's own clock).
-  redis.call('PEXPIREAT', rec, ends + tonumber(ARGV[7]) + (real - now))
 end
 
 if op == 'r' then
-  settled(3, nil, at)
+  settled(3, '', at)
   return {0, g}
 end
 if op == 'c' then
@@ -76,13 +80,14 @@ if op == 'c' then
   return {0, g}
 end
 if op == 's' then
-  redis.call('HSET', rec, 't', ARGV[8])
+  t = ARGV[8]
   local code = tonumber(ARGV[9])
   if code == 2 then
-    redis.call('HSET', rec, 's', 2)
+    s = 2
+    redis.call('SET', rec, blob_now())
     redis.call('ZADD', KEYS[2], 0, ARGV[2])
   elseif code == 3 then
-    settled(3, nil, at)
+    settled(3, '', at)
   else
     settled(code, ARGV[10], at + tonumber(ARGV[11]) - given)
   end

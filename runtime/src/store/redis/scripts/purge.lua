@@ -17,10 +17,14 @@ for _ = 1, 100 do
   end
   for _, m in ipairs(batch) do
     local rec = ARGV[5] .. m
-    local r = redis.call('HMGET', rec, 's', 'e')
-    if (r[1] == '1' or r[1] == '3' or r[1] == '4') and tonumber(r[2]) < older then
-      redis.call('DEL', rec)
-      n = n + 1
+    local blob = redis.call('GET', rec)
+    if blob then
+      -- The record's head: state, generation, claimed, window end.
+      local s, _, _, e = struct.unpack('>BI4dd', blob)
+      if (s == 1 or s == 3 or s == 4) and e < older then
+        redis.call('DEL', rec)
+        n = n + 1
+      end
     end
     redis.call('ZREM', KEYS[1], m)
   end

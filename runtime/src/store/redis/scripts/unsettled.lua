@@ -3,6 +3,7 @@
 -- 4 the shard's record key prefix (records are under it + index member).
 -- Returns {member, key_rest, gen, state, token, claimed, tenant, subject, tool} per claim;
 -- entries whose record moved on (settled, or expired) are dropped from the index on the way.
+local FMT = '>BI4dddI1c0I1c0I1c0I2c0I2c0I2c0I4c0'
 local now = tonumber(ARGV[1])
 local off = 0
 if ARGV[2] ~= '1' then
@@ -13,12 +14,16 @@ end
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
 local out = {}
 for _, m in ipairs(due) do
-  local r = redis.call('HMGET', ARGV[4] .. m, 'k', 'g', 's', 't', 'c', 'e', 'tn', 'sb', 'tl')
-  if not r[1] or (r[3] ~= '0' and r[3] ~= '2') then
+  local blob = redis.call('GET', ARGV[4] .. m)
+  local s, g, c, e, k, t, tn, sb, tl
+  if blob then
+    local _d, _f
+    s, g, c, e, _d, k, _f, t, tn, sb, tl = struct.unpack(FMT, blob)
+  end
+  if not blob or (s ~= 0 and s ~= 2) then
     redis.call('ZREM', KEYS[1], m)
-  elseif r[3] == '2' or tonumber(r[6]) <= now then
-    out[#out + 1] = {m, r[1], tonumber(r[2]), tonumber(r[3]), r[4], tonumber(r[5]) - off, r[7],
-      r[8], r[9]}
+  elseif s == 2 or e <= now then
+    out[#out + 1] = {m, k, g, s, t, c - off, tn, sb, tl}
   end
 end
 return out
