@@ -389,6 +389,26 @@ fn main() {
         });
         let (ours, raw) = latency_pair(&b, samples).await;
         eprintln!("fresh p50, 1 client: store {ours:?}, raw SET NX + SET {raw:?}");
+        // Memory of one completed record, and of one raw key with the same answer.
+        let reference = Key::for_call(&Caller::new("acme", "bench"), "charge_card", &0u64)
+            .expect("key")
+            .reference(1)
+            .to_string();
+        let record = format!("{namespace}:{{{}}}:r:{}", &reference[..2], &reference[..16]);
+        let mut c = conn.clone();
+        let bytes: Option<i64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(&record)
+            .query_async(&mut c)
+            .await
+            .expect("memory usage");
+        let raw_bytes: Option<i64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(format!("{namespace}:raw:1"))
+            .query_async(&mut c)
+            .await
+            .expect("memory usage");
+        eprintln!("bytes of one completed record: store {bytes:?}, raw key {raw_bytes:?}");
         let (tps_ratio, tps_ours, tps_raw) = throughput_ratio(&b, secs).await;
         eprintln!("fresh calls/s, {CLIENTS} clients: store {tps_ours:.0}, raw {tps_raw:.0}");
         let engine = Idempotency::builder(store.clone())

@@ -14,7 +14,7 @@ use crate::store::{
 };
 
 impl Maintenance for RedisStore {
-    /// Records expire by themselves (`PEXPIREAT` at window end + the store's retention), so a
+    /// Records expire by themselves (`SET … PXAT` window end + the store's retention), so a
     /// [`Purger`](crate::tasks::Purger) is not needed for retention. This deletes settled records
     /// whose window ended before `older_than` earlier than that, and trims the shards' settled
     /// indexes of records already expired (they are not counted): it walks the shards one

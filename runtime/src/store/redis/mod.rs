@@ -15,7 +15,7 @@
 //! | `{ns}:{XX}:o` | stream | the shard's outbox messages (consumer group `g`) |
 //! | `{ns}:{XX}:ov` | sorted set | when each handed-out message becomes visible again |
 //!
-//! A settled record expires by itself (`PEXPIREAT`) at its window end plus the retention; an
+//! A settled record expires by itself (`SET … PXAT`) at its window end plus the retention; an
 //! in-flight or unknown one never expires.
 //!
 //! ## Time
