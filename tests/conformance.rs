@@ -1,6 +1,7 @@
 //! One conformance suite, run against every store: `MemoryStore` (the reference), `SqliteStore`
-//! (a temporary file) and `PostgresStore` (a schema of its own per test; skipped with a printed
-//! line without `DATABASE_URL`). Every case passes explicit times, so window edges are exact.
+//! (a temporary file), `PostgresStore` (a schema of its own per test; skipped with a printed
+//! line without `DATABASE_URL`) and `RedisStore`, on one Redis and on a 3-master + 3-replica
+//! Redis Cluster (servers of this test process's own, a namespace per test). Every case passes explicit times, so window edges are exact.
 //!
 //! After the suite: what only the SQL stores have (migrations, undecodable rows, plans).
 
@@ -9,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idempotency::store::PostgresStore;
+use idempotency::store::RedisStore;
 use idempotency::store::SqliteStore;
 use idempotency::{
     clock::Timestamp,
@@ -21,6 +23,7 @@ use idempotency::{
     Caller,
 };
 use idempotency_tests::pg::{unique_name, TestSchema};
+use idempotency_tests::redis_servers::{shared_cluster, shared_server};
 
 const T0: i64 = 1_796_000_000_000;
 const S: i64 = 1_000;
@@ -114,6 +117,7 @@ enum Kind {
     Memory,
     Sqlite,
     Postgres,
+    Redis,
 }
 
 /// The store under test.
@@ -127,7 +131,7 @@ impl Backend {
     fn crowd(&self) -> usize {
         match self.kind {
             Kind::Sqlite => 200,
-            Kind::Memory | Kind::Postgres => 1_000,
+            Kind::Memory | Kind::Postgres | Kind::Redis => 1_000,
         }
     }
 
@@ -1256,7 +1260,38 @@ macro_rules! suite {
                 }
             )*
         }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let url = super::shared_server().url();
+                    let store = super::redis_store().connect(&url).await.expect("connect to Redis");
+                    let b = super::Backend { store: std::sync::Arc::new(store), kind: super::Kind::Redis };
+                    super::$case(&b).await;
+                }
+            )*
+        }
+        mod redis_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let seeds = super::shared_cluster().seeds();
+                    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+                    let store = super::redis_store().connect_cluster(&seeds).await.expect("connect to the cluster");
+                    let b = super::Backend { store: std::sync::Arc::new(store), kind: super::Kind::Redis };
+                    super::$case(&b).await;
+                }
+            )*
+        }
     };
+}
+
+/// A Redis store of a namespace of its own (tests share one server), deciding by the times the
+/// cases pass (`trust_engine_clock`), as the other stores do.
+fn redis_store() -> idempotency::store::RedisStoreBuilder {
+    RedisStore::builder()
+        .namespace(unique_name("conf"))
+        .trust_engine_clock()
 }
 
 suite!(

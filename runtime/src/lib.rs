@@ -59,6 +59,7 @@
 //!
 //! - `sqlite` (default): [`store::SqliteStore`], the embedded default;
 //! - `postgres`: [`store::PostgresStore`], for many server replicas on one database;
+//! - `redis`: [`store::RedisStore`], on one Redis or a Redis Cluster;
 //! - `rmcp`: the MCP integration ([`mcp`]) for the official Rust SDK;
 //! - `test-util`: [`clock::ManualClock`], a clock tests move by hand.
 //!

@@ -2,6 +2,8 @@
 
 pub mod pg;
 pub mod proxy;
+#[cfg(feature = "redis")]
+pub mod redis_servers;
 pub mod scripted;
 
 /// The example tool most tests key their calls for: only its name (and default scope) matters to

@@ -12,8 +12,9 @@
 //! - [`OutboxStore`]: follow-on messages written with a completion: [`fetch`](OutboxStore::fetch),
 //!   [`ack`](OutboxStore::ack), each entry named by a backend-chosen [`Receipt`].
 //!
-//! The backends: [`MemoryStore`] (tests), `SqliteStore` (feature `sqlite`, the embedded default)
-//! and `PostgresStore` (feature `postgres`).
+//! The backends: [`MemoryStore`] (tests), `SqliteStore` (feature `sqlite`, the embedded default),
+//! `PostgresStore` (feature `postgres`) and `RedisStore` (feature `redis`: one Redis or a Redis
+//! Cluster, native expiry).
 //!
 //! Every backend answers the same questions with the same semantics; one conformance suite
 //! (`tests/conformance.rs`) runs against all of them.
@@ -107,6 +108,8 @@ mod error;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "redis")]
+mod redis;
 #[cfg(feature = "_sql")]
 mod sql;
 #[cfg(feature = "sqlite")]
@@ -118,6 +121,8 @@ pub use error::{BoxError, StoreError};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
+#[cfg(feature = "redis")]
+pub use redis::{RedisConnection, RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 

@@ -1,0 +1,444 @@
+//! The Redis store against raw Redis and against Powertools for AWS Lambda (Python) on the same
+//! Redis. Prints one line scripts can read:
+//!
+//! ```text
+//! redis fresh_p50_ratio_raw=1.04 fresh_tps32_ratio_raw=0.95 repeat_round_trips=1 vs_powertools_first=6.1 vs_powertools_replay=7.4
+//! ```
+//!
+//! - `fresh_p50_ratio_raw`: p50 of a fresh call through the store (claim, then complete) over
+//!   p50 of the naive two commands (`SET key in_flight NX`, then `SET key answer`) through the
+//!   SAME client connection (the store's), samples alternated, one client;
+//! - `fresh_tps32_ratio_raw`: fresh calls per second, 32 concurrent clients, store over raw
+//!   (the median of paired one-second slices);
+//! - `repeat_round_trips`: commands a repeat sends (counted with `MONITOR`, script-internal
+//!   commands excluded);
+//! - `vs_powertools_first` / `vs_powertools_replay`: Powertools' p50 over ours, whole call
+//!   through each library (key derivation, claim, body, completion / the replay): how many times
+//!   faster this crate is. `NA` when Powertools cannot be installed from PyPI.
+//!
+//! ```text
+//! cargo bench -p idempotency-tests --bench redis
+//! ```
+//!
+//! Environment: `REDIS_URL` (default `redis://127.0.0.1:6379`), `BENCH_SAMPLES` (latency
+//! samples per figure, 2000), `BENCH_SECS` (seconds per side for throughput, 5). Details go to
+//! stderr; the Powertools virtualenv is made once under the target directory.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use idempotency::clock::{Clock, SystemClock};
+use idempotency::outcome::{ErrorPolicy, Outcome};
+use idempotency::store::{
+    Claim, ClaimRequest, Completion, RecordStore, RedisConnection, RedisStore, StoredResponse,
+    Token,
+};
+use idempotency::tool::{Prepared, ToolSpec};
+use idempotency::{key::Key, Caller, Error, Idempotency};
+
+const RESPONSE: &str = r#"{"charge_id":"ch_3PqR8sT2uV4wX5yZ6a7b","amount":4200,"currency":"EUR"}"#;
+const WINDOW: Duration = Duration::from_secs(900);
+const CLIENTS: usize = 32;
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Bench {
+    store: RedisStore,
+    conn: RedisConnection,
+    namespace: String,
+    next: AtomicU64,
+}
+
+impl Bench {
+    fn key(&self) -> (Key, u64) {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        (
+            Key::for_call(&idempotency::key::Secret::demo(), &Caller::new("acme", "bench"), "charge_card", &n).expect("key"),
+            n,
+        )
+    }
+
+    async fn store_fresh(&self) {
+        let (key, n) = self.key();
+        let now = SystemClock.now();
+        let req = ClaimRequest {
+            key,
+            tenant: "acme",
+            subject: None,
+            tool: "charge_card",
+            fingerprint: None,
+            now,
+            lease_expires_at: now + Duration::from_secs(30),
+            token: Token(now.as_millis() << 20 | (n as i64 & 0xfffff)),
+        };
+        let Claim::New { token, .. } = self.store.claim(&req).await.expect("claim") else {
+            panic!("not fresh")
+        };
+        let response = StoredResponse {
+            ok: true,
+            body: RESPONSE.into(),
+        };
+        let c = Completion {
+            key,
+            token,
+            response: &response,
+            now: SystemClock.now(),
+            expires_at: SystemClock.now() + WINDOW,
+            outbox: &[],
+        };
+        self.store.complete(&c).await.expect("complete");
+    }
+
+    async fn raw_fresh(&self) {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let key = format!("{}:raw:{n}", self.namespace);
+        let mut conn = self.conn.clone();
+        let won: Option<String> = redis::cmd("SET")
+            .arg(&key)
+            .arg("in_flight")
+            .arg("NX")
+            .query_async(&mut conn)
+            .await
+            .expect("raw claim");
+        assert!(won.is_some(), "not fresh");
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(RESPONSE)
+            .query_async(&mut conn)
+            .await
+            .expect("raw complete");
+    }
+}
+
+fn p50(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+async fn latency_pair(b: &Bench, samples: usize) -> (Duration, Duration) {
+    for _ in 0..200 {
+        b.store_fresh().await;
+        b.raw_fresh().await;
+    }
+    let (mut ours, mut raw) = (Vec::new(), Vec::new());
+    for _ in 0..samples {
+        let t = Instant::now();
+        b.store_fresh().await;
+        ours.push(t.elapsed());
+        let t = Instant::now();
+        b.raw_fresh().await;
+        raw.push(t.elapsed());
+    }
+    (p50(ours), p50(raw))
+}
+
+/// Calls per second of one side over `secs`, 32 clients.
+async fn rate(b: &Arc<Bench>, store: bool, secs: f64) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..CLIENTS {
+        let (b, done) = (b.clone(), done.clone());
+        tasks.spawn(async move {
+            while Instant::now() < end {
+                if store {
+                    b.store_fresh().await;
+                } else {
+                    b.raw_fresh().await;
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    done.load(Ordering::Relaxed) as f64 / secs
+}
+
+async fn throughput_ratio(b: &Arc<Bench>, secs: u64) -> (f64, f64, f64) {
+    let (mut ratios, mut ra, mut rb) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..secs.max(1) {
+        let a = rate(b, true, 1.0).await;
+        let r = rate(b, false, 1.0).await;
+        ratios.push(a / r);
+        ra.push(a);
+        rb.push(r);
+    }
+    ratios.sort_by(f64::total_cmp);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    (ratios[ratios.len() / 2], mean(&ra), mean(&rb))
+}
+
+/// Commands a repeat sends, from `MONITOR` (lines of script-internal commands say `lua]`).
+async fn repeat_round_trips(b: &Bench, engine: &Idempotency, url: &str) -> f64 {
+    let caller = Caller::new("acme", "bench");
+    call(engine, &caller, u64::MAX).await;
+    let (host, port) = host_port(url);
+    let mut monitor = Command::new("redis-cli")
+        .args(["-h", &host, "-p", &port.to_string(), "MONITOR"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-cli MONITOR");
+    let mut lines = BufReader::new(monitor.stdout.take().expect("stdout")).lines();
+    // MONITOR answers OK once it is on.
+    let ok = lines.next();
+    assert!(matches!(ok, Some(Ok(ref l)) if l.contains("OK")), "{ok:?}");
+    const N: u64 = 200;
+    for _ in 0..N {
+        let out = call(engine, &caller, u64::MAX).await;
+        assert!(out.replayed);
+    }
+    // A marker command ends the count.
+    let mut conn = b.conn.clone();
+    let marker = format!("{}:end-of-count", b.namespace);
+    let _: Option<String> = redis::cmd("GET")
+        .arg(&marker)
+        .query_async(&mut conn)
+        .await
+        .expect("marker");
+    let mut count = 0u64;
+    for line in lines {
+        let line = line.expect("monitor line");
+        if line.contains(&marker) {
+            break;
+        }
+        if line.contains(&b.namespace) && !line.contains("lua]") {
+            count += 1;
+        }
+    }
+    monitor.kill().ok();
+    monitor.wait().ok();
+    count as f64 / N as f64
+}
+
+fn host_port(url: &str) -> (String, u16) {
+    let rest = url.trim_start_matches("redis://");
+    let rest = rest.split('/').next().unwrap_or(rest);
+    let rest = rest.rsplit('@').next().unwrap_or(rest);
+    match rest.rsplit_once(':') {
+        Some((h, p)) => (h.to_owned(), p.parse().unwrap_or(6379)),
+        None => (rest.to_owned(), 6379),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+struct Wrapper(#[from] Error);
+
+#[derive(serde::Serialize)]
+struct Order {
+    id: u64,
+    amount: u64,
+}
+
+async fn call(engine: &Idempotency, caller: &Caller, id: u64) -> Outcome<String, Wrapper> {
+    let prepared = Prepared::call(caller, &idempotency_tests::CHARGE_CARD, &Order { id, amount: 4200 }).expect("key");
+    engine
+        .execute(
+            &ToolSpec::new("charge_card", WINDOW),
+            caller,
+            prepared,
+            ErrorPolicy::retryable(),
+            async move { Ok(RESPONSE.to_owned()) },
+        )
+        .await
+}
+
+/// p50 of a whole first call and of its replay through the engine (as Powertools measures its
+/// decorated function).
+async fn engine_p50(engine: &Idempotency, samples: usize) -> (Duration, Duration) {
+    let caller = Caller::new("acme", "bench-engine");
+    for i in 0..200 {
+        call(engine, &caller, 1_000_000_000 + i).await;
+    }
+    let mut first = Vec::new();
+    for i in 0..samples as u64 {
+        let t = Instant::now();
+        let out = call(engine, &caller, i).await;
+        first.push(t.elapsed());
+        assert!(!out.replayed && out.result.is_ok());
+    }
+    let mut replay = Vec::new();
+    for i in 0..samples as u64 {
+        let t = Instant::now();
+        let out = call(engine, &caller, i).await;
+        replay.push(t.elapsed());
+        assert!(out.replayed);
+    }
+    (p50(first), p50(replay))
+}
+
+/// Powertools' p50s in µs, from `powertools_redis.py` in a virtualenv under the target
+/// directory (made and filled from PyPI on first use); `None` when that fails.
+fn powertools(url: &str, samples: usize) -> Option<(f64, f64)> {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/powertools_redis.py");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let venv = target.join("powertools-venv");
+    let python = venv.join("bin/python");
+    let ready = || {
+        Command::new(&python)
+            .args(["-c", "import aws_lambda_powertools, redis, boto3"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !ready() {
+        eprintln!(
+            "(installing aws-lambda-powertools, redis and boto3 from PyPI into {})",
+            venv.display()
+        );
+        let made = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success());
+        let installed = made
+            && Command::new(&python)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "-q",
+                    "aws-lambda-powertools",
+                    "redis",
+                    "boto3",
+                ])
+                .status()
+                .is_ok_and(|s| s.success());
+        if !installed || !ready() {
+            eprintln!("(Powertools could not be installed from PyPI: vs_powertools_* = NA)");
+            return None;
+        }
+    }
+    let out = Command::new(&python)
+        .args(["-W", "ignore"])
+        .arg(&script)
+        .env("REDIS_URL", url)
+        .env("BENCH_SAMPLES", samples.to_string())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("powertools "))?;
+    eprintln!("{line}");
+    let field = |name: &str| -> Option<f64> {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+    };
+    Some((field("first_p50_us")?, field("replay_p50_us")?))
+}
+
+async fn cleanup(conn: &RedisConnection, namespace: &str) {
+    let mut conn = conn.clone();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{namespace}:*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .expect("scan");
+        if !keys.is_empty() {
+            let _: i64 = redis::cmd("UNLINK")
+                .arg(&keys)
+                .query_async(&mut conn)
+                .await
+                .expect("unlink");
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+}
+
+fn main() {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let samples = env("BENCH_SAMPLES", 2_000) as usize;
+    let secs = env("BENCH_SECS", 5);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let line = rt.block_on(async {
+        let namespace = format!("bench-{}", std::process::id());
+        let store = RedisStore::builder()
+            .namespace(&namespace)
+            .connect(&url)
+            .await
+            .expect("connect to REDIS_URL");
+        let conn = store.connection();
+        let b = Arc::new(Bench {
+            store: store.clone(),
+            conn: conn.clone(),
+            namespace: namespace.clone(),
+            next: AtomicU64::new(0),
+        });
+        let (ours, raw) = latency_pair(&b, samples).await;
+        eprintln!("fresh p50, 1 client: store {ours:?}, raw SET NX + SET {raw:?}");
+        // Memory of one completed record, and of one raw key with the same answer.
+        let reference = Key::for_call(&idempotency::key::Secret::demo(), &Caller::new("acme", "bench"), "charge_card", &0u64)
+            .expect("key")
+            .reference(1)
+            .to_string();
+        let record = format!("{namespace}:{{{}}}:r:{}", &reference[..2], &reference[..16]);
+        let mut c = conn.clone();
+        let bytes: Option<i64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(&record)
+            .query_async(&mut c)
+            .await
+            .expect("memory usage");
+        let raw_bytes: Option<i64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(format!("{namespace}:raw:1"))
+            .query_async(&mut c)
+            .await
+            .expect("memory usage");
+        eprintln!("bytes of one completed record: store {bytes:?}, raw key {raw_bytes:?}");
+        let (tps_ratio, tps_ours, tps_raw) = throughput_ratio(&b, secs).await;
+        eprintln!("fresh calls/s, {CLIENTS} clients: store {tps_ours:.0}, raw {tps_raw:.0}");
+        let engine = Idempotency::builder(store.clone())
+            .without_reconciler()
+            .build();
+        let trips = repeat_round_trips(&b, &engine, &url).await;
+        let (first, replay) = engine_p50(&engine, samples).await;
+        eprintln!("engine p50: first call {first:?}, replay {replay:?}");
+        cleanup(&conn, &namespace).await;
+        let pt = tokio::task::spawn_blocking({
+            let url = url.clone();
+            move || powertools(&url, samples)
+        })
+        .await
+        .ok()
+        .flatten();
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        let (vs_first, vs_replay) = match pt {
+            Some((f, r)) => (
+                format!("{:.1}", f / us(first)),
+                format!("{:.1}", r / us(replay)),
+            ),
+            None => ("NA".into(), "NA".into()),
+        };
+        format!(
+            "redis fresh_p50_ratio_raw={:.2} fresh_tps32_ratio_raw={:.2} repeat_round_trips={} vs_powertools_first={vs_first} vs_powertools_replay={vs_replay}",
+            ours.as_secs_f64() / raw.as_secs_f64(),
+            tps_ratio,
+            if trips.fract() == 0.0 { format!("{trips:.0}") } else { format!("{trips:.2}") },
+        )
+    });
+    println!("{line}");
+}

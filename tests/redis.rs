@@ -1,0 +1,668 @@
+//! The Redis store beyond the conformance suite (which runs it on one Redis and on a cluster):
+//! replicas whose clocks disagree by ±16 minutes, an unreachable Redis, and eight server
+//! replicas (eight OS processes) charging through one Redis Cluster. Every test starts the
+//! `redis-server` processes it needs (see `idempotency_tests::redis_servers`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use idempotency::clock::{Clock, ManualClock, SystemClock};
+use idempotency::outcome::{ErrorPolicy, Outcome};
+use idempotency::store::{RedisStore, StoreError};
+use idempotency::tool::{Prepared, ToolSpec};
+use idempotency::{Caller, Error, Idempotency};
+use idempotency_tests::pg::unique_name;
+use idempotency_tests::redis_servers::{shared_server, RedisCluster};
+use serde::{Deserialize, Serialize};
+
+const WINDOW: Duration = Duration::from_secs(900);
+const SKEW: Duration = Duration::from_secs(16 * 60);
+
+#[derive(Debug, thiserror::Error)]
+enum ChargeError {
+    #[error(transparent)]
+    Wrapper(#[from] Error),
+    #[error("the side effect's counter: {0}")]
+    Counter(String),
+}
+
+/// Two replicas whose clocks are 16 minutes behind and 16 minutes ahead of real time share one
+/// Redis; the store decides by the server's clock, so each replica's repeat within the window
+/// replays the one charge (by their own clocks, the second replica is 32 minutes past the
+/// first one's claim: a store that took their times as given would run it again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_with_skewed_clocks_replay_on_the_servers_clock() {
+    let url = shared_server().url();
+    let namespace = unique_name("skew");
+    let store = RedisStore::builder()
+        .namespace(&namespace)
+        .connect(&url)
+        .await
+        .expect("connect");
+    let real = SystemClock.now();
+    let behind = ManualClock::new(real.saturating_sub(SKEW));
+    let ahead = ManualClock::new(real.saturating_add(SKEW));
+    let engine = |clock: ManualClock| {
+        Idempotency::builder(store.clone())
+            .clock(clock)
+            .without_reconciler()
+            .build()
+    };
+    let (slow, fast) = (engine(behind), engine(ahead));
+    let charges = Arc::new(AtomicUsize::new(0));
+    let caller = Caller::new("acme", "alice");
+    let call = |engine: Idempotency| {
+        let (caller, charges) = (caller.clone(), charges.clone());
+        async move {
+            let prepared = Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &4200u64).expect("key");
+            let out: Outcome<u64, ChargeError> = engine
+                .execute(
+                    &ToolSpec::new("charge_card", WINDOW),
+                    &caller,
+                    prepared,
+                    ErrorPolicy::retryable(),
+                    async move {
+                        charges.fetch_add(1, Ordering::SeqCst);
+                        Ok(4200)
+                    },
+                )
+                .await;
+            out
+        }
+    };
+    let first = call(slow.clone()).await;
+    assert!(
+        first.result.is_ok() && !first.replayed,
+        "{:?}",
+        first.result
+    );
+    let on_fast = call(fast.clone()).await;
+    assert!(
+        on_fast.replayed,
+        "the replica 32 minutes ahead replays: {:?}",
+        on_fast.result
+    );
+    let on_slow = call(slow).await;
+    assert!(
+        on_slow.replayed,
+        "and so does the first: {:?}",
+        on_slow.result
+    );
+    assert_eq!(on_fast.reference, first.reference);
+    assert_eq!(charges.load(Ordering::SeqCst), 1, "the body ran once");
+
+    // The same two calls with a fresh key, the fast replica first.
+    let charges_before = charges.load(Ordering::SeqCst);
+    let caller2 = Caller::new("acme", "bob");
+    let prepared = || Prepared::call(&caller2, &idempotency_tests::CHARGE_CARD, &1u64).expect("key");
+    for engine in [fast, engine(ManualClock::new(real.saturating_sub(SKEW)))] {
+        let charges = charges.clone();
+        let _: Outcome<u64, ChargeError> = engine
+            .execute(
+                &ToolSpec::new("charge_card", WINDOW),
+                &caller2,
+                prepared(),
+                ErrorPolicy::retryable(),
+                async move {
+                    charges.fetch_add(1, Ordering::SeqCst);
+                    Ok(1)
+                },
+            )
+            .await;
+    }
+    assert_eq!(charges.load(Ordering::SeqCst), charges_before + 1);
+}
+
+/// Nothing listens: connecting fails at once with a message that says where it tried; a store
+/// whose Redis goes away afterwards fails each call closed ("could not be reached"), never
+/// panics and never answers as if it had claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_redis_fails_closed() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let err = RedisStore::connect(&url)
+        .await
+        .expect_err("nothing listens");
+    assert!(err.is_transient(), "{err}");
+    let chain = error_chain(&err);
+    assert!(chain.contains(&format!("127.0.0.1:{port}")), "{chain}");
+    let err = RedisStore::connect_cluster(&[url.as_str()])
+        .await
+        .expect_err("no cluster");
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    assert!(
+        error_chain(&err).contains("Redis Cluster"),
+        "{}",
+        error_chain(&err)
+    );
+
+    // A cluster that dies under a running store.
+    let mut cluster = RedisCluster::start(3);
+    let seeds = cluster.seeds();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let store = RedisStore::builder()
+        .namespace(unique_name("down"))
+        .connect_cluster(&seeds)
+        .await
+        .expect("connect");
+    let engine = Idempotency::builder(store).without_reconciler().build();
+    let caller = Caller::new("acme", "alice");
+    let runs = Arc::new(AtomicUsize::new(0));
+    for node in &mut cluster.nodes {
+        node.kill();
+    }
+    let r = runs.clone();
+    let out: Outcome<u64, ChargeError> = engine
+        .execute(
+            &ToolSpec::new("charge_card", WINDOW).with_timeout(Duration::from_secs(20)),
+            &caller,
+            Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &7u64).expect("key"),
+            ErrorPolicy::retryable(),
+            async move {
+                r.fetch_add(1, Ordering::SeqCst);
+                Ok(7)
+            },
+        )
+        .await;
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran");
+    match &out.result {
+        Err(ChargeError::Wrapper(e)) => println!("with the cluster down: {e}"),
+        other => panic!("expected the store's error, got {other:?}"),
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+// ---------------------------------------------------------------------------------------------
+// Eight server replicas, one cluster
+// ---------------------------------------------------------------------------------------------
+
+const REPLICAS: usize = 8;
+const CALLS_PER_REPLICA: usize = 125;
+const WORKER_TEST: &str = "cluster_replica_worker";
+const SEEDS_ENV: &str = "IDEMPOTENCY_REDIS_SEEDS";
+const NAMESPACE_ENV: &str = "IDEMPOTENCY_REDIS_NAMESPACE";
+const ID_ENV: &str = "IDEMPOTENCY_REPLICA_ID";
+const START_ENV: &str = "IDEMPOTENCY_REPLICA_START_MS";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Receipt {
+    reference: String,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Tally {
+    fresh: usize,
+    replayed: usize,
+    in_flight: usize,
+    other: usize,
+}
+
+impl Tally {
+    fn parse(line: &str) -> Option<Tally> {
+        let rest = &line[line.find("TALLY ")? + "TALLY ".len()..];
+        let mut t = Tally::default();
+        for field in rest.split_whitespace() {
+            let (name, value) = field.split_once('=')?;
+            let value: usize = value.parse().ok()?;
+            match name {
+                "fresh" => t.fresh = value,
+                "replayed" => t.replayed = value,
+                "in_flight" => t.in_flight = value,
+                "other" => t.other = value,
+                _ => {}
+            }
+        }
+        Some(t)
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The counter the side effect increments, on the cluster beside the records (its own slot).
+fn charges_key(namespace: &str) -> String {
+    format!("{namespace}:charges")
+}
+
+/// 8 OS processes × 125 identical calls on a 3-master + 3-replica cluster: one side effect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_replicas_charge_once_on_a_cluster() {
+    let cluster = RedisCluster::start(3);
+    let seeds = cluster.seeds().join(",");
+    let namespace = unique_name("replicas");
+    let start = unix_ms() + 1_500;
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut children = Vec::new();
+    for replica in 0..REPLICAS {
+        let child = tokio::process::Command::new(&exe)
+            .args(["--exact", WORKER_TEST, "--nocapture", "--test-threads", "1"])
+            .env(SEEDS_ENV, &seeds)
+            .env(NAMESPACE_ENV, &namespace)
+            .env(ID_ENV, replica.to_string())
+            .env(START_ENV, start.to_string())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn a replica");
+        children.push(child.wait_with_output());
+    }
+    let mut total = Tally::default();
+    for (replica, child) in children.into_iter().enumerate() {
+        let out = child.await.expect("replica output");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "replica {replica} failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let t = stdout
+            .lines()
+            .find_map(Tally::parse)
+            .unwrap_or_else(|| panic!("replica {replica} reported no tally:\n{stdout}"));
+        total.fresh += t.fresh;
+        total.replayed += t.replayed;
+        total.in_flight += t.in_flight;
+        total.other += t.other;
+    }
+    let seeds = cluster.seeds();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let store = RedisStore::connect_cluster(&seeds).await.expect("connect");
+    let mut conn = store.connection();
+    let charges: Option<i64> = redis::cmd("GET")
+        .arg(charges_key(&namespace))
+        .query_async(&mut conn)
+        .await
+        .expect("the counter");
+    println!(
+        "{REPLICAS} replicas x {CALLS_PER_REPLICA} calls on a 3+3 cluster: fresh={} replayed={} in_flight={} other={}; side effects: {charges:?}",
+        total.fresh, total.replayed, total.in_flight, total.other
+    );
+    assert_eq!(charges, Some(1), "exactly one side effect");
+    assert_eq!(
+        total.fresh + total.replayed + total.in_flight + total.other,
+        REPLICAS * CALLS_PER_REPLICA
+    );
+    assert_eq!(total.fresh, 1, "one call ran the handler");
+    assert_eq!(
+        total.other, 0,
+        "every call got the charge or an honest in-progress answer"
+    );
+}
+
+/// Runs only as a worker process started by `eight_replicas_charge_once_on_a_cluster`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_replica_worker() {
+    let (Ok(seeds), Ok(namespace)) = (std::env::var(SEEDS_ENV), std::env::var(NAMESPACE_ENV))
+    else {
+        return;
+    };
+    let env = |name: &str| -> u64 {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let (replica, start) = (env(ID_ENV) as usize, env(START_ENV));
+    let seeds: Vec<&str> = seeds.split(',').collect();
+    let store = RedisStore::builder()
+        .namespace(&namespace)
+        .connect_cluster(&seeds)
+        .await
+        .expect("the replica's store");
+    let conn = store.connection();
+    let engine = Idempotency::new(store);
+    let caller = Caller::new("acme", "alice");
+    let args = serde_json::json!({"amount": 4200, "currency": "EUR", "card": "tok_visa"});
+    let counter = charges_key(&namespace);
+
+    tokio::time::sleep(Duration::from_millis(start.saturating_sub(unix_ms()))).await;
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..CALLS_PER_REPLICA {
+        let (engine, caller, args, mut conn, counter) = (
+            engine.clone(),
+            caller.clone(),
+            args.clone(),
+            conn.clone(),
+            counter.clone(),
+        );
+        calls.spawn(async move {
+            let spec = ToolSpec::new("charge_card", WINDOW);
+            let prepared = Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &args).expect("key");
+            engine
+                .execute(
+                    &spec,
+                    &caller,
+                    prepared,
+                    ErrorPolicy::retryable(),
+                    async move {
+                        let reference = idempotency::Call::current()
+                            .map(|c| c.reference().to_string())
+                            .unwrap_or_default();
+                        let _: i64 = redis::cmd("INCR")
+                            .arg(&counter)
+                            .query_async(&mut conn)
+                            .await
+                            .map_err(|e| ChargeError::Counter(e.to_string()))?;
+                        // The processor takes its time, so the other replicas' calls overlap it.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        Ok(Receipt { reference })
+                    },
+                )
+                .await
+        });
+    }
+    let mut t = Tally::default();
+    while let Some(done) = calls.join_next().await {
+        let out = done.expect("call task");
+        match &out.result {
+            Ok(_) if out.replayed => t.replayed += 1,
+            Ok(_) => t.fresh += 1,
+            Err(ChargeError::Wrapper(Error::InFlight { .. })) => t.in_flight += 1,
+            Err(e) => {
+                eprintln!("replica {replica}: unexpected answer: {e}");
+                t.other += 1;
+            }
+        }
+    }
+    println!(
+        "TALLY replica={replica} fresh={} replayed={} in_flight={} other={}",
+        t.fresh, t.replayed, t.in_flight, t.other
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failover
+// ---------------------------------------------------------------------------------------------
+
+/// What one failover round measured.
+#[derive(Debug, Default)]
+struct Failover {
+    calls: u64,
+    failed: u64,
+    ids: u64,
+    second_runs: u64,
+    promotion: Duration,
+}
+
+/// A load of distinct calls, each made twice (an identical repeat at once), on a 3+3 cluster;
+/// `kill -9` of one master mid-load; the load goes on until a replica took over its slots; the
+/// killed node is restarted (it rejoins as a replica); then every call is repeated once more.
+/// The body counts its runs per call at the far side (a counting stub): a second run is a run
+/// beyond the first of one call.
+async fn failover_round(wait: bool, reshard: bool) -> Failover {
+    let mut cluster = RedisCluster::start(3);
+    let seeds = cluster.seeds();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let mut builder = RedisStore::builder().namespace(unique_name("failover"));
+    if wait {
+        builder = builder.wait_for_replicas(1, Duration::from_millis(500));
+    }
+    let store = builder.connect_cluster(&seeds).await.expect("connect");
+    let engine = Idempotency::builder(store).without_reconciler().build();
+    let runs: Arc<std::sync::Mutex<std::collections::HashMap<u64, u64>>> = Arc::default();
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (calls, failed) = (
+        Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        Arc::new(std::sync::atomic::AtomicU64::new(0)),
+    );
+    let call = {
+        let (engine, runs, calls, failed) =
+            (engine.clone(), runs.clone(), calls.clone(), failed.clone());
+        move |id: u64| {
+            let (engine, runs, calls, failed) =
+                (engine.clone(), runs.clone(), calls.clone(), failed.clone());
+            async move {
+                let caller = Caller::new("acme", "alice");
+                let prepared = Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &id).expect("key");
+                let out: Outcome<u64, ChargeError> = engine
+                    .execute(
+                        &ToolSpec::new("charge_card", WINDOW).with_timeout(Duration::from_secs(10)),
+                        &caller,
+                        prepared,
+                        ErrorPolicy::retryable(),
+                        async move {
+                            *runs
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .entry(id)
+                                .or_default() += 1;
+                            Ok(id)
+                        },
+                    )
+                    .await;
+                calls.fetch_add(1, Ordering::Relaxed);
+                if out.result.is_err() {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    };
+    let mut load = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let (call, next, stop) = (call.clone(), next.clone(), stop.clone());
+        load.spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let id = next.fetch_add(1, Ordering::Relaxed);
+                call(id).await;
+                call(id).await;
+            }
+        });
+    }
+    // Load before the crash: until some thousands of calls went through.
+    let warm = calls.clone();
+    tokio::task::spawn_blocking(move || {
+        idempotency_tests::redis_servers::wait_until(
+            "load before the crash",
+            Duration::from_secs(60),
+            || warm.load(Ordering::Relaxed) >= 4_000,
+        )
+    })
+    .await
+    .expect("wait");
+    let started = std::time::Instant::now();
+    let (cluster, promotion) = if reshard {
+        // 2,000 slots (about 30 of the store's 256 shards) move from one master to another
+        // while the load runs.
+        tokio::task::spawn_blocking(move || {
+            cluster.reshard(2_000);
+            cluster
+        })
+        .await
+        .map(|c| (c, started.elapsed()))
+        .expect("reshard")
+    } else {
+        let victim = cluster.masters()[0];
+        cluster.nodes[victim].kill();
+        let mut cluster = tokio::task::spawn_blocking(move || {
+            cluster.wait_failover(victim, 3, Duration::from_secs(60));
+            cluster
+        })
+        .await
+        .expect("failover");
+        let promoted = started.elapsed();
+        // The killed node comes back (as the new master's replica).
+        cluster.nodes[victim].restart();
+        (cluster, promoted)
+    };
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.wait_healthy(3, Duration::from_secs(60));
+        cluster
+    })
+    .await
+    .expect("healthy");
+    // The load goes on until another thousand calls went through.
+    let ok = |calls: &std::sync::atomic::AtomicU64, failed: &std::sync::atomic::AtomicU64| {
+        calls.load(Ordering::Relaxed) - failed.load(Ordering::Relaxed)
+    };
+    let after = ok(&calls, &failed);
+    let (c, f) = (calls.clone(), failed.clone());
+    tokio::task::spawn_blocking(move || {
+        idempotency_tests::redis_servers::wait_until(
+            "load after the failover",
+            Duration::from_secs(60),
+            || ok(&c, &f) >= after + 1_000,
+        )
+    })
+    .await
+    .expect("wait");
+    stop.store(true, Ordering::Relaxed);
+    while load.join_next().await.is_some() {}
+
+    // Every call once more.
+    let ids = next.load(Ordering::Relaxed);
+    let mut again = tokio::task::JoinSet::new();
+    let chunk = ids.div_ceil(16);
+    for t in 0..16 {
+        let call = call.clone();
+        again.spawn(async move {
+            for id in t * chunk..((t + 1) * chunk).min(ids) {
+                call(id).await;
+            }
+        });
+    }
+    while again.join_next().await.is_some() {}
+    drop(cluster);
+    let runs = runs.lock().unwrap_or_else(|p| p.into_inner());
+    Failover {
+        calls: calls.load(Ordering::Relaxed),
+        failed: failed.load(Ordering::Relaxed),
+        ids,
+        second_runs: runs.values().map(|n| n.saturating_sub(1)).sum(),
+        promotion,
+    }
+}
+
+/// Kill -9 a master under load: with WAIT for one replica no call runs twice; without it the
+/// number of second runs is measured and printed (a master's acknowledged writes that had not
+/// reached its replica are lost with it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_killed_under_load() {
+    let with = failover_round(true, false).await;
+    println!(
+        "FAILOVER wait=on calls={} failed={} distinct={} second_runs={} promotion_ms={}",
+        with.calls,
+        with.failed,
+        with.ids,
+        with.second_runs,
+        with.promotion.as_millis()
+    );
+    let without = failover_round(false, false).await;
+    println!(
+        "FAILOVER wait=off calls={} failed={} distinct={} second_runs={} promotion_ms={}",
+        without.calls,
+        without.failed,
+        without.ids,
+        without.second_runs,
+        without.promotion.as_millis()
+    );
+    assert_eq!(with.second_runs, 0, "with WAIT, no call ran twice");
+}
+
+/// `redis-cli --cluster reshard` of 2,000 slots during the load: MOVED and ASK are followed by
+/// the client, no call runs twice and none fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slots_resharded_under_load() {
+    let r = failover_round(false, true).await;
+    println!(
+        "RESHARD calls={} failed={} distinct={} second_runs={} reshard_ms={}",
+        r.calls,
+        r.failed,
+        r.ids,
+        r.second_runs,
+        r.promotion.as_millis()
+    );
+    assert_eq!(r.second_runs, 0, "no call ran twice");
+    assert_eq!(r.failed, 0, "no call failed while its slot moved");
+}
+
+/// The scripts run by `EVALSHA`; a node that does not have one (a restart, a failover to a node
+/// that never ran it, `SCRIPT FLUSH`) answers `NOSCRIPT`, and the store sends the script itself.
+/// A subject-scoped record is visible to its subject only; the reconciler is told its subject.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_come_back_after_a_flush_and_subjects_stay_apart() {
+    use idempotency::clock::Timestamp;
+    use idempotency::key::Key;
+    use idempotency::store::{Claim, ClaimRequest, Maintenance, RecordStore, Token};
+    let server = shared_server();
+    let store = RedisStore::builder()
+        .namespace(unique_name("flush"))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let key =
+        |n: u64| Key::for_call(&idempotency::key::Secret::demo(), &Caller::new("acme", "alice"), "charge_card", &n).expect("key");
+    let now = SystemClock.now();
+    let req = |key: Key, subject: Option<&'static str>| ClaimRequest {
+        key,
+        tenant: "acme",
+        subject,
+        tool: "charge_card",
+        fingerprint: None,
+        now,
+        lease_expires_at: now,
+        token: Token(1),
+    };
+    assert!(matches!(
+        store.claim(&req(key(1), Some("alice"))).await,
+        Ok(Claim::New { .. })
+    ));
+    server.node.cmd(&["SCRIPT", "FLUSH"]).expect("flush");
+    assert!(matches!(
+        store.claim(&req(key(1), Some("alice"))).await,
+        Ok(Claim::InFlight { .. })
+    ));
+    let reference = key(1).reference(1);
+    assert!(store
+        .status("acme", "alice", reference)
+        .await
+        .expect("status")
+        .is_some());
+    assert_eq!(
+        store
+            .status("acme", "bob", reference)
+            .await
+            .expect("status"),
+        None,
+        "another subject of the tenant"
+    );
+    assert!(matches!(
+        store.claim(&req(key(2), None)).await,
+        Ok(Claim::New { .. })
+    ));
+    assert!(
+        store
+            .status("acme", "bob", key(2).reference(1))
+            .await
+            .expect("status")
+            .is_some(),
+        "a tenant-scoped record: any subject"
+    );
+    let due = store
+        .unsettled(Timestamp::from_millis(now.as_millis() + 1), 10)
+        .await
+        .expect("unsettled");
+    let mut subjects: Vec<Option<String>> = due.into_iter().map(|u| u.subject).collect();
+    subjects.sort();
+    assert_eq!(subjects, vec![None, Some("alice".to_owned())]);
+}
