@@ -325,6 +325,10 @@ async fn measure(
         .collect();
     let purged: u64 = batches.iter().map(|b| b.1).sum();
     let worst = batches.iter().map(|b| b.0).max().unwrap_or_default();
+    eprintln!(
+        "  purge batches (ms): {:?}",
+        batches.iter().map(|b| ms(b.0).round()).collect::<Vec<_>>()
+    );
     let purge_batch = if full.is_empty() {
         batches.first().map(|b| b.0).unwrap_or_default()
     } else {
@@ -402,9 +406,20 @@ fn reserve_share(rows: u64) -> i64 {
 
 async fn postgres_size(cfg: &Config, rows: u64) -> Option<Figures> {
     let schema = TestSchema::create("scale").await?;
+    let mut options = PostgresStore::tune(schema.options());
+    if std::env::var_os("SCALE_AUTO_EXPLAIN").is_some() {
+        // Slow statements' plans to the server's log, for a figure that needs explaining.
+        options = options.options([
+            ("session_preload_libraries", "auto_explain"),
+            ("auto_explain.log_min_duration", "100ms"),
+            ("auto_explain.log_analyze", "on"),
+            ("auto_explain.log_buffers", "on"),
+            ("auto_explain.log_wal", "on"),
+        ]);
+    }
     let pool = PgPoolOptions::new()
         .max_connections(cfg.clients as u32 + 2)
-        .connect_with(PostgresStore::tune(schema.options()))
+        .connect_with(options)
         .await
         .expect("pool");
     let store = PostgresStore::from_pool(pool.clone()).await.expect("store");
