@@ -23,7 +23,8 @@
 //!
 //! Figures, per store and N:
 //! - `claim_p50_ratio`: the median of 2,000 fresh claims, one client, against the same store's at
-//!   100k rows in the same run (`NA` when 100k is not among the sizes);
+//!   100k rows, whose table is kept for it: blocks of 50 claims alternate between the two tables,
+//!   so both see the same machine (`NA` when 100k is not among the sizes);
 //! - `purge_batch_ms`: the median batch of the purge of the expired 0.2 % (batches of 1,000; the
 //!   single, smaller batch where there are fewer);
 //! - `reconcile_ms`: the median of 21 reconciler queries (`unsettled(now, 100)`, the engine's
@@ -182,20 +183,44 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// Fresh claims, one client: the median claim (each completed afterwards, untimed).
-async fn claim_p50(store: &dyn Store, run: u64, next: &AtomicU64) -> Duration {
-    let mut samples = Vec::with_capacity(CLAIM_SAMPLES);
-    for i in 0..CLAIM_SAMPLES + 200 {
-        let k = key(run, next.fetch_add(1, Ordering::Relaxed));
-        let t = Instant::now();
-        let token = claim(store, k).await;
-        let took = t.elapsed();
-        complete(store, k, token).await;
-        if i >= 200 {
-            samples.push(took);
+/// One fresh claim (completed afterwards, untimed): how long the claim took.
+async fn timed_claim(store: &dyn Store, k: Key) -> Duration {
+    let t = Instant::now();
+    let token = claim(store, k).await;
+    let took = t.elapsed();
+    complete(store, k, token).await;
+    took
+}
+
+/// Fresh claims, one client, on this store and (when given) the 100k-row one, alternating in
+/// blocks of 50 so that both see the same machine: the two medians.
+async fn claim_p50(
+    store: &dyn Store,
+    base: Option<&Built>,
+    run: u64,
+    next: &AtomicU64,
+) -> (Duration, Option<Duration>) {
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let mut round = 0;
+    while ours.len() < CLAIM_SAMPLES {
+        for _ in 0..50 {
+            let took = timed_claim(store, key(run, next.fetch_add(1, Ordering::Relaxed))).await;
+            if round >= 4 {
+                ours.push(took);
+            }
         }
+        if let Some(b) = base {
+            for _ in 0..50 {
+                let n = b.next.fetch_add(1, Ordering::Relaxed);
+                let took = timed_claim(&*b.store, key(b.rows, n)).await;
+                if round >= 4 {
+                    theirs.push(took);
+                }
+            }
+        }
+        round += 1;
     }
-    median(samples)
+    (median(ours), base.map(|_| median(theirs)))
 }
 
 /// Purges the expired records in batches: every batch's time and size.
@@ -294,9 +319,10 @@ fn purger(
     })
 }
 
-/// One store at one size, its table built: the figures of the line but the ratio to 100k.
+/// One store at one size: the figures of its line.
 struct Figures {
-    claim_p50: Duration,
+    /// The claim p50 against the 100k-row table's, measured side by side.
+    claim_ratio: Option<f64>,
     purge_batch: Duration,
     reconcile: Duration,
     purge_rows_per_s: f64,
@@ -304,17 +330,20 @@ struct Figures {
     bytes_per_row: f64,
 }
 
-async fn measure(
-    store: Arc<dyn Store>,
-    cfg: &Config,
-    rows: u64,
-    reserve: u64,
-    bytes_per_row: f64,
-) -> Figures {
-    let run = rows;
-    let next = Arc::new(AtomicU64::new(0));
-    let claim_p50 = claim_p50(&*store, run, &next).await;
-    eprintln!("  claim p50 {:.3} ms", ms(claim_p50));
+async fn measure(built: &Built, cfg: &Config, base: Option<&Built>) -> Figures {
+    let (store, run, next) = (built.store.clone(), built.rows, built.next.clone());
+    let reserve = reserve_of(built.rows);
+    let (claim_p50, base_p50) = claim_p50(&*store, base, run, &next).await;
+    let claim_ratio = match base_p50 {
+        Some(b) => Some(claim_p50.as_secs_f64() / b.as_secs_f64()),
+        None if built.rows == 100_000 => Some(1.0),
+        None => None,
+    };
+    eprintln!(
+        "  claim p50 {:.3} ms (the 100k-row table's beside it: {})",
+        ms(claim_p50),
+        base_p50.map_or("-".to_owned(), |b| format!("{:.3} ms", ms(b)))
+    );
     let settled = reconcile(&*store).await;
     eprintln!("  reconcile p50 {:.3} ms", ms(settled));
     let batches = purge_batches(&*store).await;
@@ -386,12 +415,12 @@ async fn measure(
     let after = reconcile(&*store).await;
     eprintln!("  reconcile p50 after the load {:.3} ms", ms(after));
     Figures {
-        claim_p50,
+        claim_ratio,
         purge_batch,
         reconcile: settled.max(after),
         purge_rows_per_s,
         with_purge_ratio: p_with.as_secs_f64() / p_without.as_secs_f64(),
-        bytes_per_row,
+        bytes_per_row: built.bytes_per_row,
     }
 }
 
@@ -404,7 +433,7 @@ fn reserve_share(rows: u64) -> i64 {
     (reserve_of(rows) * 100_000 / rows) as i64
 }
 
-async fn postgres_size(cfg: &Config, rows: u64) -> Option<Figures> {
+async fn build_postgres(cfg: &Config, rows: u64) -> Option<Built> {
     let schema = TestSchema::create("scale").await?;
     let mut options = PostgresStore::tune(schema.options());
     if std::env::var_os("SCALE_AUTO_EXPLAIN").is_some() {
@@ -466,11 +495,13 @@ async fn postgres_size(cfg: &Config, rows: u64) -> Option<Figures> {
         "postgres, {rows} rows built in {:.0} s: {bytes:.0} bytes/row (heap {heap:.0}, primary key {pkey:.0}, settled index {settled:.0})",
         started.elapsed().as_secs_f64()
     );
-    let store: Arc<dyn Store> = Arc::new(store);
-    let figures = measure(store, cfg, rows, reserve_of(rows), bytes).await;
-    pool.close().await;
-    schema.drop_schema().await;
-    Some(figures)
+    Some(Built {
+        store: Arc::new(store),
+        rows,
+        next: Arc::new(AtomicU64::new(0)),
+        bytes_per_row: bytes,
+        keep: Keep::Postgres(schema, pool),
+    })
 }
 
 struct TempFile(std::path::PathBuf);
@@ -485,7 +516,7 @@ impl Drop for TempFile {
     }
 }
 
-async fn sqlite_size(cfg: &Config, rows: u64) -> Figures {
+async fn build_sqlite(rows: u64) -> Built {
     let file = TempFile(std::env::temp_dir().join(format!("{}.db", unique_name("scale"))));
     let store = SqliteStore::open(&file.0).await.expect("store");
     let pool = store.pool().clone();
@@ -528,16 +559,48 @@ async fn sqlite_size(cfg: &Config, rows: u64) -> Figures {
         "sqlite, {rows} rows built in {:.0} s: {bytes:.0} bytes/row",
         started.elapsed().as_secs_f64()
     );
-    let store: Arc<dyn Store> = Arc::new(store);
-    let figures = measure(store, cfg, rows, reserve_of(rows), bytes).await;
-    pool.close().await;
-    figures
+    Built {
+        store: Arc::new(store),
+        rows,
+        next: Arc::new(AtomicU64::new(0)),
+        bytes_per_row: bytes,
+        keep: Keep::Sqlite(file, pool),
+    }
 }
 
-fn line(store: &str, rows: u64, f: &Figures, base: Option<Duration>) -> String {
-    let ratio = base.map_or("NA".to_owned(), |b| {
-        format!("{:.2}", f.claim_p50.as_secs_f64() / b.as_secs_f64())
-    });
+/// A store at one size, its table built.
+struct Built {
+    store: Arc<dyn Store>,
+    rows: u64,
+    /// The next fresh key's number.
+    next: Arc<AtomicU64>,
+    bytes_per_row: f64,
+    keep: Keep,
+}
+
+/// What a built store lives in, removed by [`Built::close`].
+enum Keep {
+    Postgres(TestSchema, sqlx::PgPool),
+    Sqlite(TempFile, sqlx::SqlitePool),
+}
+
+impl Built {
+    async fn close(self) {
+        match self.keep {
+            Keep::Postgres(schema, pool) => {
+                pool.close().await;
+                schema.drop_schema().await;
+            }
+            Keep::Sqlite(file, pool) => {
+                pool.close().await;
+                drop(file);
+            }
+        }
+    }
+}
+
+fn line(store: &str, rows: u64, f: &Figures) -> String {
+    let ratio = f.claim_ratio.map_or("NA".to_owned(), |r| format!("{r:.2}"));
     format!(
         "scale store={store} rows={rows} claim_p50_ratio={ratio} purge_batch_ms={:.1} reconcile_ms={:.1} \
          purge_rows_per_s={:.0} fresh_p50_with_purge_ratio={:.2} bytes_per_row={:.0}",
@@ -549,24 +612,31 @@ fn line(store: &str, rows: u64, f: &Figures, base: Option<Duration>) -> String {
     )
 }
 
-async fn each_size<F, Fut>(store: &str, sizes: &[u64], mut run: F) -> Vec<String>
+/// Every size of one store, smallest first; the 100k-row table is kept until the end, for the
+/// claim figures of the larger ones.
+async fn each_size<F, Fut>(store: &str, sizes: &[u64], cfg: &Config, mut build: F) -> Vec<String>
 where
     F: FnMut(u64) -> Fut,
-    Fut: Future<Output = Option<Figures>>,
+    Fut: Future<Output = Option<Built>>,
 {
-    let mut base = None;
+    let mut base: Option<Built> = None;
     let mut lines = Vec::new();
     for &rows in sizes {
-        let Some(f) = run(rows).await else {
-            eprintln!("(no DATABASE_URL: no {store} lines)");
+        let Some(built) = build(rows).await else {
             break;
         };
-        if rows == 100_000 {
-            base = Some(f.claim_p50);
-        }
-        let l = line(store, rows, &f, base);
+        let f = measure(&built, cfg, base.as_ref()).await;
+        let l = line(store, rows, &f);
         println!("{l}");
         lines.push(l);
+        if rows == 100_000 {
+            base = Some(built);
+        } else {
+            built.close().await;
+        }
+    }
+    if let Some(b) = base {
+        b.close().await;
     }
     lines
 }
@@ -589,16 +659,17 @@ fn main() {
         let mut lines = Vec::new();
         if only != "sqlite" {
             if idempotency_tests::pg::database_url().is_some() {
-                lines.extend(each_size("postgres", &pg_sizes, |n| postgres_size(&cfg, n)).await);
+                lines.extend(
+                    each_size("postgres", &pg_sizes, &cfg, |n| build_postgres(&cfg, n)).await,
+                );
             } else {
                 eprintln!("(DATABASE_URL is not set: no postgres lines)");
             }
         }
         if only != "postgres" {
             lines.extend(
-                each_size("sqlite", &sqlite_sizes, |n| {
-                    let cfg = &cfg;
-                    async move { Some(sqlite_size(cfg, n).await) }
+                each_size("sqlite", &sqlite_sizes, &cfg, |n| async move {
+                    Some(build_sqlite(n).await)
                 })
                 .await,
             );
