@@ -37,7 +37,7 @@ pub(super) const UNSETTLED: &str = concat!(
 );
 
 impl Maintenance for PostgresStore {
-    /// One [`PURGE`] statement: its cost is its batch, not the table.
+    /// One statement (`PURGE`): its cost is its batch, not the table.
     fn purge(
         &self,
         now: Timestamp,
@@ -57,7 +57,7 @@ impl Maintenance for PostgresStore {
         })
     }
 
-    /// One [`UNSETTLED`] statement: it reads the running calls, not the table.
+    /// One statement (`UNSETTLED`): it reads the running calls, not the table.
     fn unsettled(
         &self,
         now: Timestamp,

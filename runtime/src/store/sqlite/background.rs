@@ -24,7 +24,7 @@ FROM idempotency_records WHERE state IN (0, 2) AND (state = 2 OR ends_at <= $1)
 ORDER BY claimed_at, ref < 0, ref LIMIT $2";
 
 impl Maintenance for SqliteStore {
-    /// One [`PURGE`] statement: its cost is its batch, not the file.
+    /// One statement (`PURGE`): its cost is its batch, not the file.
     fn purge(
         &self,
         _now: Timestamp,
@@ -42,7 +42,7 @@ impl Maintenance for SqliteStore {
         })
     }
 
-    /// One [`UNSETTLED`] statement: it reads the running calls, not the file.
+    /// One statement (`UNSETTLED`): it reads the running calls, not the file.
     fn unsettled(
         &self,
         now: Timestamp,
