@@ -1525,7 +1525,7 @@ mod sql {
 
     /// Every statement the store runs on its records, prepared on an analysed EMPTY table with
     /// generic plans forced from the first execution, still uses the primary key once the table
-    /// is full (purge and the reconciler's scan excepted: they have no index to use).
+    /// is full (purge and the reconciler's query: `postgres_background_work_reads_its_indexes`).
     #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
     #[tokio::test]
     async fn postgres_generic_plans_use_the_primary_key() {
@@ -1659,5 +1659,223 @@ mod sql {
         assert!(checked >= 8, "checked {checked} statements");
         pool.close().await;
         schema.drop_schema().await;
+    }
+
+    /// A steady-state table in miniature: `rows` completed records claimed over the last 48 h
+    /// with a 15-minute window, one in 500 expired (past the retention), 100 unsettled (in
+    /// flight with the lease ended, or unknown) and 20 in flight with a live lease. Times are
+    /// `T0`-relative, as `at()`; the same rows on both backends (`$1` rows, `$2` T0).
+    const STEADY_STATE: &str = "\
+        INSERT INTO idempotency_records (ref, token, claimed_at, ends_at, completed_at, generation, \
+            state, key_rest, tenant, subject, tool, fingerprint, response) \
+        SELECT i * 7919, 1, c, CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c + 900000 END, \
+            CASE WHEN st IN (0, 2) THEN NULL ELSE c END, 1, st, zeroblob24, 'acme', '', 'charge_card', \
+            zeroblob0, CASE WHEN st IN (0, 2) THEN NULL ELSE 'x' END \
+        FROM (SELECT i, \
+                CASE WHEN i % 500 = 0 THEN $2 - 260000000 + i \
+                     WHEN i % 997 = 1 AND i < 99700 THEN $2 - 600000 + i \
+                     WHEN i % 991 = 3 AND i < 19820 THEN $2 - 1000 + i \
+                     ELSE $2 - 172000000 + (i * 1000) % 171000000 END AS c, \
+                CASE WHEN i % 500 = 0 THEN 1 \
+                     WHEN i % 997 = 1 AND i < 99700 THEN (i % 2) * 2 \
+                     WHEN i % 991 = 3 AND i < 19820 THEN 0 \
+                     ELSE 1 END AS st \
+              FROM SERIES) s";
+
+    fn steady_state(series: &str, zeroblob24: &str, zeroblob0: &str) -> String {
+        STEADY_STATE
+            .replace("SERIES", series)
+            .replace("zeroblob24", zeroblob24)
+            .replace("zeroblob0", zeroblob0)
+    }
+
+    /// Purge and the reconciler's query read their partial indexes, never the whole table: with
+    /// the store's own sessions (generic plans forced from the first execution on an analysed
+    /// EMPTY table, as the per-call statements above), and with PostgreSQL's default settings
+    /// (`enable_seqscan` on, plans chosen with the values) on a full analysed table.
+    #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+    #[tokio::test]
+    async fn postgres_background_work_reads_its_indexes() {
+        let Some(schema) = TestSchema::create("bgplans").await else {
+            return;
+        };
+        let options = PostgresStore::tune(schema.options())
+            .options([("plan_cache_mode", "force_generic_plan")]);
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .expect("pool");
+        let store = PostgresStore::from_pool(pool.clone()).await.expect("store");
+        sqlx::raw_sql("ANALYZE idempotency_records")
+            .execute(&pool)
+            .await
+            .expect("analyze");
+        store.purge(at(0), at(0), 1_000).await.expect("purge");
+        store.unsettled(at(0), 100).await.expect("unsettled");
+
+        let fill = steady_state(
+            "generate_series(1, $1::BIGINT) i",
+            "'\\x000000000000000000000000000000000000000000000000'::BYTEA",
+            "''::BYTEA",
+        );
+        sqlx::query(sqlx::AssertSqlSafe(fill))
+            .bind(100_000i64)
+            .bind(T0)
+            .execute(&pool)
+            .await
+            .expect("fill");
+        sqlx::raw_sql("ANALYZE idempotency_records")
+            .execute(&pool)
+            .await
+            .expect("analyze");
+
+        let background = |sql: &str| {
+            if sql.starts_with("DELETE FROM idempotency_records") {
+                Some("idempotency_records_settled")
+            } else if sql.contains("ORDER BY claimed_at") {
+                Some("idempotency_records_open")
+            } else {
+                None
+            }
+        };
+        let statements = sqlx::query(
+            "SELECT name, statement, array_to_string(parameter_types::text[], ','), generic_plans \
+             FROM pg_prepared_statements WHERE statement LIKE '%idempotency_records%'",
+        )
+        .fetch_all(&pool)
+        .await
+        .expect("prepared statements");
+        let mut texts = Vec::new();
+        for row in statements {
+            let (name, sql, types, generic): (String, String, String, i64) =
+                (row.get(0), row.get(1), row.get(2), row.get(3));
+            let Some(index) = background(&sql) else {
+                continue;
+            };
+            assert!(generic >= 1, "ran with a generic plan: {sql}");
+            let args: Vec<&str> = types.split(',').map(literal).collect();
+            let explain = format!("EXPLAIN EXECUTE {name}({})", args.join(", "));
+            let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
+                .fetch_all(&pool)
+                .await
+                .expect("explain");
+            let plan = plan.join("\n");
+            assert!(
+                !plan.contains("Seq Scan on idempotency_records"),
+                "{sql}\n{plan}"
+            );
+            assert!(plan.contains(index), "{sql}\n{plan}");
+            texts.push((sql, index));
+        }
+        assert_eq!(texts.len(), 2, "purge and unsettled were prepared");
+
+        // PostgreSQL's defaults, the values known: the planner picks the indexes on its own.
+        let plain = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(schema.options())
+            .await
+            .expect("pool");
+        for (i, (sql, index)) in texts.iter().enumerate() {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("PREPARE bg{i} AS {sql}")))
+                .execute(&plain)
+                .await
+                .expect("prepare");
+            // $1 now, $2 limit, then the cutoff (purge) or the clock offset (unsettled); a NULL
+            // offset takes the engine's `now` as given.
+            let args = if index.ends_with("settled") {
+                format!("{T0}, 1000, {}, NULL", T0 - 48 * 60 * M)
+            } else {
+                format!("{T0}, 100, NULL")
+            };
+            let explain = format!("EXPLAIN ANALYZE EXECUTE bg{i}({args})");
+            let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
+                .fetch_all(&plain)
+                .await
+                .expect("explain");
+            let plan = plan.join("\n");
+            assert!(
+                !plan.contains("Seq Scan on idempotency_records"),
+                "{sql}\n{plan}"
+            );
+            assert!(plan.contains(index), "{sql}\n{plan}");
+        }
+        plain.close().await;
+        pool.close().await;
+        schema.drop_schema().await;
+    }
+
+    /// SQLite: purge and the reconciler's query search their partial indexes (`EXPLAIN QUERY
+    /// PLAN`), on an empty file and on a full analysed one.
+    #[tokio::test]
+    async fn sqlite_background_work_reads_its_indexes() {
+        let file = SqliteFile::new("bgplans");
+        let store = SqliteStore::open(&file.0).await.expect("open");
+        let pool = store.pool().clone();
+        let check = |label: &'static str| {
+            let pool = pool.clone();
+            async move {
+                let [purge, unsettled] = SqliteStore::background_statements();
+                for (sql, index, args) in [
+                    (
+                        purge,
+                        "idempotency_records_settled",
+                        (T0 - 48 * 60 * M, 1000i64),
+                    ),
+                    (unsettled, "idempotency_records_open", (T0, 100)),
+                ] {
+                    let explain = format!("EXPLAIN QUERY PLAN {sql}");
+                    let rows = sqlx::query(sqlx::AssertSqlSafe(explain))
+                        .bind(args.0)
+                        .bind(args.1)
+                        .fetch_all(&pool)
+                        .await
+                        .expect("explain");
+                    let plan: Vec<String> = rows.iter().map(|r| r.get::<String, _>(3)).collect();
+                    let plan = plan.join("\n");
+                    assert!(
+                        !plan
+                            .lines()
+                            .any(|l| l.starts_with("SCAN idempotency_records")
+                                && !l.contains("USING")),
+                        "{label}: {sql}\n{plan}"
+                    );
+                    assert!(plan.contains(index), "{label}: {sql}\n{plan}");
+                }
+            }
+        };
+        check("empty").await;
+        let fill = steady_state(
+            "(WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $1) SELECT i FROM n)",
+            "zeroblob(24)",
+            "X''",
+        );
+        sqlx::query(sqlx::AssertSqlSafe(fill))
+            .bind(100_000i64)
+            .bind(T0)
+            .execute(&pool)
+            .await
+            .expect("fill");
+        sqlx::raw_sql("ANALYZE")
+            .execute(&pool)
+            .await
+            .expect("analyze");
+        check("full").await;
+        assert_eq!(
+            store
+                .unsettled(at(0), 1_000)
+                .await
+                .expect("unsettled")
+                .len(),
+            100
+        );
+        assert_eq!(
+            store
+                .purge(at(0), at(-48 * 60 * M), 1_000)
+                .await
+                .expect("purge"),
+            200
+        );
+        pool.close().await;
     }
 }

@@ -55,7 +55,8 @@ async fn replicas_with_skewed_clocks_replay_on_the_servers_clock() {
     let call = |engine: Idempotency| {
         let (caller, charges) = (caller.clone(), charges.clone());
         async move {
-            let prepared = Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &4200u64).expect("key");
+            let prepared =
+                Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &4200u64).expect("key");
             let out: Outcome<u64, ChargeError> = engine
                 .execute(
                     &ToolSpec::new("charge_card", WINDOW),
@@ -95,7 +96,8 @@ async fn replicas_with_skewed_clocks_replay_on_the_servers_clock() {
     // The same two calls with a fresh key, the fast replica first.
     let charges_before = charges.load(Ordering::SeqCst);
     let caller2 = Caller::new("acme", "bob");
-    let prepared = || Prepared::call(&caller2, &idempotency_tests::CHARGE_CARD, &1u64).expect("key");
+    let prepared =
+        || Prepared::call(&caller2, &idempotency_tests::CHARGE_CARD, &1u64).expect("key");
     for engine in [fast, engine(ManualClock::new(real.saturating_sub(SKEW)))] {
         let charges = charges.clone();
         let _: Outcome<u64, ChargeError> = engine
@@ -347,7 +349,8 @@ async fn cluster_replica_worker() {
         );
         calls.spawn(async move {
             let spec = ToolSpec::new("charge_card", WINDOW);
-            let prepared = Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &args).expect("key");
+            let prepared =
+                Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &args).expect("key");
             engine
                 .execute(
                     &spec,
@@ -434,7 +437,8 @@ async fn failover_round(wait: bool, reshard: bool) -> Failover {
                 (engine.clone(), runs.clone(), calls.clone(), failed.clone());
             async move {
                 let caller = Caller::new("acme", "alice");
-                let prepared = Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &id).expect("key");
+                let prepared =
+                    Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &id).expect("key");
                 let out: Outcome<u64, ChargeError> = engine
                     .execute(
                         &ToolSpec::new("charge_card", WINDOW).with_timeout(Duration::from_secs(10)),
@@ -610,8 +614,15 @@ async fn scripts_come_back_after_a_flush_and_subjects_stay_apart() {
         .connect(&server.url())
         .await
         .expect("connect");
-    let key =
-        |n: u64| Key::for_call(&idempotency::key::Secret::demo(), &Caller::new("acme", "alice"), "charge_card", &n).expect("key");
+    let key = |n: u64| {
+        Key::for_call(
+            &idempotency::key::Secret::demo(),
+            &Caller::new("acme", "alice"),
+            "charge_card",
+            &n,
+        )
+        .expect("key")
+    };
     let now = SystemClock.now();
     let req = |key: Key, subject: Option<&'static str>| ClaimRequest {
         key,

@@ -61,7 +61,13 @@ impl Bench {
     fn key(&self) -> (Key, u64) {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         (
-            Key::for_call(&idempotency::key::Secret::demo(), &Caller::new("acme", "bench"), "charge_card", &n).expect("key"),
+            Key::for_call(
+                &idempotency::key::Secret::demo(),
+                &Caller::new("acme", "bench"),
+                "charge_card",
+                &n,
+            )
+            .expect("key"),
             n,
         )
     }
@@ -240,7 +246,12 @@ struct Order {
 }
 
 async fn call(engine: &Idempotency, caller: &Caller, id: u64) -> Outcome<String, Wrapper> {
-    let prepared = Prepared::call(caller, &idempotency_tests::CHARGE_CARD, &Order { id, amount: 4200 }).expect("key");
+    let prepared = Prepared::call(
+        caller,
+        &idempotency_tests::CHARGE_CARD,
+        &Order { id, amount: 4200 },
+    )
+    .expect("key");
     engine
         .execute(
             &ToolSpec::new("charge_card", WINDOW),

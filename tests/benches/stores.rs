@@ -513,7 +513,7 @@ async fn phase(
         "fresh call p50, 1 client",
         label,
         fresh,
-        target("store <= 1.10x raw"),
+        target("store <= 1.05x raw"),
     );
     let rate = throughput_pair(
         cfg.clients,
@@ -526,7 +526,7 @@ async fn phase(
         &format!("fresh calls/s, {} clients", cfg.clients),
         label,
         rate,
-        target("store >= 0.90x raw"),
+        target("store >= 0.95x raw"),
     );
     let (sk, rk) = (store.keys.clone(), raw.keys.clone());
     if let Some(cpu) = client_cpu_pair(
@@ -642,7 +642,29 @@ async fn postgres(cfg: &Config) -> Option<Table> {
         format!("{:.0}", s.total),
         format!("{:.0}", r.total),
         Some(s.total / r.total),
-        "store <= 250",
+        "store <= 260",
+    );
+    t.row(
+        "  of which table / index",
+        "full",
+        format!("{:.0} / {:.0}", s.heap, s.index),
+        format!("{:.0} / {:.0}", r.heap, r.index),
+        None,
+        "",
+    );
+    // Vacuum reclaims what the fill's updates left behind (old versions' index entries): the
+    // size the tables keep in service, where autovacuum runs.
+    for table in ["VACUUM idempotency_records", "VACUUM raw_records"] {
+        sqlx::raw_sql(table).execute(&pool).await.expect("vacuum");
+    }
+    let (s, r) = (size("idempotency_records").await, size("raw_records").await);
+    t.row(
+        "  after VACUUM",
+        "full",
+        format!("{:.0}", s.total),
+        format!("{:.0}", r.total),
+        Some(s.total / r.total),
+        "store <= 260",
     );
     t.row(
         "  of which table / index",

@@ -17,9 +17,9 @@
 --   a definitive error (the answer's `ok` folded into the state).
 -- * `fingerprint` is empty, not NULL, for call keys.
 --
--- No secondary index: claims, completions, fenced updates and status lookups use the primary
--- key; purge and the reconciler's scan read the table and stop at their batch limit, in the
--- background.
+-- Claims, completions, fenced updates and status lookups use the primary key. The background
+-- work uses two partial indexes (the same as PostgreSQL's, which says why), so a purge batch reads
+-- its batch and a reconciler round the running calls, whatever the file's size.
 CREATE TABLE idempotency_records (
     ref          INTEGER NOT NULL PRIMARY KEY,
     token        INTEGER NOT NULL,
@@ -36,6 +36,13 @@ CREATE TABLE idempotency_records (
     fingerprint  BLOB    NOT NULL,
     response     TEXT
 );
+
+-- Completed and released records by the end of their window (purge, oldest first), and
+-- in-flight and unknown ones by claim time (the reconciler). A query uses a partial index only
+-- when its WHERE repeats the index's condition, term for term: keep them in step with
+-- src/store/sqlite/background.rs.
+CREATE INDEX idempotency_records_settled ON idempotency_records (ends_at) WHERE state IN (1, 3, 4);
+CREATE INDEX idempotency_records_open ON idempotency_records (claimed_at) WHERE state IN (0, 2);
 
 -- Follow-on messages written with a completion. AUTOINCREMENT: ids are never reused, so a late
 -- acknowledgement cannot delete another message.

@@ -61,14 +61,21 @@
 //! key's record holds. Completions, releases and the other fenced updates are one statement;
 //! one that changes nothing reads the row again to say why.
 //!
-//! ## Background scans
+//! ## Background work
 //!
-//! The SQL tables have no index but the key (a second index would cost bytes on every row and
-//! keep completions from being HOT updates on PostgreSQL). [`Maintenance::purge`] reads the table until
-//! it has found its batch; [`Maintenance::unsettled`] reads all of it (the unsettled records are
-//! few, their sort is cheap, the rest of the table is the cost). Both are meant for background
-//! tasks that run every few minutes: the [`Purger`](crate::tasks::Purger) and the
-//! [`Reconciler`](crate::tasks::Reconciler), never per request.
+//! Purge and the reconciler cost their batch, not the table: the SQL stores keep two partial
+//! indexes beside the primary key, each holding only what one of them looks for.
+//! [`Maintenance::purge`] reads completed and released records in window-end order
+//! (`idempotency_records_settled`, on `ends_at` where the state is completed or released) and
+//! stops after `limit`; [`Maintenance::unsettled`] reads in-flight and unknown records in claim
+//! order (`idempotency_records_open`, on `claimed_at` where the state is in flight or unknown),
+//! which are only the calls running now. So a purge batch costs the same at 1M or 170M records
+//! however rare expired ones are, and a reconciler round costs what is running. The price, on
+//! PostgreSQL: a completion changes the state and `ends_at` those indexes read, so it is not a
+//! HOT update (see `migrations/postgres/0001_records.sql` for the alternatives weighed; the
+//! README's "How it scales" for the measurements). Both are still meant for background tasks,
+//! the [`Purger`](crate::tasks::Purger) and the [`Reconciler`](crate::tasks::Reconciler), never
+//! per request.
 //!
 //! ## Method contracts
 //!

@@ -7,9 +7,24 @@ use crate::store::{
     BoxFuture, Maintenance, OutboxEntry, OutboxStore, Receipt, StoreError, Unsettled,
 };
 
+/// A purge batch: the oldest `$2` completed or released records whose window ended before `$1`,
+/// read from `idempotency_records_settled` (its condition repeated term for term, or SQLite
+/// would not use the partial index), so it stops after its batch. Writers are serialised, so
+/// nothing changes the rows between the read and the delete.
+pub(super) const PURGE: &str = "\
+DELETE FROM idempotency_records WHERE ref IN
+    (SELECT ref FROM idempotency_records WHERE state IN (1, 3, 4) AND ends_at < $1 ORDER BY ends_at LIMIT $2)";
+
+/// The claims to reconcile at `$1`, at most `$2`, from `idempotency_records_open` (in-flight and
+/// unknown records only, by claim time). Ties in the keys' byte order, as the memory store:
+/// `ref` compared unsigned.
+pub(super) const UNSETTLED: &str = "\
+SELECT ref, key_rest, generation, tenant, subject, tool, state, token, claimed_at
+FROM idempotency_records WHERE state IN (0, 2) AND (state = 2 OR ends_at <= $1)
+ORDER BY claimed_at, ref < 0, ref LIMIT $2";
+
 impl Maintenance for SqliteStore {
-    /// A scan that stops after `limit` matches (writers are serialised, so nothing changes the
-    /// rows between the scan and the delete).
+    /// One statement (`PURGE`): its cost is its batch, not the file.
     fn purge(
         &self,
         _now: Timestamp,
@@ -17,37 +32,29 @@ impl Maintenance for SqliteStore {
         limit: u32,
     ) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(async move {
-            let done = sqlx::query(
-                "DELETE FROM idempotency_records WHERE ref IN \
-                 (SELECT ref FROM idempotency_records WHERE state IN (1, 3, 4) AND ends_at < $1 LIMIT $2) \
-                 AND state IN (1, 3, 4) AND ends_at < $1",
-            )
-            .bind(older_than.as_millis())
-            .bind(i64::from(limit))
-            .execute(&self.pool)
-            .await
-            .map_err(db_error)?;
+            let done = sqlx::query(PURGE)
+                .bind(older_than.as_millis())
+                .bind(i64::from(limit))
+                .execute(&self.pool)
+                .await
+                .map_err(db_error)?;
             Ok(done.rows_affected())
         })
     }
 
+    /// One statement (`UNSETTLED`): it reads the running calls, not the file.
     fn unsettled(
         &self,
         now: Timestamp,
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
         Box::pin(async move {
-            // Ties in the keys' byte order, as the memory store: `ref` compared unsigned.
-            let rows: Vec<sql::UnsettledRow> = sqlx::query_as(
-                "SELECT ref, key_rest, generation, tenant, subject, tool, state, token, claimed_at \
-                 FROM idempotency_records WHERE state = 2 OR (state = 0 AND ends_at <= $1) \
-                 ORDER BY claimed_at, ref < 0, ref LIMIT $2",
-            )
-            .bind(now.as_millis())
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_error)?;
+            let rows: Vec<sql::UnsettledRow> = sqlx::query_as(UNSETTLED)
+                .bind(now.as_millis())
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_error)?;
             rows.into_iter().map(sql::unsettled).collect()
         })
     }

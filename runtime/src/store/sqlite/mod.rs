@@ -5,7 +5,8 @@
 //! primary key is the reference (the key's first 8 bytes as a 64-bit integer, here the rowid
 //! itself) with the key's other 24 bytes beside it, so a claim whose reference is held by a
 //! different key is refused with [`StoreError::ReferenceTaken`] and a status lookup is a
-//! primary-key probe. No secondary index.
+//! primary-key probe. Two partial indexes serve the background work (purge and the reconciler),
+//! as on PostgreSQL.
 
 use std::path::Path;
 use std::time::Duration;
@@ -186,6 +187,14 @@ impl SqliteStore {
     /// The connection pool.
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+
+    /// For the plan tests: the background statements as this store runs them, purge then
+    /// unsettled (`EXPLAIN QUERY PLAN` shows which index each uses).
+    #[cfg(feature = "test-util")]
+    #[doc(hidden)]
+    pub fn background_statements() -> [&'static str; 2] {
+        [background::PURGE, background::UNSETTLED]
     }
 
     /// Applies the migrations this build embeds that the file lacks, in one `BEGIN IMMEDIATE`
