@@ -164,11 +164,6 @@ impl ClaimGuard {
             armed: true,
         }
     }
-
-    /// Gives the claim back in the background now (it was made, and nothing will run under it).
-    pub(super) fn release_now(self) {
-        drop(self);
-    }
 }
 
 impl Drop for ClaimGuard {
@@ -187,7 +182,7 @@ impl Drop for ClaimGuard {
             for attempt in 0..RELEASE_TRIES {
                 match store.release(key, token, clock.now()).await {
                     Ok(()) => {
-                        tracing::info!(tool, reference = %key.reference(1), "idempotency released a claim whose answer was lost; nothing had run");
+                        tracing::info!(tool, reference = %key.reference(1), "idempotency released a claim nothing ran under (its answer was lost, or the call was answered another way)");
                         return;
                     }
                     // Never made, or not ours: nothing to give back.
@@ -197,7 +192,7 @@ impl Drop for ClaimGuard {
                         | StoreError::NotFound,
                     ) => return,
                     Err(e) => {
-                        tracing::warn!(tool, error = %e, attempt, "idempotency could not release a claim whose answer was lost; retrying");
+                        tracing::warn!(tool, error = %e, attempt, "idempotency could not release a claim nothing ran under; retrying");
                         tokio::time::sleep(RELEASE_PAUSE * 2u32.pow(attempt)).await;
                     }
                 }

@@ -332,20 +332,27 @@ impl Idempotency {
         };
         let claim = match claim {
             Claim::New { reference, token } if !self.previous.is_empty() => {
+                // Held by a guard while the previous secrets' keys are probed: if this future is
+                // dropped, or the probe answers for the call, the claim (nothing ran under it)
+                // is given back in the background.
+                let mut held = ClaimGuard::new(self, key, token, tool);
                 match self.recognise(spec, caller, &prepared, now, by).await {
-                    Ok(None) => Claim::New { reference, token },
+                    Ok(None) => {
+                        held.armed = false;
+                        Claim::New { reference, token }
+                    }
+                    // Answered from the record under a previous secret: give this claim back
+                    // now (the guard retries in the background if that fails).
                     Ok(Some(earlier)) => {
-                        // Answered from the record under a previous secret: give this claim back.
-                        let release = self.store.release(key, token, now);
-                        if let Err(e) = bounded(by, release).await {
-                            tracing::warn!(tool, %reference, error = %e, "idempotency: could not release a claim answered from a previous secret's record; it will be reconciled");
+                        match bounded(by, self.store.release(key, token, now)).await {
+                            Ok(()) => held.armed = false,
+                            Err(e) => {
+                                tracing::warn!(tool, %reference, error = %e, "idempotency: could not release a claim answered from a previous secret's record; retrying in the background");
+                            }
                         }
                         earlier
                     }
-                    Err(out) => {
-                        ClaimGuard::new(self, key, token, tool).release_now();
-                        return out;
-                    }
+                    Err(out) => return out,
                 }
             }
             claim => claim,
@@ -499,15 +506,18 @@ impl Idempotency {
         for secret in self.previous.iter() {
             match self.claim(spec, caller, prepared, secret, now, by).await? {
                 Claim::New { token, reference } => {
+                    // Given back at once; the guard does it in the background if this future is
+                    // dropped meanwhile or the release fails.
                     let key = prepared.key.key(secret);
+                    let mut probe = ClaimGuard::new(self, key, token, spec.name);
                     if let Err(source) = bounded(by, self.store.release(key, token, now)).await {
                         tracing::warn!(tool = spec.name, %reference, error = %source, "idempotency: could not give back a probe claim under a previous secret");
-                        ClaimGuard::new(self, key, token, spec.name).release_now();
                         return Err(refused(Error::Store {
                             tool: spec.name.into(),
                             source,
                         }));
                     }
+                    probe.armed = false;
                 }
                 earlier => return Ok(Some(earlier)),
             }
