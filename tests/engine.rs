@@ -503,13 +503,16 @@ async fn a_dropped_call_tells_the_truth() {
     assert_eq!(w.processor.count(), 1);
 }
 
+/// The record's state once the dropped call's background settlement (a task on this test's
+/// single-threaded runtime, against the in-memory store) has run: yielding lets it run; no
+/// wall-clock wait.
 async fn settle_state(w: &World, r: idempotency::Reference) -> RecordState {
     for _ in 0..100 {
         let st = w.engine.status(&w.caller, r).await.unwrap().unwrap().state;
         if st != RecordState::InFlight {
             return st;
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::task::yield_now().await;
     }
     RecordState::InFlight
 }
