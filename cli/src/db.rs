@@ -1,0 +1,243 @@
+//! The store behind the CLI: the library's own store for everything it can answer, and read-only
+//! queries on its table for what an operator asks across tenants (one record, counts, size).
+//! The state codes are the ones the migrations document (0 in flight, 1 completed, 2 unknown,
+//! 3 released, 4 completed with an error answer).
+
+use idempotency::clock::Timestamp;
+use idempotency::store::{PostgresStore, SqliteStore, Store};
+use idempotency::Reference;
+use serde_json::{json, Value};
+use sqlx::Row;
+
+use crate::BoxError;
+
+pub enum Db {
+    Sqlite(SqliteStore),
+    Postgres(PostgresStore),
+}
+
+const RECORD: &str = "SELECT tenant, subject, tool, CAST(generation AS BIGINT), CAST(state AS BIGINT), \
+                      claimed_at, ends_at, completed_at, response FROM idempotency_records WHERE ref = $1";
+const BY_STATE: &str = "SELECT CAST(state AS BIGINT), tool, COUNT(*) FROM idempotency_records \
+                        GROUP BY state, tool ORDER BY tool, state";
+const OLDEST_IN_FLIGHT: &str = "SELECT MIN(claimed_at) FROM idempotency_records WHERE state = 0";
+const PURGEABLE: &str =
+    "SELECT COUNT(*) FROM idempotency_records WHERE state IN (1, 3, 4) AND ends_at < $1";
+
+fn state_name(code: i64) -> &'static str {
+    match code {
+        0 => "in_flight",
+        1 | 4 => "completed",
+        2 => "unknown",
+        3 => "released",
+        _ => "unreadable",
+    }
+}
+
+fn time(ms: i64) -> String {
+    Timestamp::from_millis(ms).to_string()
+}
+
+impl Db {
+    /// Opens (and migrates) the store at `url`.
+    pub async fn open(url: &str) -> Result<Db, BoxError> {
+        if let Some(path) = url.strip_prefix("sqlite:") {
+            let store = SqliteStore::open(path)
+                .await
+                .map_err(|e| format!("cannot open the SQLite store {path}: {e}"))?;
+            Ok(Db::Sqlite(store))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let store = PostgresStore::connect(url)
+                .await
+                .map_err(|e| format!("cannot open the PostgreSQL store: {e}"))?;
+            Ok(Db::Postgres(store))
+        } else {
+            Err(
+                format!("`{url}` is not a store this tool opens: use sqlite:PATH or postgres://…")
+                    .into(),
+            )
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Db::Sqlite(_) => "SQLite",
+            Db::Postgres(_) => "PostgreSQL",
+        }
+    }
+
+    pub fn store(&self) -> &dyn Store {
+        match self {
+            Db::Sqlite(s) => s,
+            Db::Postgres(s) => s,
+        }
+    }
+
+    /// The record `reference` names (any tenant, or only `tenant`'s), as JSON.
+    pub async fn inspect(
+        &self,
+        reference: Reference,
+        tenant: Option<&str>,
+    ) -> Result<Option<Value>, BoxError> {
+        let key = i64::from_be_bytes(*reference.prefix());
+        let row = match self {
+            Db::Sqlite(s) => sqlx::query(RECORD)
+                .bind(key)
+                .fetch_optional(s.pool())
+                .await?
+                .map(|r| record(&r))
+                .transpose()?,
+            Db::Postgres(s) => sqlx::query(RECORD)
+                .bind(key)
+                .fetch_optional(s.pool())
+                .await?
+                .map(|r| record(&r))
+                .transpose()?,
+        };
+        let Some(mut row) = row else { return Ok(None) };
+        if tenant.is_some_and(|t| row["tenant"] != t) {
+            return Ok(None);
+        }
+        let generation = row["generation"].as_u64().unwrap_or(0);
+        if generation < u64::from(reference.generation()) {
+            return Ok(None);
+        }
+        row["reference"] = json!(format!("{}-{generation}", &reference.to_string()[..16]));
+        if generation > u64::from(reference.generation()) {
+            row["superseded"] = json!(reference.to_string());
+        }
+        Ok(Some(row))
+    }
+
+    /// Records by state and tool, the oldest claim in flight, the table's size.
+    pub async fn stats(&self) -> Result<Value, BoxError> {
+        let (groups, oldest, bytes): (Vec<(i64, String, i64)>, Option<i64>, i64) = match self {
+            Db::Sqlite(s) => (
+                sqlx::query_as(BY_STATE).fetch_all(s.pool()).await?,
+                sqlx::query_scalar(OLDEST_IN_FLIGHT)
+                    .fetch_one(s.pool())
+                    .await?,
+                sqlx::query_scalar(
+                    "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
+                )
+                .fetch_one(s.pool())
+                .await?,
+            ),
+            Db::Postgres(s) => (
+                sqlx::query_as(BY_STATE).fetch_all(s.pool()).await?,
+                sqlx::query_scalar(OLDEST_IN_FLIGHT)
+                    .fetch_one(s.pool())
+                    .await?,
+                sqlx::query_scalar("SELECT pg_total_relation_size('idempotency_records')::BIGINT")
+                    .fetch_one(s.pool())
+                    .await?,
+            ),
+        };
+        let by_state: Vec<Value> = groups
+            .iter()
+            .map(
+                |(state, tool, n)| json!({"tool": tool, "state": state_name(*state), "records": n}),
+            )
+            .collect();
+        Ok(json!({
+            "records": groups.iter().map(|g| g.2).sum::<i64>(),
+            "by_tool_and_state": by_state,
+            "oldest_in_flight": oldest.map(time),
+            "bytes": bytes,
+        }))
+    }
+
+    /// How many records a purge at `older_than` would delete (by this machine's clock).
+    pub async fn purgeable(&self, older_than: Timestamp) -> Result<u64, BoxError> {
+        let n: i64 = match self {
+            Db::Sqlite(s) => {
+                sqlx::query_scalar(PURGEABLE)
+                    .bind(older_than.as_millis())
+                    .fetch_one(s.pool())
+                    .await?
+            }
+            Db::Postgres(s) => {
+                sqlx::query_scalar(PURGEABLE)
+                    .bind(older_than.as_millis())
+                    .fetch_one(s.pool())
+                    .await?
+            }
+        };
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+}
+
+fn record<R: Row>(r: &R) -> Result<Value, sqlx::Error>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    usize: sqlx::ColumnIndex<R>,
+    String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<i64>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let subject: String = r.try_get(1)?;
+    let state: i64 = r.try_get(4)?;
+    let completed_at: Option<i64> = r.try_get(7)?;
+    let response: Option<String> = r.try_get(8)?;
+    Ok(json!({
+        "tenant": r.try_get::<String, _>(0)?,
+        "subject": (!subject.is_empty()).then_some(subject),
+        "tool": r.try_get::<String, _>(2)?,
+        "generation": r.try_get::<i64, _>(3)?,
+        "state": state_name(state),
+        "error_answer": state == 4,
+        "claimed_at": time(r.try_get(5)?),
+        "ends_at": time(r.try_get(6)?),
+        "completed_at": completed_at.map(time),
+        "answer": response,
+    }))
+}
+
+/// A record for a person.
+pub fn describe(record: &Value) -> String {
+    let field = |k: &str| match &record[k] {
+        Value::Null => "-".to_owned(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut out = format!(
+        "ref        {}\nstate      {}\ntenant     {}\nsubject    {}\ntool       {}\nclaimed    {}\nends       {}\ncompleted  {}\nanswer     {}",
+        field("reference"),
+        field("state"),
+        field("tenant"),
+        field("subject"),
+        field("tool"),
+        field("claimed_at"),
+        field("ends_at"),
+        field("completed_at"),
+        field("answer"),
+    );
+    if let Some(old) = record["superseded"].as_str() {
+        out.push_str(&format!(
+            "\n(asked for {old}: that operation completed and the key moved on)"
+        ));
+    }
+    out
+}
+
+/// Stats for a person.
+pub fn describe_stats(stats: &Value) -> String {
+    let mut out = format!("records    {}\n", stats["records"]);
+    if let Some(groups) = stats["by_tool_and_state"].as_array() {
+        for g in groups {
+            out.push_str(&format!(
+                "  {:<24} {:<10} {}\n",
+                g["tool"].as_str().unwrap_or(""),
+                g["state"].as_str().unwrap_or(""),
+                g["records"]
+            ));
+        }
+    }
+    out.push_str(&format!(
+        "oldest in flight  {}\nsize       {} bytes",
+        stats["oldest_in_flight"].as_str().unwrap_or("-"),
+        stats["bytes"]
+    ));
+    out
+}

@@ -1,0 +1,275 @@
+//! `idempotency-admin`: what an operator needs without SQL — look a record up, list the claims
+//! waiting for reconciliation, settle one by hand (fenced like the reconciler), purge, count, and
+//! migrate. Against `sqlite:PATH` or `postgres://…`; `--json` for scripts.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use idempotency::clock::{Clock, SystemClock};
+use idempotency::store::{Settlement, StoredResponse};
+use idempotency::Reference;
+use serde_json::{json, Value};
+
+mod db;
+
+use db::Db;
+
+/// Look inside an idempotency store, settle, purge and migrate it.
+#[derive(Parser)]
+#[command(name = "idempotency-admin", version)]
+struct Args {
+    /// The store: `sqlite:PATH` or a PostgreSQL URL (`postgres://…`).
+    #[arg(long, env = "IDEMPOTENCY_STORE")]
+    store: String,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// One record by its reference (any tenant unless --tenant).
+    Inspect {
+        /// The reference, e.g. 3f9a0c1b2d4e5f60-1.
+        reference: String,
+        /// Only if it belongs to this tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Claims waiting for reconciliation: in flight past their lease, or outcome unknown.
+    Unsettled {
+        /// Only claims made at least this long ago (e.g. 10m, 2h).
+        #[arg(long, value_parser = duration)]
+        older_than: Option<Duration>,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Settles an unsettled claim, fenced like the reconciler (a worker that reports late is
+    /// refused).
+    Settle {
+        /// The claim's reference.
+        reference: String,
+        /// It did happen: the answer a repeat gets, as JSON in this file.
+        #[arg(long, group = "how")]
+        completed: Option<std::path::PathBuf>,
+        /// It did not happen: a repeat may run it.
+        #[arg(long, group = "how")]
+        released: bool,
+        /// Still cannot tell.
+        #[arg(long, group = "how")]
+        unknown: bool,
+        /// How long a completed answer is replayed.
+        #[arg(long, value_parser = duration, default_value = "15m")]
+        window: Duration,
+    },
+    /// Deletes completed and released records past their window plus the retention.
+    Purge {
+        /// How long records are kept after their window.
+        #[arg(long, value_parser = duration, default_value = "48h")]
+        retention: Duration,
+        /// Count what would go, delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Records by state and tool, the oldest claim in flight, the table's size.
+    Stats,
+    /// Applies the library's migrations (opening the store does; this says so).
+    Migrate,
+}
+
+/// `90s`, `15m`, `2h`, `1d`, `500ms`.
+fn duration(s: &str) -> Result<Duration, String> {
+    let split = s
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("`{s}` has no unit: use ms, s, m, h or d"))?;
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().map_err(|_| format!("`{s}` is not a duration"))?;
+    let ms = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("`{s}`: the unit must be ms, s, m, h or d")),
+    };
+    n.checked_mul(ms)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("`{s}` is too long"))
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args).await {
+        Ok(out) => {
+            if args.json {
+                println!("{}", out.json);
+            } else {
+                println!("{}", out.text.trim_end());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let mut message = e.to_string();
+            let mut source = e.source();
+            while let Some(cause) = source {
+                message.push_str(": ");
+                message.push_str(&cause.to_string());
+                source = cause.source();
+            }
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A command's answer, for people and for scripts.
+struct Output {
+    text: String,
+    json: Value,
+}
+
+fn parse_reference(s: &str) -> Result<Reference, BoxError> {
+    Ok(s.parse::<Reference>()?)
+}
+
+async fn run(args: &Args) -> Result<Output, BoxError> {
+    let db = Db::open(&args.store).await?;
+    let now = SystemClock.now();
+    Ok(match &args.command {
+        Command::Migrate => Output {
+            text: format!("{}: migrations applied, the schema is current", db.name()),
+            json: json!({"migrated": true, "store": db.name()}),
+        },
+        Command::Inspect { reference, tenant } => {
+            let reference = parse_reference(reference)?;
+            match db.inspect(reference, tenant.as_deref()).await? {
+                Some(record) => Output {
+                    text: db::describe(&record),
+                    json: record,
+                },
+                None => Output {
+                    text: format!("{reference}: not found"),
+                    json: json!({"reference": reference.to_string(), "found": false}),
+                },
+            }
+        }
+        Command::Unsettled { older_than, limit } => {
+            let cutoff = older_than.map(|d| now - d);
+            let claims = db.store().unsettled(now, *limit).await?;
+            let rows: Vec<Value> = claims
+                .iter()
+                .filter(|c| cutoff.is_none_or(|t| c.claimed_at <= t))
+                .map(|c| {
+                    json!({
+                        "reference": c.reference.to_string(),
+                        "tenant": c.tenant,
+                        "subject": c.subject,
+                        "tool": c.tool,
+                        "state": c.state.as_str(),
+                        "claimed_at": c.claimed_at.to_string(),
+                    })
+                })
+                .collect();
+            let text = if rows.is_empty() {
+                "no unsettled claims".to_owned()
+            } else {
+                rows.iter()
+                    .map(|r| {
+                        format!(
+                            "{}  {}  {}  {}  claimed {}",
+                            r["reference"].as_str().unwrap_or(""),
+                            r["state"].as_str().unwrap_or(""),
+                            r["tenant"].as_str().unwrap_or(""),
+                            r["tool"].as_str().unwrap_or(""),
+                            r["claimed_at"].as_str().unwrap_or("")
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            Output {
+                text,
+                json: Value::Array(rows),
+            }
+        }
+        Command::Settle {
+            reference,
+            completed,
+            released,
+            unknown,
+            window,
+        } => {
+            let reference = parse_reference(reference)?;
+            let settlement = match (completed, released, unknown) {
+                (Some(file), false, false) => {
+                    let body = std::fs::read_to_string(file)
+                        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+                    serde_json::from_str::<Value>(&body)
+                        .map_err(|e| format!("{} is not JSON: {e}", file.display()))?;
+                    Settlement::Completed(StoredResponse { ok: true, body })
+                }
+                (None, true, false) => Settlement::Released,
+                (None, false, true) => Settlement::Unknown,
+                _ => {
+                    return Err(
+                        "say how it settled: --completed FILE, --released or --unknown".into(),
+                    )
+                }
+            };
+            // The claim and the token to present, as the reconciler would see them.
+            let claims = db.store().unsettled(now, u32::MAX).await?;
+            let claim = claims
+                .iter()
+                .find(|c| c.reference == reference)
+                .ok_or_else(|| {
+                    format!("{reference} is not an unsettled claim (in flight past its lease, or unknown): nothing settled")
+                })?;
+            db.store()
+                .settle(claim.key, claim.token, &settlement, now, now + *window)
+                .await?;
+            let how = match settlement {
+                Settlement::Completed(_) => "completed",
+                Settlement::Released => "released",
+                Settlement::Unknown => "unknown",
+            };
+            Output {
+                text: format!("{reference}: settled as {how}"),
+                json: json!({"reference": reference.to_string(), "settled": how}),
+            }
+        }
+        Command::Purge { retention, dry_run } => {
+            let older_than = now - *retention;
+            let n = if *dry_run {
+                db.purgeable(older_than).await?
+            } else {
+                let mut total = 0;
+                loop {
+                    let n = db.store().purge(now, older_than, 1_000).await?;
+                    total += n;
+                    if n < 1_000 {
+                        break total;
+                    }
+                }
+            };
+            let verb = if *dry_run { "would purge" } else { "purged" };
+            Output {
+                text: format!("{verb} {n} records"),
+                json: json!({"dry_run": dry_run, "records": n}),
+            }
+        }
+        Command::Stats => {
+            let stats = db.stats().await?;
+            Output {
+                text: db::describe_stats(&stats),
+                json: stats,
+            }
+        }
+    })
+}
