@@ -7,7 +7,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::quote;
 use syn::{Ident, ReturnType};
 
-use crate::ast::{is_attr, is_boxed_future, ItemFn};
+use crate::ast::{is_attr, is_boxed_future, tool_args, ItemFn};
 
 /// The stand-in for an rmcp tool, or `None` when the item is not one (plain functions are
 /// emitted unchanged).
@@ -52,6 +52,15 @@ pub fn rmcp_stub(item: &ItemFn, krate: &syn::Path) -> Option<TokenStream> {
     } else {
         return None;
     };
+    // Without `local` (refused): rmcp then routes the stand-in like any tool, so no error of its
+    // own joins ours.
+    for attr in stub.attrs.iter_mut().filter(|a| is_attr(a, "tool")) {
+        if let Ok(metas) = tool_args(attr) {
+            let kept = metas.iter().filter(|m| !m.path().is_ident("local"));
+            let path = attr.path().clone();
+            *attr = syn::parse_quote!(#[#path(#(#kept),*)]);
+        }
+    }
     stub.sig.output = syn::parse_quote!(-> #tool_result);
     stub.body = proc_macro2::Group::new(proc_macro2::Delimiter::Brace, body);
     Some(quote!(#stub))

@@ -46,6 +46,22 @@ pub fn check_tool(cx: &mut Ctxt, attr: &Attribute) {
             return cx.push(e);
         }
     }
+    // `local` tools have non-`Send` futures; the engine's claim, renewals and background
+    // settlement run on the multi-threaded runtime and need `Send`.
+    let local = metas.iter().find(|m| match m {
+        Meta::Path(p) => p.is_ident("local"),
+        Meta::NameValue(nv) => {
+            nv.path.is_ident("local")
+                && !matches!(&nv.value, syn::Expr::Lit(l) if matches!(&l.lit, syn::Lit::Bool(b) if !b.value))
+        }
+        Meta::List(_) => false,
+    });
+    if let Some(m) = local {
+        cx.spanned(
+            m,
+            "#[idempotent] does not support rmcp's `local` tools: the wrapped call must be a `Send` future (its claim, lease renewals and settlement run on Tokio's multi-threaded runtime); make the handler's future `Send` (hold no `Rc`/`RefCell`/non-`Send` guard across an `.await`) and drop `local`",
+        );
+    }
     match find_hint(&metas) {
         Some((Some(true), _)) | None => {}
         Some((Some(false), span)) => cx.error(

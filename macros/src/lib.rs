@@ -75,6 +75,9 @@ use proc_macro::TokenStream;
 ///
 /// # rmcp tools (feature `rmcp`)
 ///
+/// The wrapped future must be `Send`: rmcp's `#[tool(local)]` is refused with a compile error at
+/// `local`.
+///
 /// Place it **above** `#[tool(...)]` on a `&self` method of a `#[tool_router]` impl whose type
 /// implements `idempotency::IdempotencyContext<RequestContext<RoleServer>>` (the engine, and the
 /// caller read from rmcp's request). It merges `idempotent_hint = true` into the

@@ -1,4 +1,5 @@
-//! rmcp tools: arguments come as `Parameters<T>`, the context is always `self`.
+//! rmcp tools: arguments come as `Parameters<T>`, the context is always `self`, and the future
+//! must be `Send` (rmcp's `local` tools are refused).
 #![allow(dead_code)]
 use idempotency::mcp::Identity;
 use idempotency::{idempotent, Caller, Error, Idempotency, IdempotencyContext};
@@ -38,6 +39,12 @@ impl Payments {
     #[tool(description = "Status")]
     async fn status(&self) -> Result<u64, String> {
         Ok(1)
+    }
+
+    #[idempotent(on_error = "retryable")]
+    #[tool(description = "Refund", local)]
+    async fn refund(&self, Parameters(args): Parameters<ChargeArgs>) -> Result<u64, String> {
+        Ok(args.amount)
     }
 }
 
