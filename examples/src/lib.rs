@@ -61,13 +61,16 @@ pub async fn engine_from_env(
     Ok((engine, format!("SQLite file {path}")))
 }
 
-/// `e` and its causes, `: `-separated.
+/// `e` and its causes, `: `-separated (a cause whose text is already there is not repeated).
 fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
         source = cause.source();
     }
     out
@@ -283,17 +286,7 @@ pub fn exit(result: Result<(), BoxError>) -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            let mut message = e.to_string();
-            let mut source = e.source();
-            while let Some(cause) = source {
-                let text = cause.to_string();
-                if !message.contains(&text) {
-                    message.push_str(": ");
-                    message.push_str(&text);
-                }
-                source = cause.source();
-            }
-            eprintln!("error: {message}");
+            eprintln!("error: {}", chain(&*e));
             std::process::ExitCode::FAILURE
         }
     }
