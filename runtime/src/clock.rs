@@ -135,6 +135,7 @@ impl Clock for SystemClock {
 /// assert_eq!(clock.now().as_millis(), 60_000);
 /// ```
 #[cfg(feature = "test-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 #[derive(Clone, Debug)]
 pub struct ManualClock(Arc<AtomicI64>);
 

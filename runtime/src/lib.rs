@@ -77,6 +77,7 @@ mod engine;
 pub mod error;
 pub mod key;
 #[cfg(feature = "rmcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rmcp")))]
 pub mod mcp;
 pub mod metrics;
 pub mod outbox;

@@ -127,10 +127,13 @@ pub use crate::record::{RecordState, RecordStatus, StoredResponse};
 pub use error::{BoxError, StoreError};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::PostgresStore;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::{RedisConnection, RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::SqliteStore;
 
 /// A boxed, `Send` future: what the store methods return, so the traits stay object-safe
