@@ -2,14 +2,15 @@
 # The PostgreSQL table designs weighed for background work at size (README "How it scales",
 # BENCHMARKS.md), side by side with pgbench in one run: each design's fresh call (the claim
 # statement, then the completion, two transactions, as the store runs them) against the raw two
-# statements, rounds alternating between designs so all see the same machine.
+# statements, all of them mixed in one pgbench run so that all see the same machine.
 #
 #   DATABASE_URL=postgres://root@127.0.0.1:5432/test bash tests/benches/pg_designs.sh
 #
-# ROUNDS (4), SECS per round and design (5), ROWS pre-filled per table (100000). One line per
-# design and client count, for scripts:
+# SECS (100: per client count, all designs mixed in one pgbench run), ROWS pre-filled per table
+# (100000). One line per design and client count, for scripts (`latency_ratio_raw`: the design's
+# mean call latency over the raw statements' in the same run; HOT and bytes per row after the run):
 #
-#   pg_design design=partial_indexes clients=32 tps_ratio_raw=0.83 hot_pct=0 bytes_per_row=304
+#   pg_design design=partial_indexes clients=32 latency_ratio_raw=1.12 hot_pct=0 bytes_per_row=273
 #
 # Designs: `none` (primary key only: HOT completions, no background index), `partial_indexes`
 # (the store's migration as shipped: `settled` and `open`), `window_index` (an index on the claim
@@ -19,8 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${DATABASE_URL:?set DATABASE_URL}"
-ROUNDS="${ROUNDS:-4}"
-SECS="${SECS:-5}"
+SECS="${SECS:-100}"
 ROWS="${ROWS:-100000}"
 schema="idem_designs_$$"
 work="$(mktemp -d)"
@@ -79,27 +79,31 @@ done
 psql -qX "$DATABASE_URL" -c "VACUUM ANALYZE" >/dev/null 2>&1 || true
 psql -qX "$DATABASE_URL" -c "SELECT pg_stat_reset()" >/dev/null
 
-declare -A tps
-for round in $(seq 1 "$ROUNDS"); do
-  for c in 1 32; do
-    for d in raw $designs; do
-      v=$(pgbench -n -M prepared -c "$c" -j 2 -T "$SECS" -f "$work/$d.sql" "$DATABASE_URL" 2>/dev/null |
-        awk '/^tps/ {print $3}')
-      tps[$d,$c]="${tps[$d,$c]:-} $v"
-      echo "round $round clients $c $d: $v calls/s" >&2
-    done
+# One pgbench run per client count with every script mixed (each transaction picks one at
+# random, equal weights): all designs see the same machine at the same moments, which a machine
+# whose commit latency swings tenfold from one second to the next requires. pgbench reports each
+# script's mean latency; the ratio to the raw script's is the figure.
+declare -A lat
+for c in 1 32; do
+  mix=()
+  for d in raw $designs; do mix+=(-f "$work/$d.sql@1"); done
+  pgbench -n -M prepared -c "$c" -j 2 -T "$SECS" "${mix[@]}" "$DATABASE_URL" >"$work/out.$c" 2>/dev/null
+  n=0
+  for d in raw $designs; do
+    n=$((n + 1))
+    lat[$d,$c]=$(awk -v n="$n" '/^SQL script/ {s++} s == n && /latency average/ {print $(NF - 1); exit}' "$work/out.$c")
+    echo "clients $c $d: mean latency ${lat[$d,$c]} ms" >&2
   done
 done
 
-sum() { awk '{s = 0; for (i = 1; i <= NF; i++) s += $i; print s}' <<<"$1"; }
 for d in $designs; do
   hot=$(psql -qXAt "$DATABASE_URL" -c "SELECT round(100 * n_tup_hot_upd::NUMERIC / greatest(n_tup_upd, 1)) FROM pg_stat_user_tables WHERE schemaname = '$schema' AND relname = 'd_$d'")
   side=0
   [ "$d" = window_index_side_table ] && side="pg_total_relation_size('$schema.d_${d}_open')"
   bytes=$(psql -qXAt "$DATABASE_URL" -c "SELECT (pg_total_relation_size('$schema.d_$d') + $side) / greatest((SELECT count(*) FROM $schema.d_$d), 1)")
   for c in 1 32; do
-    ratio=$(awk -v a="$(sum "${tps[$d,$c]}")" -v b="$(sum "${tps[raw,$c]}")" 'BEGIN {printf "%.2f", a / b}')
-    echo "pg_design design=$d clients=$c tps_ratio_raw=$ratio hot_pct=$hot bytes_per_row=$bytes"
+    ratio=$(awk -v a="${lat[$d,$c]}" -v b="${lat[raw,$c]}" 'BEGIN {printf "%.2f", a / b}')
+    echo "pg_design design=$d clients=$c latency_ratio_raw=$ratio hot_pct=$hot bytes_per_row=$bytes"
   done
 done
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
