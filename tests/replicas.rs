@@ -6,7 +6,7 @@
 //!
 //! Skipped with a printed line without `DATABASE_URL`.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use idempotency::store::PostgresStore;
 use idempotency::{
@@ -15,6 +15,7 @@ use idempotency::{
     Caller, Error, Idempotency,
 };
 use idempotency_tests::pg::{database_url, TestSchema};
+use idempotency_tests::processes::{ready_then_wait, Workers};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
@@ -23,7 +24,6 @@ const CALLS_PER_REPLICA: usize = 125;
 const WORKER_TEST: &str = "replica_worker";
 const SCHEMA_ENV: &str = "IDEMPOTENCY_REPLICA_SCHEMA";
 const ID_ENV: &str = "IDEMPOTENCY_REPLICA_ID";
-const START_ENV: &str = "IDEMPOTENCY_REPLICA_START_MS";
 
 #[derive(Debug, thiserror::Error)]
 enum ChargeError {
@@ -95,13 +95,6 @@ impl Tally {
     }
 }
 
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_replicas_charge_once() {
@@ -114,32 +107,28 @@ async fn eight_replicas_charge_once() {
         .await
         .expect("create charges");
 
-    // The replicas migrate the empty schema themselves, all at once, and start calling together.
-    let start = unix_ms() + 1_500;
+    // The replicas migrate the empty schema themselves, all at once, and start calling together
+    // (each says when it is set up; all are let go at once).
     let exe = std::env::current_exe().expect("the test binary");
-    let mut children = Vec::new();
-    for replica in 0..REPLICAS {
-        let child = tokio::process::Command::new(&exe)
-            .args(["--exact", WORKER_TEST, "--nocapture", "--test-threads", "1"])
-            .env("DATABASE_URL", schema.url())
-            .env(SCHEMA_ENV, schema.name())
-            .env(ID_ENV, replica.to_string())
-            .env(START_ENV, start.to_string())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn a replica");
-        children.push(child.wait_with_output());
-    }
+    let commands = (0..REPLICAS)
+        .map(|replica| {
+            let mut command = tokio::process::Command::new(&exe);
+            command
+                .args(["--exact", WORKER_TEST, "--nocapture", "--test-threads", "1"])
+                .env("DATABASE_URL", schema.url())
+                .env(SCHEMA_ENV, schema.name())
+                .env(ID_ENV, replica.to_string());
+            command
+        })
+        .collect();
+    let workers = Workers::start_together(commands).await;
     let mut total = Tally::default();
-    for (replica, child) in children.into_iter().enumerate() {
-        let out = child.await.expect("replica output");
-        let stdout = String::from_utf8_lossy(&out.stdout);
+    for (replica, out) in workers.finish().await.into_iter().enumerate() {
+        let stdout = &out.stdout;
         assert!(
-            out.status.success(),
+            out.success,
             "replica {replica} failed:\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
+            out.stderr
         );
         let tally = stdout
             .lines()
@@ -185,10 +174,6 @@ async fn replica_worker() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let start: u64 = std::env::var(START_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
     let schema = TestSchema::attach(&url, &name);
     let pool = schema.pool(4).await;
     let store = PostgresStore::from_pool(pool.clone())
@@ -198,7 +183,7 @@ async fn replica_worker() {
     let caller = Caller::new("acme", "alice");
     let args = serde_json::json!({"amount": 4200, "currency": "EUR", "card": "tok_visa"});
 
-    tokio::time::sleep(Duration::from_millis(start.saturating_sub(unix_ms()))).await;
+    ready_then_wait().await;
     let mut calls = tokio::task::JoinSet::new();
     for _ in 0..CALLS_PER_REPLICA {
         let (engine, caller, args, pool) =

@@ -1,6 +1,7 @@
 //! Shared helpers for the integration tests.
 
 pub mod pg;
+pub mod processes;
 pub mod proxy;
 #[cfg(feature = "redis")]
 pub mod redis_servers;

@@ -1,0 +1,132 @@
+//! Worker processes that start their load together: a barrier across processes. Each worker
+//! sets itself up (connects, migrates), prints [`READY`] and waits for a line on its stdin; the
+//! parent releases all of them at once when every one has said it is ready. No agreed start time,
+//! so a slow machine cannot make a worker start late, or early.
+
+use std::process::Stdio;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::task::JoinHandle;
+
+/// How long a worker may take to set itself up.
+const SET_UP: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The line a worker prints when it is set up and waiting.
+pub const READY: &str = "WORKER READY";
+
+/// In a worker: says it is ready, then waits until the parent lets it go.
+pub async fn ready_then_wait() {
+    println!("{READY}");
+    std::io::Write::flush(&mut std::io::stdout()).expect("flush stdout");
+    let mut line = String::new();
+    BufReader::new(tokio::io::stdin())
+        .read_line(&mut line)
+        .await
+        .expect("the parent's go line");
+}
+
+/// What a worker printed, and how it ended.
+#[derive(Debug)]
+pub struct Finished {
+    /// Its stdout after [`READY`].
+    pub stdout: String,
+    /// Its whole stderr.
+    pub stderr: String,
+    /// Whether it exited with success.
+    pub success: bool,
+}
+
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: JoinHandle<String>,
+    stderr: JoinHandle<String>,
+}
+
+/// Workers released together.
+pub struct Workers(Vec<Worker>);
+
+impl Workers {
+    /// Spawns every command (its stdio piped, killed if dropped), waits until each has printed
+    /// [`READY`], then lets all of them go. Panics, with what the worker printed, if one exits
+    /// before it is ready.
+    pub async fn start_together(commands: Vec<Command>) -> Workers {
+        let mut workers = Vec::new();
+        let mut ready = Vec::new();
+        for mut command in commands {
+            let mut child = command
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("spawn a worker");
+            let stdin = child.stdin.take().expect("piped stdin");
+            let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+            let mut stderr_pipe = child.stderr.take().expect("piped stderr");
+            // Drained from the start, so a chatty worker never blocks on a full pipe.
+            let stderr = tokio::spawn(async move {
+                let mut all = String::new();
+                let _ = stderr_pipe.read_to_string(&mut all).await;
+                all
+            });
+            let (tx, rx) = tokio::sync::oneshot::channel::<bool>();
+            let stdout = tokio::spawn(async move {
+                let mut tx = Some(tx);
+                let mut after = String::new();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    // The test harness may have printed "test NAME ... " on the same line.
+                    if line.ends_with(READY) {
+                        if let Some(tx) = tx.take() {
+                            let _ = tx.send(true);
+                        }
+                        continue;
+                    }
+                    if tx.is_none() {
+                        after.push_str(&line);
+                        after.push('\n');
+                    }
+                }
+                after
+            });
+            ready.push(rx);
+            workers.push(Worker {
+                child,
+                stdin,
+                stdout,
+                stderr,
+            });
+        }
+        for (i, rx) in ready.into_iter().enumerate() {
+            // A bound, not a pause: a worker that hangs in its set-up fails the test.
+            let said = tokio::time::timeout(SET_UP, rx).await;
+            if !matches!(said, Ok(Ok(true))) {
+                let mut w = workers.swap_remove(i);
+                let _ = w.child.start_kill();
+                let status = w.child.wait().await;
+                let stderr = w.stderr.await.unwrap_or_default();
+                panic!("worker {i} was not ready within {SET_UP:?} ({status:?}):\n{stderr}");
+            }
+        }
+        for w in &mut workers {
+            w.stdin.write_all(b"go\n").await.expect("release a worker");
+            w.stdin.flush().await.expect("release a worker");
+        }
+        Workers(workers)
+    }
+
+    /// Waits for every worker to exit, in the order they were given.
+    pub async fn finish(self) -> Vec<Finished> {
+        let mut out = Vec::new();
+        for mut w in self.0 {
+            let status = w.child.wait().await.expect("a worker's exit");
+            out.push(Finished {
+                stdout: w.stdout.await.unwrap_or_default(),
+                stderr: w.stderr.await.unwrap_or_default(),
+                success: status.success(),
+            });
+        }
+        out
+    }
+}
