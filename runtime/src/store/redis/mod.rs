@@ -43,9 +43,11 @@ use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::{RecordState, RecordStatus, StoredResponse};
 
+mod admin;
 mod background;
 mod conn;
 
+pub use admin::RedisRecord;
 pub use conn::RedisConnection;
 use conn::{array, bad, bytes, int, text, Conn, Replicas, ReplicationShortfall, Script};
 
@@ -69,6 +71,7 @@ const COMPLETED_ERR: i64 = 4;
 
 struct Scripts {
     claim: Script,
+    count: Script,
     fenced: Script,
     unsettled: Script,
     purge: Script,
@@ -80,6 +83,7 @@ impl Scripts {
     fn new() -> Self {
         Scripts {
             claim: Script::new(include_str!("scripts/claim.lua")),
+            count: Script::new(include_str!("scripts/purgeable.lua")),
             fenced: Script::new(include_str!("scripts/fenced.lua")),
             unsettled: Script::new(include_str!("scripts/unsettled.lua")),
             purge: Script::new(include_str!("scripts/purge.lua")),
@@ -701,6 +705,7 @@ impl RecordStore for RedisStore {
 struct Record<'a> {
     state: u8,
     generation: u32,
+    key_rest: &'a [u8],
     claimed: i64,
     ends: i64,
     completed: i64,
@@ -765,7 +770,7 @@ impl<'a> Record<'a> {
             Ok(f64::from_be_bytes(take(8)?.try_into().map_err(|_| short())?) as i64)
         };
         let (claimed, ends, completed) = (time()?, time()?, time()?);
-        let (_key_rest, _token) = (take(24)?, take(8)?);
+        let (key_rest, _token) = (take(24)?, take(8)?);
         let mut string = |len_bytes: usize| -> Result<&'a [u8], StoreError> {
             let mut n = 0usize;
             for byte in take(len_bytes)? {
@@ -782,6 +787,7 @@ impl<'a> Record<'a> {
         Ok(Record {
             state,
             generation,
+            key_rest,
             claimed,
             ends,
             completed,
