@@ -166,7 +166,10 @@ async fn server_stats(conn: &RedisConnection) -> [(f64, f64); 3] {
         .await
         .expect("INFO");
     let stat = |name: &str| -> (f64, f64) {
-        let Some(line) = info.lines().find(|l| l.starts_with(&format!("cmdstat_{name}:"))) else {
+        let Some(line) = info
+            .lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{name}:")))
+        else {
             return (0.0, 0.0);
         };
         let field = |f: &str| {
