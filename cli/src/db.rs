@@ -1,10 +1,15 @@
 //! The store behind the CLI: the library's own store for everything it can answer, and read-only
 //! queries on its table for what an operator asks across tenants (one record, counts, size).
 //! The state codes are the ones the migrations document (0 in flight, 1 completed, 2 unknown,
-//! 3 released, 4 completed with an error answer).
+//! 3 released, 4 completed with an error answer). On Redis, the store's own admin reads
+//! (`RedisStore::record`, `each_record`, `purgeable`) answer those: its record format is the
+//! store's business.
 
 use idempotency::clock::Timestamp;
-use idempotency::store::{PostgresStore, SqliteStore, Store};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use idempotency::store::{PostgresStore, RedisRecord, RedisStore, SqliteStore, Store};
 use idempotency::Reference;
 use serde_json::{json, Value};
 use sqlx::Row;
@@ -14,6 +19,13 @@ use crate::BoxError;
 pub enum Db {
     Sqlite(SqliteStore),
     Postgres(PostgresStore),
+    Redis(RedisStore),
+}
+
+/// How the CLI opens a Redis store: the application's namespace and retention.
+pub struct RedisOptions<'a> {
+    pub namespace: &'a str,
+    pub retention: Duration,
 }
 
 const RECORD: &str = "SELECT tenant, subject, tool, CAST(generation AS BIGINT), CAST(state AS BIGINT), \
@@ -40,7 +52,7 @@ fn time(ms: i64) -> String {
 
 impl Db {
     /// Opens (and migrates) the store at `url`.
-    pub async fn open(url: &str) -> Result<Db, BoxError> {
+    pub async fn open(url: &str, redis: RedisOptions<'_>) -> Result<Db, BoxError> {
         if let Some(path) = url.strip_prefix("sqlite:") {
             let store = SqliteStore::open(path)
                 .await
@@ -51,11 +63,38 @@ impl Db {
                 .await
                 .map_err(|e| format!("cannot open the PostgreSQL store: {e}"))?;
             Ok(Db::Postgres(store))
+        } else if url.starts_with("redis://") {
+            let store = RedisStore::builder()
+                .namespace(redis.namespace)
+                .retention(redis.retention)
+                .connect(url)
+                .await
+                .map_err(|e| format!("cannot open the Redis store: {e}"))?;
+            Ok(Db::Redis(store))
+        } else if let Some(nodes) = url.strip_prefix("redis+cluster://") {
+            let seeds: Vec<String> = nodes
+                .split(',')
+                .filter(|n| !n.is_empty())
+                .map(|n| format!("redis://{n}"))
+                .collect();
+            if seeds.is_empty() {
+                return Err(
+                    format!("`{url}` names no node: redis+cluster://HOST:PORT,HOST:PORT").into(),
+                );
+            }
+            let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+            let store = RedisStore::builder()
+                .namespace(redis.namespace)
+                .retention(redis.retention)
+                .connect_cluster(&seeds)
+                .await
+                .map_err(|e| format!("cannot open the Redis Cluster store: {e}"))?;
+            Ok(Db::Redis(store))
         } else {
-            Err(
-                format!("`{url}` is not a store this tool opens: use sqlite:PATH or postgres://…")
-                    .into(),
+            Err(format!(
+                "`{url}` is not a store this tool opens: use sqlite:PATH, postgres://…, redis://HOST:PORT or redis+cluster://HOST:PORT,HOST:PORT"
             )
+            .into())
         }
     }
 
@@ -63,6 +102,7 @@ impl Db {
         match self {
             Db::Sqlite(_) => "SQLite",
             Db::Postgres(_) => "PostgreSQL",
+            Db::Redis(_) => "Redis",
         }
     }
 
@@ -70,6 +110,7 @@ impl Db {
         match self {
             Db::Sqlite(s) => s,
             Db::Postgres(s) => s,
+            Db::Redis(s) => s,
         }
     }
 
@@ -93,6 +134,7 @@ impl Db {
                 .await?
                 .map(|r| record(&r))
                 .transpose()?,
+            Db::Redis(s) => s.record(reference).await?.map(|r| redis_record(&r)),
         };
         let Some(mut row) = row else { return Ok(None) };
         if tenant.is_some_and(|t| row["tenant"] != t) {
@@ -111,6 +153,9 @@ impl Db {
 
     /// Records by state and tool, the oldest claim in flight, the table's size.
     pub async fn stats(&self) -> Result<Value, BoxError> {
+        if let Db::Redis(s) = self {
+            return redis_stats(s).await;
+        }
         let (groups, oldest, bytes): (Vec<(i64, String, i64)>, Option<i64>, i64) = match self {
             Db::Sqlite(s) => (
                 sqlx::query_as(BY_STATE).fetch_all(s.pool()).await?,
@@ -132,6 +177,7 @@ impl Db {
                     .fetch_one(s.pool())
                     .await?,
             ),
+            Db::Redis(_) => unreachable!("answered above"),
         };
         let by_state: Vec<Value> = groups
             .iter()
@@ -147,8 +193,9 @@ impl Db {
         }))
     }
 
-    /// How many records a purge at `older_than` would delete (by this machine's clock).
-    pub async fn purgeable(&self, older_than: Timestamp) -> Result<u64, BoxError> {
+    /// How many records a purge at `older_than` would delete (by this machine's clock; on Redis,
+    /// by the server's).
+    pub async fn purgeable(&self, now: Timestamp, older_than: Timestamp) -> Result<u64, BoxError> {
         let n: i64 = match self {
             Db::Sqlite(s) => {
                 sqlx::query_scalar(PURGEABLE)
@@ -162,6 +209,7 @@ impl Db {
                     .fetch_one(s.pool())
                     .await?
             }
+            Db::Redis(s) => return Ok(s.purgeable(now, older_than).await?),
         };
         Ok(u64::try_from(n).unwrap_or(0))
     }
@@ -191,6 +239,48 @@ where
         "ends_at": time(r.try_get(6)?),
         "completed_at": completed_at.map(time),
         "answer": response,
+    }))
+}
+
+/// A Redis record as [`record`] shapes a table row.
+fn redis_record(r: &RedisRecord) -> Value {
+    json!({
+        "tenant": r.tenant,
+        "subject": r.subject,
+        "tool": r.tool,
+        "generation": r.reference.generation(),
+        "state": r.state.as_str(),
+        "error_answer": r.error_answer,
+        "claimed_at": r.claimed_at.to_string(),
+        "ends_at": r.ends_at.to_string(),
+        "completed_at": r.completed_at.map(|t| t.to_string()),
+        "answer": r.answer,
+    })
+}
+
+/// Counts over every record of the namespace, read through the store's shard indexes.
+async fn redis_stats(store: &RedisStore) -> Result<Value, BoxError> {
+    let mut groups: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
+    let (mut oldest, mut bytes, mut records) = (None::<Timestamp>, 0usize, 0u64);
+    store
+        .each_record(|r| {
+            records += 1;
+            bytes += r.bytes;
+            if r.state == idempotency::store::RecordState::InFlight {
+                oldest = Some(oldest.map_or(r.claimed_at, |o| o.min(r.claimed_at)));
+            }
+            *groups.entry((r.tool, r.state.as_str())).or_default() += 1;
+        })
+        .await?;
+    let by_state: Vec<Value> = groups
+        .iter()
+        .map(|((tool, state), n)| json!({"tool": tool, "state": state, "records": n}))
+        .collect();
+    Ok(json!({
+        "records": records,
+        "by_tool_and_state": by_state,
+        "oldest_in_flight": oldest.map(|t| t.to_string()),
+        "bytes": bytes,
     }))
 }
 

@@ -1,6 +1,7 @@
 //! `idempotency-admin`: what an operator needs without SQL — look a record up, list the claims
 //! waiting for reconciliation, settle one by hand (fenced like the reconciler), purge, count, and
-//! migrate. Against `sqlite:PATH` or `postgres://…`; `--json` for scripts.
+//! migrate. Against `sqlite:PATH`, `postgres://…`, `redis://HOST:PORT[/DB]` or
+//! `redis+cluster://HOST:PORT,HOST:PORT` (seed nodes of a Redis Cluster); `--json` for scripts.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -13,15 +14,29 @@ use serde_json::{json, Value};
 
 mod db;
 
-use db::Db;
+use db::{Db, RedisOptions};
 
 /// Look inside an idempotency store, settle, purge and migrate it.
 #[derive(Parser)]
 #[command(name = "idempotency-admin", version)]
 struct Args {
-    /// The store: `sqlite:PATH` or a PostgreSQL URL (`postgres://…`).
+    /// The store: `sqlite:PATH`, a PostgreSQL URL (`postgres://…`), one Redis
+    /// (`redis://HOST:PORT[/DB]`) or a Redis Cluster by seed nodes
+    /// (`redis+cluster://HOST:PORT,HOST:PORT`).
     #[arg(long, env = "IDEMPOTENCY_STORE")]
     store: String,
+    /// Redis only: the application's key prefix (`RedisStoreBuilder::namespace`).
+    #[arg(
+        long,
+        env = "IDEMPOTENCY_REDIS_NAMESPACE",
+        default_value = "idem",
+        global = true
+    )]
+    namespace: String,
+    /// Redis only: the application's retention (`RedisStoreBuilder::retention`): a record that
+    /// `settle` completes or releases expires this long after its window.
+    #[arg(long, value_parser = duration, default_value = "48h", global = true)]
+    redis_retention: Duration,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -66,7 +81,9 @@ enum Command {
         #[arg(long, value_parser = duration, default_value = "15m")]
         window: Duration,
     },
-    /// Deletes completed and released records past their window plus the retention.
+    /// Deletes completed and released records past their window plus the retention. On Redis
+    /// they expire by themselves at window end + the store's retention: this deletes earlier
+    /// (a shorter --retention) and trims index entries of expired records (not counted).
     Purge {
         /// How long records are kept after their window.
         #[arg(long, value_parser = duration, default_value = "48h")]
@@ -140,11 +157,23 @@ fn parse_reference(s: &str) -> Result<Reference, BoxError> {
 }
 
 async fn run(args: &Args) -> Result<Output, BoxError> {
-    let db = Db::open(&args.store).await?;
+    let db = Db::open(
+        &args.store,
+        RedisOptions {
+            namespace: &args.namespace,
+            retention: args.redis_retention,
+        },
+    )
+    .await?;
     let now = SystemClock.now();
     Ok(match &args.command {
         Command::Migrate => Output {
-            text: format!("{}: migrations applied, the schema is current", db.name()),
+            text: match db {
+                Db::Redis(_) => {
+                    "Redis: no schema to migrate (keys are written as records are; the store's scripts load on first use)".to_owned()
+                }
+                _ => format!("{}: migrations applied, the schema is current", db.name()),
+            },
             json: json!({"migrated": true, "store": db.name()}),
         },
         Command::Inspect { reference, tenant } => {
@@ -247,7 +276,7 @@ async fn run(args: &Args) -> Result<Output, BoxError> {
         Command::Purge { retention, dry_run } => {
             let older_than = now - *retention;
             let n = if *dry_run {
-                db.purgeable(older_than).await?
+                db.purgeable(now, older_than).await?
             } else {
                 let mut total = 0;
                 loop {

@@ -1,5 +1,6 @@
-//! `idempotency-admin` against a SQLite file and a PostgreSQL schema: records made through the
-//! library, then inspected, listed, settled (fenced), purged and counted through the binary.
+//! `idempotency-admin` against a SQLite file, a PostgreSQL schema, one Redis and a Redis Cluster
+//! (servers the test starts, a namespace of its own): records made through the library, then
+//! inspected, listed, settled (fenced), purged and counted through the binary.
 
 use std::process::Output;
 use std::sync::Arc;
@@ -8,21 +9,30 @@ use std::time::Duration;
 use idempotency::clock::{Clock, SystemClock};
 use idempotency::key::{Key, Secret};
 use idempotency::store::{
-    Claim, ClaimRequest, Completion, PostgresStore, SqliteStore, Store, StoredResponse, Token,
+    Claim, ClaimRequest, Completion, PostgresStore, RedisStore, SqliteStore, Store, StoredResponse,
+    Token,
 };
 use idempotency::Caller;
+use idempotency_tests::redis_servers::{shared_cluster, shared_server};
 use serde_json::Value;
 
-fn admin(store: &str, args: &[&str]) -> Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_idempotency-admin"))
-        .arg("--store")
-        .arg(store)
-        .args(args)
-        .output()
-        .expect("run idempotency-admin")
+/// The store the binary is pointed at: `--store` and, for Redis, the namespace.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    url: &'a str,
+    namespace: Option<&'a str>,
 }
 
-fn json(store: &str, args: &[&str]) -> Value {
+fn admin(store: Target<'_>, args: &[&str]) -> Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_idempotency-admin"));
+    cmd.arg("--store").arg(store.url);
+    if let Some(ns) = store.namespace {
+        cmd.arg("--namespace").arg(ns);
+    }
+    cmd.args(args).output().expect("run idempotency-admin")
+}
+
+fn json(store: Target<'_>, args: &[&str]) -> Value {
     let mut all = vec!["--json"];
     all.extend_from_slice(args);
     let out = admin(store, &all);
@@ -88,7 +98,7 @@ async fn seed(store: &Arc<dyn Store>) -> (String, String) {
     (stuck.to_string(), done.to_string())
 }
 
-async fn scenario(url: &str, store: Arc<dyn Store>) {
+async fn scenario(url: Target<'_>, store: Arc<dyn Store>) {
     let (stuck, done) = seed(&store).await;
 
     let stats = json(url, &["stats"]);
@@ -146,17 +156,29 @@ async fn scenario(url: &str, store: Arc<dyn Store>) {
     // Text for people, and a clear refusal of a store it cannot open.
     let text = admin(url, &["inspect", &stuck]);
     assert!(String::from_utf8_lossy(&text.stdout).contains("state      completed"));
-    let bad = admin("mysql://x", &["stats"]);
+    let bad = admin(
+        Target {
+            url: "mysql://x",
+            namespace: None,
+        },
+        &["stats"],
+    );
     assert_eq!(bad.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("use sqlite:PATH or postgres://"));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains(
+        "use sqlite:PATH, postgres://…, redis://HOST:PORT or redis+cluster://HOST:PORT,HOST:PORT"
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn against_sqlite() {
     let path = std::env::temp_dir().join(format!("idem-admin-{}.db", std::process::id()));
     let store = SqliteStore::open(&path).await.expect("open");
+    let url = format!("sqlite:{}", path.display());
     scenario(
-        &format!("sqlite:{}", path.display()),
+        Target {
+            url: &url,
+            namespace: None,
+        },
         Arc::new(store.clone()),
     )
     .await;
@@ -186,9 +208,86 @@ async fn against_postgres() {
         .await
         .expect("store")
         .trusting_engine_clock();
-    scenario(&url, Arc::new(store)).await;
+    scenario(
+        Target {
+            url: &url,
+            namespace: None,
+        },
+        Arc::new(store),
+    )
+    .await;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
         .execute(&pool)
         .await
         .expect("drop");
+}
+
+/// A namespace of this test's own on a shared Redis.
+fn namespace(what: &str) -> String {
+    format!("admin-{what}-{}", std::process::id())
+}
+
+/// One Redis the test starts: `redis://HOST:PORT`. Purge there deletes before the native expiry
+/// (the record seeded an hour ago expires 48 h after its window).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_redis() {
+    let url = shared_server().url();
+    let ns = namespace("single");
+    // Seeded with times in the past, as the engine's: the store takes them as given (the CLI's
+    // own store judges by the Redis server's clock, which is this machine's).
+    let store = RedisStore::builder()
+        .namespace(&ns)
+        .trust_engine_clock()
+        .connect(&url)
+        .await
+        .expect("connect to Redis");
+    scenario(
+        Target {
+            url: &url,
+            namespace: Some(&ns),
+        },
+        Arc::new(store),
+    )
+    .await;
+}
+
+/// A 3-master + 3-replica cluster the test starts, by seed nodes:
+/// `redis+cluster://HOST:PORT,HOST:PORT`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_a_redis_cluster() {
+    let seeds = shared_cluster().seeds();
+    let seed_refs: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let url = format!(
+        "redis+cluster://{}",
+        seeds
+            .iter()
+            .take(2)
+            .map(|s| s.trim_start_matches("redis://"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let ns = namespace("cluster");
+    let store = RedisStore::builder()
+        .namespace(&ns)
+        .trust_engine_clock()
+        .connect_cluster(&seed_refs)
+        .await
+        .expect("connect to the cluster");
+    scenario(
+        Target {
+            url: &url,
+            namespace: Some(&ns),
+        },
+        Arc::new(store),
+    )
+    .await;
+    // Another namespace on the same cluster sees none of it.
+    let other = json(
+        Target {
+            url: &url,
+            namespace: Some("admin-nobody"),
+        },
+        &["stats"],
+    );
+    assert_eq!(other["records"], 0, "{other}");
 }

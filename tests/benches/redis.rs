@@ -129,12 +129,14 @@ fn p50(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-async fn latency_pair(b: &Bench, samples: usize) -> (Duration, Duration) {
+async fn latency_pair(b: &Bench, samples: usize) -> (Duration, Duration, Duration) {
     for _ in 0..200 {
         b.store_fresh().await;
         b.raw_fresh().await;
     }
-    let (mut ours, mut raw) = (Vec::new(), Vec::new());
+    let (mut ours, mut raw, mut floor) = (Vec::new(), Vec::new(), Vec::new());
+    let mut conn = b.conn.clone();
+    let missing = format!("{}:missing", b.namespace);
     for _ in 0..samples {
         let t = Instant::now();
         b.store_fresh().await;
@@ -142,8 +144,60 @@ async fn latency_pair(b: &Bench, samples: usize) -> (Duration, Duration) {
         let t = Instant::now();
         b.raw_fresh().await;
         raw.push(t.elapsed());
+        // The round trip's floor: one GET of a missing key on the same connection.
+        let t = Instant::now();
+        let _: Option<String> = redis::cmd("GET")
+            .arg(&missing)
+            .query_async(&mut conn)
+            .await
+            .expect("floor");
+        floor.push(t.elapsed());
     }
-    (p50(ours), p50(raw))
+    (p50(ours), p50(raw), p50(floor))
+}
+
+/// Redis' own time per call of `evalsha` and `set` (`INFO commandstats`) and its main
+/// thread's CPU time, to diff around a phase (other clients of the same Redis count too).
+async fn server_stats(conn: &RedisConnection) -> [(f64, f64); 3] {
+    let mut conn = conn.clone();
+    let info: String = redis::cmd("INFO")
+        .arg("everything")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO");
+    let stat = |name: &str| -> (f64, f64) {
+        let Some(line) = info
+            .lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{name}:")))
+        else {
+            return (0.0, 0.0);
+        };
+        let field = |f: &str| {
+            line.split([':', ','])
+                .find_map(|kv| kv.strip_prefix(f)?.strip_prefix('=')?.parse().ok())
+                .unwrap_or(0.0)
+        };
+        (field("calls"), field("usec"))
+    };
+    let cpu = |name: &str| -> f64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    [
+        stat("evalsha"),
+        stat("set"),
+        (
+            0.0,
+            (cpu("used_cpu_user_main_thread") + cpu("used_cpu_sys_main_thread")) * 1e6,
+        ),
+    ]
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
 }
 
 /// Calls per second of one side over `secs`, 32 clients.
@@ -170,13 +224,25 @@ async fn rate(b: &Arc<Bench>, store: bool, secs: f64) -> f64 {
 
 async fn throughput_ratio(b: &Arc<Bench>, secs: u64) -> (f64, f64, f64) {
     let (mut ratios, mut ra, mut rb) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cpu_store, mut cpu_raw) = (0.0, 0.0);
     for _ in 0..secs.max(1) {
+        let t0 = server_stats(&b.conn).await[2].1;
         let a = rate(b, true, 1.0).await;
+        let t1 = server_stats(&b.conn).await[2].1;
         let r = rate(b, false, 1.0).await;
+        let t2 = server_stats(&b.conn).await[2].1;
+        cpu_store += (t1 - t0) / a;
+        cpu_raw += (t2 - t1) / r;
         ratios.push(a / r);
         ra.push(a);
         rb.push(r);
     }
+    let n = secs.max(1) as f64;
+    eprintln!(
+        "Redis main thread CPU per fresh call, {CLIENTS} clients: store {:.1} us, raw {:.1} us",
+        cpu_store / n,
+        cpu_raw / n
+    );
     ratios.sort_by(f64::total_cmp);
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     (ratios[ratios.len() / 2], mean(&ra), mean(&rb))
@@ -398,8 +464,18 @@ fn main() {
             namespace: namespace.clone(),
             next: AtomicU64::new(0),
         });
-        let (ours, raw) = latency_pair(&b, samples).await;
-        eprintln!("fresh p50, 1 client: store {ours:?}, raw SET NX + SET {raw:?}");
+        eprintln!("load average at start: {}", load());
+        let before = server_stats(&conn).await;
+        let (ours, raw, floor) = latency_pair(&b, samples).await;
+        let after = server_stats(&conn).await;
+        eprintln!("fresh p50, 1 client: store {ours:?}, raw SET NX + SET {raw:?}; one GET round trip {floor:?}");
+        let per_call = |i: usize| (after[i].1 - before[i].1) / (after[i].0 - before[i].0).max(1.0);
+        eprintln!(
+            "Redis time per call (commandstats, this phase): evalsha {:.2} us, set {:.2} us (set includes the scripts' own); Redis main thread CPU {:.0} us per store+raw+GET triple",
+            per_call(0),
+            per_call(1),
+            (after[2].1 - before[2].1) / samples as f64,
+        );
         // Memory of one completed record, and of one raw key with the same answer.
         let reference = Key::for_call(&idempotency::key::Secret::demo(), &Caller::new("acme", "bench"), "charge_card", &0u64)
             .expect("key")
@@ -421,13 +497,13 @@ fn main() {
             .expect("memory usage");
         eprintln!("bytes of one completed record: store {bytes:?}, raw key {raw_bytes:?}");
         let (tps_ratio, tps_ours, tps_raw) = throughput_ratio(&b, secs).await;
-        eprintln!("fresh calls/s, {CLIENTS} clients: store {tps_ours:.0}, raw {tps_raw:.0}");
+        eprintln!("fresh calls/s, {CLIENTS} clients: store {tps_ours:.0}, raw {tps_raw:.0}; load average {}", load());
         let engine = Idempotency::builder(store.clone())
             .without_reconciler()
             .build();
         let trips = repeat_round_trips(&b, &engine, &url).await;
         let (first, replay) = engine_p50(&engine, samples).await;
-        eprintln!("engine p50: first call {first:?}, replay {replay:?}");
+        eprintln!("engine p50: first call {first:?}, replay {replay:?}; load average {}", load());
         cleanup(&conn, &namespace).await;
         let pt = tokio::task::spawn_blocking({
             let url = url.clone();

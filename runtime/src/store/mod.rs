@@ -131,7 +131,7 @@ pub use memory::MemoryStore;
 pub use postgres::PostgresStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use redis::{RedisConnection, RedisStore, RedisStoreBuilder};
+pub use redis::{RedisConnection, RedisRecord, RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::SqliteStore;

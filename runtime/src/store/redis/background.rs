@@ -1,5 +1,5 @@
-//! [`RedisStore`]'s background work: the claims to reconcile (the shards' unsettled indexes),
-//! purge (the shards' settled indexes; records expire by themselves anyway) and the outbox (a
+//! [`RedisStore`]'s background work: the claims to reconcile (the unsettled band of the shards'
+//! indexes), purge (their settled band; records expire by themselves anyway) and the outbox (a
 //! stream per shard, read through a consumer group).
 
 use futures_util::future::join_all;
@@ -16,8 +16,8 @@ use crate::store::{
 impl Maintenance for RedisStore {
     /// Records expire by themselves (`SET … PXAT` window end + the store's retention), so a
     /// [`Purger`](crate::tasks::Purger) is not needed for retention. This deletes settled records
-    /// whose window ended before `older_than` earlier than that, and trims the shards' settled
-    /// indexes of records already expired (they are not counted): it walks the shards one
+    /// whose window ended before `older_than` earlier than that, and trims the settled band of
+    /// the shards' indexes of records already expired (they are not counted): it walks the shards one
     /// script at a time until `limit` records went, reading each shard's index by window end,
     /// never the keyspace.
     fn purge(
@@ -36,7 +36,7 @@ impl Maintenance for RedisStore {
                     break;
                 }
                 let base = inner.shard_base(shard);
-                let index = format!("{base}:s");
+                let index = format!("{base}:i");
                 let records = inner.record_prefix(shard);
                 let left = left.to_string();
                 let args: [&[u8]; 5] = [
@@ -70,7 +70,7 @@ impl Maintenance for RedisStore {
             let asks = (0..SHARDS).map(|shard| {
                 let (now, cap) = (&now, &cap);
                 async move {
-                    let index = format!("{}:u", inner.shard_base(shard));
+                    let index = format!("{}:i", inner.shard_base(shard));
                     let records = inner.record_prefix(shard);
                     let args: [&[u8]; 4] = [now, inner.trusted, cap.as_bytes(), records.as_bytes()];
                     inner
@@ -117,9 +117,11 @@ fn unsettled_row(row: Value) -> Result<Unsettled, StoreError> {
     let key = Key::from_bytes(key);
     let generation = generation(&next()?)?;
     let (state, _) = state_name(int(&next()?)?)?;
-    let token = text(next()?)?
-        .parse()
-        .map_err(|_| StoreError::corrupt("a token is not an integer"))?;
+    let token = i64::from_be_bytes(
+        bytes(next()?)?
+            .try_into()
+            .map_err(|_| StoreError::corrupt("a token is not 8 bytes"))?,
+    );
     let claimed_at = Timestamp::from_millis(int(&next()?)?);
     let tenant = text(next()?)?;
     let subject = text(next()?)?;

@@ -9,11 +9,13 @@
 //!
 //! | key | type | what |
 //! |---|---|---|
-//! | `{ns}:{XX}:r:<ref>` | string | the record (see `Record`): state, generation, claim time, lease or window end, completion time, key rest, fingerprint, token, tenant, subject, tool, answer |
-//! | `{ns}:{XX}:u` | sorted set | the shard's unsettled records by lease end (unknown ones at 0): what [`unsettled`](crate::store::Maintenance::unsettled) reads |
-//! | `{ns}:{XX}:s` | sorted set | the shard's settled records by window end: what [`purge`](crate::store::Maintenance::purge) reads |
+//! | `{ns}:{XX}:r:<ref>` | string | the record (see `Record`): state, generation, claim time, lease or window end, completion time, key rest, token, fingerprint, tenant, subject, tool, answer |
+//! | `{ns}:{XX}:i` | sorted set | the shard's records by time, in two bands: unsettled ones by lease end (unknown ones at 0), what [`unsettled`](crate::store::Maintenance::unsettled) reads; settled ones by window end - 2^50, what [`purge`](crate::store::Maintenance::purge) reads |
 //! | `{ns}:{XX}:o` | stream | the shard's outbox messages (consumer group `g`) |
 //! | `{ns}:{XX}:ov` | sorted set | when each handed-out message becomes visible again |
+//!
+//! One index with two bands rather than two indexes: a completion moves its record's entry with
+//! one `ZADD` instead of a `ZREM` from one and a `ZADD` to the other.
 //!
 //! A settled record expires by itself (`SET … PXAT`) at its window end plus the retention; an
 //! in-flight or unknown one never expires.
@@ -41,9 +43,11 @@ use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::{RecordState, RecordStatus, StoredResponse};
 
+mod admin;
 mod background;
 mod conn;
 
+pub use admin::RedisRecord;
 pub use conn::RedisConnection;
 use conn::{array, bad, bytes, int, text, Conn, Replicas, ReplicationShortfall, Script};
 
@@ -67,6 +71,7 @@ const COMPLETED_ERR: i64 = 4;
 
 struct Scripts {
     claim: Script,
+    count: Script,
     fenced: Script,
     unsettled: Script,
     purge: Script,
@@ -78,6 +83,7 @@ impl Scripts {
     fn new() -> Self {
         Scripts {
             claim: Script::new(include_str!("scripts/claim.lua")),
+            count: Script::new(include_str!("scripts/purgeable.lua")),
             fenced: Script::new(include_str!("scripts/fenced.lua")),
             unsettled: Script::new(include_str!("scripts/unsettled.lua")),
             purge: Script::new(include_str!("scripts/purge.lua")),
@@ -338,10 +344,8 @@ fn unhex(s: &[u8]) -> Option<Vec<u8>> {
 /// The keys of one record's shard.
 struct ShardKeys {
     record: String,
-    unsettled: String,
-    settled: String,
+    index: String,
     outbox: String,
-    member: String,
 }
 
 impl Inner {
@@ -354,15 +358,13 @@ impl Inner {
         format!("{}:r:", self.shard_base(shard))
     }
 
+    /// A record's keys; the scripts take the index member from the record key's last 16 bytes.
     fn keys(&self, prefix: &[u8; 8]) -> ShardKeys {
         let base = self.shard_base(shard_of(prefix));
-        let member = hex(prefix);
         ShardKeys {
-            record: format!("{base}:r:{member}"),
-            unsettled: format!("{base}:u"),
-            settled: format!("{base}:s"),
+            record: format!("{base}:r:{}", hex(prefix)),
+            index: format!("{base}:i"),
             outbox: format!("{base}:o"),
-            member,
         }
     }
 
@@ -454,7 +456,7 @@ impl RedisStore {
         let inner = &*self.inner;
         let prefix = *key.reference(1).prefix();
         let k = inner.keys(&prefix);
-        let token_s = token.0.to_string();
+        let token_b = token.0.to_be_bytes();
         let retention = inner.retention_ms.to_string();
         let (code, now): (&[u8], Vec<u8>) = match &op {
             Op::Complete(c) => (b"c", ms(c.now)),
@@ -465,9 +467,8 @@ impl RedisStore {
         };
         let mut args: Vec<Vec<u8>> = vec![
             code.to_vec(),
-            k.member.clone().into_bytes(),
             key.as_bytes()[8..].to_vec(),
-            token_s.into_bytes(),
+            token_b.to_vec(),
             inner.trusted.to_vec(),
             now,
             retention.into_bytes(),
@@ -492,7 +493,7 @@ impl RedisStore {
             }
             Op::Renew(_, lease) => args.push(ms(*lease)),
             Op::Settle(s, _, expires_at) => {
-                args.push((token.0 + 1).to_string().into_bytes());
+                args.push((token.0 + 1).to_be_bytes().to_vec());
                 let (code, body) = match s {
                     Settlement::Completed(r) if r.ok => (COMPLETED_OK, r.body.as_str()),
                     Settlement::Completed(r) => (COMPLETED_ERR, r.body.as_str()),
@@ -506,12 +507,7 @@ impl RedisStore {
             }
             Op::Release(_) | Op::Unknown => {}
         }
-        let keys = [
-            k.record.as_str(),
-            k.unsettled.as_str(),
-            k.settled.as_str(),
-            k.outbox.as_str(),
-        ];
+        let keys = [k.record.as_str(), k.index.as_str(), k.outbox.as_str()];
         let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         let (reply, acked) = inner
             .conn_for(wait)
@@ -548,28 +544,10 @@ impl RecordStore for RedisStore {
             let inner = &*self.inner;
             let prefix = *req.key.reference(1).prefix();
             let k = inner.keys(&prefix);
-            let fingerprint = req
-                .fingerprint
-                .as_ref()
-                .map_or(&[][..], |f| &f.as_bytes()[..]);
-            let (now, lease, token) = (
-                ms(req.now),
-                ms(req.lease_expires_at),
-                req.token.0.to_string(),
-            );
-            let args: [&[u8]; 10] = [
-                k.member.as_bytes(),
-                &req.key.as_bytes()[8..],
-                req.tenant.as_bytes(),
-                req.subject.unwrap_or("").as_bytes(),
-                req.tool.as_bytes(),
-                fingerprint,
-                &now,
-                &lease,
-                token.as_bytes(),
-                inner.trusted,
-            ];
-            let keys = [k.record.as_str(), k.unsettled.as_str(), k.settled.as_str()];
+            let (now, lease) = (ms(req.now), ms(req.lease_expires_at));
+            let tail = Record::tail(req)?;
+            let args: [&[u8]; 4] = [&now, &lease, inner.trusted, &tail];
+            let keys = [k.record.as_str(), k.index.as_str()];
             let (reply, acked) = inner
                 .conn_for(inner.wait)
                 .run(&inner.scripts.claim, &keys, &args, inner.wait)
@@ -716,14 +694,18 @@ impl RecordStore for RedisStore {
     }
 }
 
-/// A record as the scripts store it: one string, `>BI4ddd` (state, generation, claim time,
-/// lease or window end, completion time; doubles hold milliseconds exactly), then key rest,
-/// fingerprint and token (each after a 1-byte length), tenant, subject and tool (2-byte
-/// lengths) and the answer (4-byte length). One string is a third of the memory of a hash of
-/// the same fields once the answer passes the hash's compact encoding.
+/// A record as the scripts store it: one string. A 29-byte head `>BI4ddd` (state, generation,
+/// claim time, lease or window end, completion time; doubles hold milliseconds exactly), then
+/// the key rest (24 bytes) and the token (8 bytes, big-endian) at fixed places, so a fenced
+/// script compares them without unpacking the rest; then the fingerprint (after a 1-byte
+/// length), tenant, subject and tool (2-byte lengths) and the answer (4-byte length, empty
+/// until settled). The client packs everything after the head (the claim's "tail"); the script
+/// only prefixes the head, on the server's clock. One string is a third of the memory of a hash
+/// of the same fields once the answer passes the hash's compact encoding.
 struct Record<'a> {
     state: u8,
     generation: u32,
+    key_rest: &'a [u8],
     claimed: i64,
     ends: i64,
     completed: i64,
@@ -734,6 +716,46 @@ struct Record<'a> {
 }
 
 impl<'a> Record<'a> {
+    /// What follows the head of a new record, with an empty answer.
+    fn tail(req: &ClaimRequest<'_>) -> Result<Vec<u8>, StoreError> {
+        let fingerprint = req
+            .fingerprint
+            .as_ref()
+            .map_or(&[][..], |f| &f.as_bytes()[..]);
+        let subject = req.subject.unwrap_or("");
+        let mut tail = Vec::with_capacity(
+            24 + 8
+                + 1
+                + fingerprint.len()
+                + 6
+                + req.tenant.len()
+                + subject.len()
+                + req.tool.len()
+                + 4,
+        );
+        tail.extend_from_slice(&req.key.as_bytes()[8..]);
+        tail.extend_from_slice(&req.token.0.to_be_bytes());
+        let too_long = |what: &str| StoreError::Config {
+            problem: format!(
+                "the {what} of a call is too long for the Redis record (at most 65,535 bytes)"
+            ),
+            source: None,
+        };
+        tail.push(u8::try_from(fingerprint.len()).map_err(|_| too_long("fingerprint"))?);
+        tail.extend_from_slice(fingerprint);
+        for (what, field) in [
+            ("tenant", req.tenant),
+            ("subject", subject),
+            ("tool name", req.tool),
+        ] {
+            let n = u16::try_from(field.len()).map_err(|_| too_long(what))?;
+            tail.extend_from_slice(&n.to_be_bytes());
+            tail.extend_from_slice(field.as_bytes());
+        }
+        tail.extend_from_slice(&[0; 4]);
+        Ok(tail)
+    }
+
     fn parse(b: &'a [u8]) -> Result<Self, StoreError> {
         let short = || StoreError::corrupt("a record is shorter than its fields say");
         let mut at = 0usize;
@@ -748,6 +770,7 @@ impl<'a> Record<'a> {
             Ok(f64::from_be_bytes(take(8)?.try_into().map_err(|_| short())?) as i64)
         };
         let (claimed, ends, completed) = (time()?, time()?, time()?);
+        let (key_rest, _token) = (take(24)?, take(8)?);
         let mut string = |len_bytes: usize| -> Result<&'a [u8], StoreError> {
             let mut n = 0usize;
             for byte in take(len_bytes)? {
@@ -755,7 +778,7 @@ impl<'a> Record<'a> {
             }
             take(n)
         };
-        let (_key_rest, _fingerprint, _token) = (string(1)?, string(1)?, string(1)?);
+        let _fingerprint = string(1)?;
         let (tenant, subject, tool) = (string(2)?, string(2)?, string(2)?);
         let response = string(4)?;
         if generation == 0 {
@@ -764,6 +787,7 @@ impl<'a> Record<'a> {
         Ok(Record {
             state,
             generation,
+            key_rest,
             claimed,
             ends,
             completed,

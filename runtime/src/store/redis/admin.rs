@@ -1,0 +1,172 @@
+//! What an operator reads across tenants (the admin tool): one record by its reference, every
+//! record through the shard indexes (never a keyspace scan), and what a purge would delete.
+
+use redis::Value;
+
+use super::conn::{array, bytes, int};
+use super::{hex, ms, state_name, unhex, Record, RedisStore, SHARDS};
+use crate::clock::Timestamp;
+use crate::key::{Key, Reference};
+use crate::record::RecordState;
+use crate::store::StoreError;
+
+/// How many index entries one read of a shard takes.
+const PAGE: isize = 500;
+
+/// A record as an operator sees it, whatever its tenant ([`RedisStore::record`],
+/// [`RedisStore::each_record`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisRecord {
+    /// The record's reference, with its current generation.
+    pub reference: Reference,
+    /// The tenant it belongs to.
+    pub tenant: String,
+    /// The subject, for a subject-scoped record.
+    pub subject: Option<String>,
+    /// The tool called.
+    pub tool: String,
+    /// Its state.
+    pub state: RecordState,
+    /// Completed with an error answer.
+    pub error_answer: bool,
+    /// When it was claimed (the server's clock).
+    pub claimed_at: Timestamp,
+    /// The lease end while unsettled, the window end once settled.
+    pub ends_at: Timestamp,
+    /// When it was settled.
+    pub completed_at: Option<Timestamp>,
+    /// The stored answer.
+    pub answer: Option<String>,
+    /// The bytes of the stored record (Redis adds its own per-key overhead).
+    pub bytes: usize,
+}
+
+impl RedisRecord {
+    fn read(prefix: &[u8; 8], blob: &[u8]) -> Result<Self, StoreError> {
+        let r = Record::parse(blob)?;
+        let mut key = [0u8; 32];
+        key[..8].copy_from_slice(prefix);
+        if r.key_rest.len() != 24 {
+            return Err(StoreError::corrupt("a record's key rest is not 24 bytes"));
+        }
+        key[8..].copy_from_slice(r.key_rest);
+        let (state, ok) = state_name(i64::from(r.state))?;
+        let settled = matches!(state, RecordState::Completed | RecordState::Released);
+        let utf8 = |b: &[u8], what: &str| {
+            String::from_utf8(b.to_vec())
+                .map_err(|_| StoreError::corrupt(format!("a record's {what} is not UTF-8")))
+        };
+        let subject = utf8(r.subject, "subject")?;
+        Ok(RedisRecord {
+            reference: Key::from_bytes(key).reference(r.generation),
+            tenant: utf8(r.tenant, "tenant")?,
+            subject: (!subject.is_empty()).then_some(subject),
+            tool: utf8(r.tool, "tool name")?,
+            state,
+            error_answer: ok == Some(false),
+            claimed_at: Timestamp::from_millis(r.claimed),
+            ends_at: Timestamp::from_millis(r.ends),
+            completed_at: settled.then(|| Timestamp::from_millis(r.completed)),
+            answer: ok.map(|_| utf8(r.response, "answer")).transpose()?,
+            bytes: blob.len(),
+        })
+    }
+}
+
+impl RedisStore {
+    /// The record under `reference`'s key, whatever its tenant and generation (one `GET`); for
+    /// an operator's tool. A handler's status lookup is
+    /// [`status`](crate::store::RecordStore::status), which is tenant-scoped.
+    pub async fn record(&self, reference: Reference) -> Result<Option<RedisRecord>, StoreError> {
+        let k = self.inner.keys(reference.prefix());
+        match self
+            .inner
+            .conn
+            .query(redis::cmd("GET").arg(&k.record))
+            .await?
+        {
+            Value::Nil => Ok(None),
+            v => RedisRecord::read(reference.prefix(), &bytes(v)?).map(Some),
+        }
+    }
+
+    /// Calls `visit` with every record of the store's namespace, shard by shard, reading each
+    /// shard's index a page at a time and its records with one `MGET` per page (never a
+    /// keyspace scan; records written meanwhile may or may not be seen). For an operator's
+    /// counts: it reads every record.
+    pub async fn each_record(
+        &self,
+        mut visit: impl FnMut(RedisRecord) + Send,
+    ) -> Result<(), StoreError> {
+        let inner = &*self.inner;
+        for shard in 0..SHARDS {
+            let index = format!("{}:i", inner.shard_base(shard));
+            let records = inner.record_prefix(shard);
+            let mut start = 0isize;
+            loop {
+                let page = array(
+                    inner
+                        .conn
+                        .query(
+                            redis::cmd("ZRANGE")
+                                .arg(&index)
+                                .arg(start)
+                                .arg(start + PAGE - 1),
+                        )
+                        .await?,
+                )?;
+                if page.is_empty() {
+                    break;
+                }
+                let mut prefixes = Vec::with_capacity(page.len());
+                let mut get = redis::cmd("MGET");
+                for member in page {
+                    let member = bytes(member)?;
+                    let prefix: [u8; 8] = unhex(&member)
+                        .and_then(|p| p.try_into().ok())
+                        .ok_or_else(|| {
+                            StoreError::corrupt("an index entry is not a reference prefix")
+                        })?;
+                    get.arg(format!("{records}{}", hex(&prefix)));
+                    prefixes.push(prefix);
+                }
+                let n = prefixes.len() as isize;
+                let blobs = array(inner.conn.query(&get).await?)?;
+                for (prefix, blob) in prefixes.iter().zip(blobs) {
+                    // Entries of records that expired stay in the settled band until a purge.
+                    if !matches!(blob, Value::Nil) {
+                        visit(RedisRecord::read(prefix, &bytes(blob)?)?);
+                    }
+                }
+                if n < PAGE {
+                    break;
+                }
+                start += PAGE;
+            }
+        }
+        Ok(())
+    }
+
+    /// How many records [`purge`](crate::store::Maintenance::purge) at `now` and `older_than`
+    /// would delete (settled, window ended before `older_than`), without deleting any.
+    pub async fn purgeable(
+        &self,
+        now: Timestamp,
+        older_than: Timestamp,
+    ) -> Result<u64, StoreError> {
+        let inner = &*self.inner;
+        let (now, older) = (ms(now), ms(older_than));
+        let mut total = 0u64;
+        for shard in 0..SHARDS {
+            let index = format!("{}:i", inner.shard_base(shard));
+            let records = inner.record_prefix(shard);
+            let args: [&[u8]; 4] = [&now, &older, inner.trusted, records.as_bytes()];
+            let (n, _) = inner
+                .conn
+                .run(&inner.scripts.count, &[&index], &args, None)
+                .await?;
+            total += u64::try_from(int(&n)?).unwrap_or(0);
+        }
+        Ok(total)
+    }
+}
