@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use idempotency::clock::{Clock, ManualClock, SystemClock};
 use idempotency::outcome::{ErrorPolicy, Outcome};
@@ -13,6 +13,7 @@ use idempotency::store::{RedisStore, StoreError};
 use idempotency::tool::{Prepared, ToolSpec};
 use idempotency::{Caller, Error, Idempotency};
 use idempotency_tests::pg::unique_name;
+use idempotency_tests::processes::{ready_then_wait, Workers};
 use idempotency_tests::redis_servers::{shared_server, RedisCluster};
 use serde::{Deserialize, Serialize};
 
@@ -199,7 +200,6 @@ const WORKER_TEST: &str = "cluster_replica_worker";
 const SEEDS_ENV: &str = "IDEMPOTENCY_REDIS_SEEDS";
 const NAMESPACE_ENV: &str = "IDEMPOTENCY_REDIS_NAMESPACE";
 const ID_ENV: &str = "IDEMPOTENCY_REPLICA_ID";
-const START_ENV: &str = "IDEMPOTENCY_REPLICA_START_MS";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Receipt {
@@ -233,13 +233,6 @@ impl Tally {
     }
 }
 
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// The counter the side effect increments, on the cluster beside the records (its own slot).
 fn charges_key(namespace: &str) -> String {
     format!("{namespace}:charges")
@@ -251,31 +244,27 @@ async fn eight_replicas_charge_once_on_a_cluster() {
     let cluster = RedisCluster::start(3);
     let seeds = cluster.seeds().join(",");
     let namespace = unique_name("replicas");
-    let start = unix_ms() + 1_500;
+    // Each replica connects, says it is ready, and all are let go at once.
     let exe = std::env::current_exe().expect("the test binary");
-    let mut children = Vec::new();
-    for replica in 0..REPLICAS {
-        let child = tokio::process::Command::new(&exe)
-            .args(["--exact", WORKER_TEST, "--nocapture", "--test-threads", "1"])
-            .env(SEEDS_ENV, &seeds)
-            .env(NAMESPACE_ENV, &namespace)
-            .env(ID_ENV, replica.to_string())
-            .env(START_ENV, start.to_string())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn a replica");
-        children.push(child.wait_with_output());
-    }
+    let commands = (0..REPLICAS)
+        .map(|replica| {
+            let mut command = tokio::process::Command::new(&exe);
+            command
+                .args(["--exact", WORKER_TEST, "--nocapture", "--test-threads", "1"])
+                .env(SEEDS_ENV, &seeds)
+                .env(NAMESPACE_ENV, &namespace)
+                .env(ID_ENV, replica.to_string());
+            command
+        })
+        .collect();
+    let workers = Workers::start_together(commands).await;
     let mut total = Tally::default();
-    for (replica, child) in children.into_iter().enumerate() {
-        let out = child.await.expect("replica output");
-        let stdout = String::from_utf8_lossy(&out.stdout);
+    for (replica, out) in workers.finish().await.into_iter().enumerate() {
+        let stdout = &out.stdout;
         assert!(
-            out.status.success(),
+            out.success,
             "replica {replica} failed:\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
+            out.stderr
         );
         let t = stdout
             .lines()
@@ -324,7 +313,7 @@ async fn cluster_replica_worker() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     };
-    let (replica, start) = (env(ID_ENV) as usize, env(START_ENV));
+    let replica = env(ID_ENV) as usize;
     let seeds: Vec<&str> = seeds.split(',').collect();
     let store = RedisStore::builder()
         .namespace(&namespace)
@@ -337,7 +326,7 @@ async fn cluster_replica_worker() {
     let args = serde_json::json!({"amount": 4200, "currency": "EUR", "card": "tok_visa"});
     let counter = charges_key(&namespace);
 
-    tokio::time::sleep(Duration::from_millis(start.saturating_sub(unix_ms()))).await;
+    ready_then_wait().await;
     let mut calls = tokio::task::JoinSet::new();
     for _ in 0..CALLS_PER_REPLICA {
         let (engine, caller, args, mut conn, counter) = (
