@@ -181,6 +181,9 @@ pub struct Function {
     pub ret: Type,
     pub ok: Type,
     pub err: Type,
+    /// rmcp: `T` of an answer spelled `Json<T>` (rmcp's structured output): `T` is what is stored
+    /// and replayed, and its schema is the tool's `outputSchema`, as rmcp infers it unwrapped.
+    pub structured: Option<Type>,
     /// The tool name in the key.
     pub name: LitStr,
     /// Has a receiver: the descriptor is an associated const, not a module.
@@ -436,6 +439,10 @@ impl Function {
             (None, Mode::Plain) => LitStr::new(&sig.ident.unraw().to_string(), sig.ident.span()),
         };
         let (ret, (ok, err)) = (ret_ty?, ok_err?);
+        let structured = match mode {
+            Mode::Rmcp { .. } => only_type_arg(&ok, "Json").cloned(),
+            Mode::Plain => None,
+        };
         Some(Function {
             item: item.clone(),
             mode,
@@ -445,6 +452,7 @@ impl Function {
             ret,
             ok,
             err,
+            structured,
             name,
             method: receiver.is_some(),
         })

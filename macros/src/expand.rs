@@ -241,7 +241,9 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         .iter()
         .enumerate()
         .map(|(i, a)| match f.mode {
-            Mode::Rmcp { tool } if tool == i => merge_hint(a, &p, &f.args.keyed),
+            Mode::Rmcp { tool } if tool == i => {
+                merge_hint(a, &p, &f.args.keyed, f.structured.as_ref())
+            }
             _ => a.clone(),
         })
         .collect();
@@ -261,9 +263,12 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         local("__idem_p"),
         local("__idem_v"),
     );
-    let po = respan(&p, ok.span());
-    let execute = quote_spanned! {ok.span()=>
-        #po::Idempotency::execute_raw::<#ok, #err, _>(&#engine, &#spec_path, &#caller, #prepared, #policy, #body_local).await
+    // A `Json<T>` answer is stored and replayed as its `T` (rmcp's `Json` is not `Serialize`);
+    // the answer is `T`'s structured content either way, as rmcp renders `Json<T>`.
+    let stored = f.structured.as_ref().unwrap_or(ok);
+    let po = respan(&p, stored.span());
+    let execute = quote_spanned! {stored.span()=>
+        #po::Idempotency::execute_raw::<#stored, #err, _>(&#engine, &#spec_path, &#caller, #prepared, #policy, #body_local).await
     };
     let raw_local = local("__idem_raw");
     let (prologue, finish) = if rmcp {
@@ -353,6 +358,13 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         }
     };
 
+    let body = if f.structured.is_some() {
+        let j = local("__idem_json");
+        quote!(async move { #p::Result::map((#body).await, |#j: #ok| #j.0) })
+    } else {
+        body
+    };
+
     quote! {
         #(#attrs)*
         #vis #sig {
@@ -370,7 +382,14 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
 ///
 /// Unless the tool gives its own `input_schema`, the one rmcp would infer from the arguments type
 /// is listed closed (`additionalProperties: false`), as the wrapper refuses fields it cannot key.
-fn merge_hint(attr: &Attribute, p: &TokenStream, args_ty: &syn::Type) -> Attribute {
+/// A `Json<T>` answer lists `T`'s output schema, as rmcp infers it for an unwrapped tool (whose
+/// return type it reads, and which the wrapper rewrites), unless the tool gives its own.
+fn merge_hint(
+    attr: &Attribute,
+    p: &TokenStream,
+    args_ty: &syn::Type,
+    output: Option<&syn::Type>,
+) -> Attribute {
     let Ok(metas) = tool_args(attr) else {
         return attr.clone();
     };
@@ -379,6 +398,14 @@ fn merge_hint(attr: &Attribute, p: &TokenStream, args_ty: &syn::Type) -> Attribu
     let own_schema = metas
         .iter()
         .any(|m| matches!(m, Meta::NameValue(nv) if nv.path.is_ident("input_schema")));
+    let own_output = metas
+        .iter()
+        .any(|m| matches!(m, Meta::NameValue(nv) if nv.path.is_ident("output_schema")));
+    if let (Some(t), false) = (output, own_output) {
+        items.push(quote! {
+            output_schema = #p::rmcp::handler::server::tool::schema_for_output::<#t>()
+        });
+    }
     if !own_schema {
         items.push(quote! {
             input_schema = #p::mcp::closed_input_schema(
@@ -510,7 +537,7 @@ mod tests {
     }
 
     fn merged(attr: Attribute) -> String {
-        merge_hint(&attr, &quote!(P), &syn::parse_quote!(A))
+        merge_hint(&attr, &quote!(P), &syn::parse_quote!(A), None)
             .to_token_stream()
             .to_string()
     }
@@ -542,6 +569,47 @@ mod tests {
             merged(syn::parse_quote!(#[tool(input_schema = s())])),
             "# [tool (input_schema = s () , annotations (idempotent_hint = true))]"
         );
+    }
+
+    #[test]
+    fn a_json_answer_lists_its_output_schema() {
+        let attr: Attribute = syn::parse_quote!(#[tool]);
+        let out = merge_hint(
+            &attr,
+            &quote!(P),
+            &syn::parse_quote!(A),
+            Some(&syn::parse_quote!(R)),
+        )
+        .to_token_stream()
+        .to_string();
+        assert_eq!(
+            out,
+            format!("# [tool (output_schema = P :: rmcp :: handler :: server :: tool :: schema_for_output :: < R > () , {SCHEMA} , annotations (idempotent_hint = true))]")
+        );
+        // The tool's own output schema is kept.
+        let attr: Attribute = syn::parse_quote!(#[tool(output_schema = s())]);
+        let out = merge_hint(
+            &attr,
+            &quote!(P),
+            &syn::parse_quote!(A),
+            Some(&syn::parse_quote!(R)),
+        )
+        .to_token_stream()
+        .to_string();
+        assert!(!out.contains("schema_for_output"), "{out}");
+        if cfg!(feature = "rmcp") {
+            let out = expand(
+                quote!(),
+                quote!(
+                    #[tool]
+                    async fn charge(&self, Parameters(a): Parameters<A>) -> Result<Json<R>, E> {
+                        Ok(Json(R))
+                    }
+                ),
+            );
+            assert!(out.contains("execute_raw :: < R , E , _ >"), "{out}");
+            assert!(out.contains("schema_for_output :: < R >"), "{out}");
+        }
     }
 
     #[test]

@@ -84,7 +84,10 @@ use proc_macro::TokenStream;
 /// tool's `annotations(...)` (a written `idempotent_hint = false` is an error), keys on `T` of the
 /// one `Parameters<T>` argument, takes the caller from the request (its own
 /// `RequestContext<RoleServer>` parameter, or one it adds), and answers with a `CallToolResult`
-/// (`E: Display` suffices). The fn name and the `#[tool]` stay, so the router finds the method.
+/// (`E: Display` suffices). An answer spelled `Json<T>` (rmcp's structured output) is stored as
+/// its `T`, and the tool lists `T`'s `outputSchema` as rmcp would unwrapped; a `CallToolResult`
+/// answer is stored and replayed verbatim. The fn name and the `#[tool]` stay, so the router
+/// finds the method.
 ///
 /// Inside the body, `idempotency::Call::current()` gives the operation's reference to pass
 /// downstream.
