@@ -14,7 +14,7 @@ use syn::{
     Signature, Token, Type, TypeParamBound, Visibility,
 };
 
-use crate::attr::Options;
+use crate::attr::{InImpl, Options};
 use crate::ctxt::Ctxt;
 
 /// What `#[idempotent]` applies to when the item is not a function at all.
@@ -186,8 +186,11 @@ pub struct Function {
     pub structured: Option<Type>,
     /// The tool name in the key.
     pub name: LitStr,
-    /// Has a receiver: the descriptor is an associated const, not a module.
+    /// In an impl block (a receiver, or `#[idempotent_tools]` said so): the descriptor is an
+    /// associated const, not a module.
     pub method: bool,
+    /// In an `impl Trait for X` (`#[idempotent_tools]` said so): the descriptor stays in the body.
+    pub in_trait: bool,
 }
 
 pub fn last_segment_is(path: &syn::Path, name: &str) -> bool {
@@ -454,7 +457,11 @@ impl Function {
             err,
             structured,
             name,
-            method: receiver.is_some(),
+            method: receiver.is_some() || opts.in_impl.is_some(),
+            in_trait: opts
+                .in_impl
+                .as_ref()
+                .is_some_and(|i| i.value == InImpl::Trait),
         })
     }
 }

@@ -19,6 +19,7 @@ mod kw {
     syn::custom_keyword!(scope);
     syn::custom_keyword!(ignore);
     syn::custom_keyword!(missing_key);
+    syn::custom_keyword!(__in_impl);
 }
 
 /// Listed in the "unknown option" error.
@@ -49,6 +50,17 @@ pub enum Scope {
 pub enum MissingKey {
     Refuse,
     CallKey,
+}
+
+/// Where `#[idempotent_tools]` found the function (its hidden `__in_impl` marker): an attribute
+/// on a function cannot see the block around it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InImpl {
+    /// An inherent `impl X`: the descriptor is an associated const, even without `self`.
+    Inherent,
+    /// An `impl Trait for X`: it can hold only the trait's items, so the descriptor stays in the
+    /// body.
+    Trait,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +94,8 @@ pub struct Options {
     pub timeout: Option<Opt<u64>>,
     pub context: Option<Opt<Ident>>,
     pub krate: Option<Opt<syn::Path>>,
+    /// Set by `#[idempotent_tools]`, never by hand.
+    pub in_impl: Option<Opt<InImpl>>,
     /// Options met so far, valid or not: a second one is a duplicate either way.
     seen: Vec<&'static str>,
 }
@@ -424,6 +438,23 @@ impl Options {
                 &mut self.seen,
                 &mut self.krate,
                 "crate",
+                key.span,
+                value,
+            );
+        } else if input.peek(kw::__in_impl) {
+            let key: kw::__in_impl = input.parse()?;
+            input.parse::<Token![=]>()?;
+            let lit: LitStr = input.parse()?;
+            let value = match lit.value().as_str() {
+                "inherent" => Some(InImpl::Inherent),
+                "trait" => Some(InImpl::Trait),
+                _ => None,
+            };
+            set(
+                cx,
+                &mut self.seen,
+                &mut self.in_impl,
+                "__in_impl",
                 key.span,
                 value,
             );

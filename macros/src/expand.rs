@@ -13,7 +13,7 @@ use crate::ast::{is_attr, tool_args, Context, Function, ItemFn, Metas, Mode, Req
 use crate::attr::{KeyPath, MissingKey, OnError, Options, Scope, Segment};
 use crate::ctxt::Ctxt;
 use crate::emit::with_error;
-use crate::{check, fallback};
+use crate::{check, fallback, hint};
 
 /// `#[idempotent]`: parse (options, item) → validate → generate; on error, the item (or rmcp's
 /// stand-in) beside every error.
@@ -46,6 +46,64 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
             };
             with_error(stub.unwrap_or(item), e)
         }
+    }
+}
+
+/// `#[idempotent_tools]` on an impl block: the hint checks (`hint::check_impl`), then every
+/// `#[idempotent]` method is told where it is (`__in_impl = "inherent" | "trait"`), which an
+/// attribute on a function cannot see: an associated fn gets an associated-const descriptor, and
+/// a method of a trait impl keeps its descriptor in its body.
+pub fn idempotent_tools(item: TokenStream) -> TokenStream {
+    let mut imp: syn::ItemImpl = match syn::parse2(item.clone()) {
+        Ok(i) => i,
+        // An impl that does not parse (a syntax error in a method's body): emitted unchanged, so
+        // the error is reported as the syntax error it is, not as "not an impl".
+        Err(_) if hint::is_impl(item.clone()) => return item,
+        Err(e) => {
+            let e = syn::Error::new(
+                e.span(),
+                "#[idempotent_tools] applies to an `impl` block (put it above #[tool_router] or on a trait impl holding #[idempotent] methods)",
+            );
+            return with_error(item, e);
+        }
+    };
+    let mut cx = Ctxt::new();
+    let unroutable = hint::check_impl(&mut cx, &imp);
+    let marker = if imp.trait_.is_some() {
+        "trait"
+    } else {
+        "inherent"
+    };
+    for it in &mut imp.items {
+        let syn::ImplItem::Fn(f) = it else { continue };
+        if unroutable.contains(&f.sig.ident) {
+            // Emitted as the plain trait method it would be without rmcp: only our error shows.
+            f.attrs
+                .retain(|a| !is_attr(a, "tool") && !is_attr(a, "idempotent"));
+            continue;
+        }
+        for a in f.attrs.iter_mut().filter(|a| is_attr(a, "idempotent")) {
+            let path = a.path().clone();
+            let args = match &a.meta {
+                Meta::List(l) if !l.tokens.is_empty() => {
+                    let tokens = &l.tokens;
+                    quote!(__in_impl = #marker, #tokens)
+                }
+                _ => quote!(__in_impl = #marker),
+            };
+            let mut marked: Attribute = syn::parse_quote!(#[#path(#args)]);
+            marked.pound_token = a.pound_token;
+            marked.bracket_token = a.bracket_token;
+            *a = marked;
+        }
+    }
+    if !unroutable.is_empty() {
+        imp.attrs.retain(|a| !is_attr(a, "tool_router"));
+    }
+    match cx.check() {
+        Ok(()) => imp.into_token_stream(),
+        Err(e) if unroutable.is_empty() => with_error(item, e),
+        Err(e) => with_error(imp.into_token_stream(), e),
     }
 }
 
@@ -123,7 +181,13 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         let fields = &ignore.value;
         spec.extend(quote!(.ignoring(&[#(#fields),*])));
     }
-    let (spec_path, descriptor) = if f.method {
+    let mut local_descriptor = TokenStream::new();
+    let (spec_path, descriptor) = if f.in_trait {
+        // A trait impl holds only the trait's items: the descriptor is the body's own.
+        let c = local("__IDEM_TOOL");
+        local_descriptor = quote!(const #c: #p::ToolSpec = #spec;);
+        (quote!(#c), TokenStream::new())
+    } else if f.method {
         let c = const_name(fn_name);
         let descriptor = quote! {
             #[doc(hidden)]
@@ -368,6 +432,7 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
     quote! {
         #(#attrs)*
         #vis #sig {
+            #local_descriptor
             #prologue
             let #body_local = #body;
             #finish
@@ -610,6 +675,56 @@ mod tests {
             assert!(out.contains("execute_raw :: < R , E , _ >"), "{out}");
             assert!(out.contains("schema_for_output :: < R >"), "{out}");
         }
+    }
+
+    #[test]
+    fn an_impl_tells_its_functions_where_they_are() {
+        let out = idempotent_tools(quote!(
+            impl Charger for S {
+                #[idempotent]
+                async fn charge(&self, a: A) -> Result<R, E> { Ok(R) }
+                #[idempotent(window = "1h")]
+                async fn refund(&self, a: A) -> Result<R, E> { Ok(R) }
+            }
+        ))
+        .to_string();
+        assert!(
+            out.contains("# [idempotent (__in_impl = \"trait\")]"),
+            "{out}"
+        );
+        assert!(
+            out.contains("# [idempotent (__in_impl = \"trait\" , window = \"1h\")]"),
+            "{out}"
+        );
+        let out = expand(
+            quote!(__in_impl = "trait"),
+            quote!(
+                async fn charge(&self, a: A) -> Result<R, E> {
+                    Ok(R)
+                }
+            ),
+        );
+        assert!(!out.contains("CHARGE_TOOL"), "{out}");
+        assert!(out.contains("const __IDEM_TOOL"), "{out}");
+        let out = expand(
+            quote!(__in_impl = "inherent"),
+            quote!(
+                async fn refund(ctx: &Ctx, a: A) -> Result<R, E> {
+                    Ok(R)
+                }
+            ),
+        );
+        assert!(out.contains("pub const REFUND_TOOL"), "{out}");
+        assert!(!out.contains("mod refund"), "{out}");
+        // Not an impl: the error says where it goes, beside the item.
+        let out = idempotent_tools(quote!(
+            struct S;
+        ))
+        .to_string();
+        assert!(out.contains("applies to an `impl` block"), "{out}");
+        // A broken body is rustc's to report.
+        let item: TokenStream = "impl S { fn f(&self) { let = ; } }".parse().unwrap();
+        assert_eq!(idempotent_tools(item.clone()).to_string(), item.to_string());
     }
 
     #[test]
