@@ -221,15 +221,21 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
 
     let (ok, err, ret) = (&f.ok, &f.err, &f.ret);
     let pe = respan(&p, err.span());
+    // An rmcp tool answering `CallToolResponse` (a completed result, an `input_required` round or
+    // a task): the completed result is stored verbatim, the rest is carried out as `Interim`.
+    let response = rmcp
+        && matches!(ok, syn::Type::Path(t)
+            if t.path.segments.last().is_some_and(|s| s.ident == "CallToolResponse"));
+    let policy_of = if response {
+        quote_spanned!(err.span()=> #pe::mcp::Interim::<#err>)
+    } else {
+        quote_spanned!(err.span()=> #pe::ErrorPolicy::<#err>)
+    };
     let policy = match opts.on_error.as_ref().map(|o| o.value) {
-        None => quote_spanned!(err.span()=> #pe::ErrorPolicy::<#err>::classified()),
-        Some(OnError::Definitive) => {
-            quote_spanned!(err.span()=> #pe::ErrorPolicy::<#err>::definitive())
-        }
-        Some(OnError::Retryable) => {
-            quote_spanned!(err.span()=> #pe::ErrorPolicy::<#err>::retryable())
-        }
-        Some(OnError::Unknown) => quote_spanned!(err.span()=> #pe::ErrorPolicy::<#err>::unknown()),
+        None => quote_spanned!(err.span()=> #policy_of::classified()),
+        Some(OnError::Definitive) => quote_spanned!(err.span()=> #policy_of::definitive()),
+        Some(OnError::Retryable) => quote_spanned!(err.span()=> #policy_of::retryable()),
+        Some(OnError::Unknown) => quote_spanned!(err.span()=> #policy_of::unknown()),
     };
 
     let args_local = local(if rmcp { "__idem_params" } else { "__idem_args" });
@@ -329,10 +335,20 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
     );
     // A `Json<T>` answer is stored and replayed as its `T` (rmcp's `Json` is not `Serialize`);
     // the answer is `T`'s structured content either way, as rmcp renders `Json<T>`.
-    let stored = f.structured.as_ref().unwrap_or(ok);
+    let call_tool_result: syn::Type = syn::parse_quote!(#p::rmcp::model::CallToolResult);
+    let stored = match &f.structured {
+        Some(t) => t,
+        None if response => &call_tool_result,
+        None => ok,
+    };
+    let stored_err = if response {
+        quote!(#p::mcp::Interim<#err>)
+    } else {
+        quote!(#err)
+    };
     let po = respan(&p, stored.span());
     let execute = quote_spanned! {stored.span()=>
-        #po::Idempotency::execute_raw::<#stored, #err, _>(&#engine, &#spec_path, &#caller, #prepared, #policy, #body_local).await
+        #po::Idempotency::execute_raw::<#stored, #stored_err, _>(&#engine, &#spec_path, &#caller, #prepared, #policy, #body_local).await
     };
     let raw_local = local("__idem_raw");
     let (prologue, finish) = if rmcp {
@@ -352,8 +368,11 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
                 quote!(#request_local)
             }
         };
-        sig.output =
-            syn::parse_quote!(-> #p::Result<#p::rmcp::model::CallToolResult, #p::rmcp::ErrorData>);
+        sig.output = if response {
+            syn::parse_quote!(-> #p::Result<#p::rmcp::model::CallToolResponse, #p::rmcp::ErrorData>)
+        } else {
+            syn::parse_quote!(-> #p::Result<#p::rmcp::model::CallToolResult, #p::rmcp::ErrorData>)
+        };
         // The arguments as sent, copied before `Parameters<T>` takes them: the first parameter
         // after the receiver.
         let at = usize::from(matches!(sig.inputs.first(), Some(FnArg::Receiver(_))));
@@ -364,21 +383,23 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
             let #engine = #p::Clone::clone(#cx::idempotency(self));
             let #caller = match #cx::caller(self, &#request) {
                 #p::Result::Ok(#c) => #c,
-                #p::Result::Err(#e) => return #p::mcp::refuse(#e),
+                #p::Result::Err(#e) => return #p::mcp::refuse_into(#e),
             };
             #probes
             if let #p::Result::Err(#e) = #p::mcp::check_arguments(&#raw_local, &#keyed, &#spec_path) {
-                return #p::mcp::refuse(#e);
+                return #p::mcp::refuse_into(#e);
             }
             let #prepared = match #prepare {
                 #p::Result::Ok(#pv) => #pv,
-                #p::Result::Err(#e) => return #p::mcp::refuse(#e),
+                #p::Result::Err(#e) => return #p::mcp::refuse_into(#e),
             };
         };
         // A tool that answers with a `CallToolResult` itself gets it back verbatim.
         let verbatim = matches!(ok, syn::Type::Path(t)
             if t.path.segments.last().is_some_and(|s| s.ident == "CallToolResult"));
-        let finish = if verbatim {
+        let finish = if response {
+            quote!(#p::mcp::answer_response(#execute))
+        } else if verbatim {
             quote!(#p::mcp::answer_verbatim(#execute))
         } else {
             quote!(#p::mcp::answer(#execute))
@@ -425,6 +446,8 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
     let body = if f.structured.is_some() {
         let j = local("__idem_json");
         quote!(async move { #p::Result::map((#body).await, |#j: #ok| #j.0) })
+    } else if response {
+        quote!(async move { #p::mcp::split_response((#body).await) })
     } else {
         body
     };

@@ -21,7 +21,16 @@ pub use ::rmcp;
 #[cfg(feature = "rmcp")]
 pub mod mcp {
     pub use crate::mcp::arguments::{check_arguments, closed_input_schema, RawArguments};
-    pub use crate::mcp::{answer, answer_verbatim, refuse};
+    pub use crate::mcp::{
+        answer, answer_response, answer_verbatim, refuse, split_response, Interim,
+    };
+
+    /// [`refuse`] as the wrapped tool's own answer type (`CallToolResult` or `CallToolResponse`).
+    pub fn refuse_into<R: From<rmcp::model::CallToolResult>>(
+        e: crate::Error,
+    ) -> Result<R, rmcp::ErrorData> {
+        refuse(e).map(R::from)
+    }
 
     /// What an rmcp tool's caller is read from.
     pub type Request = rmcp::service::RequestContext<rmcp::RoleServer>;
