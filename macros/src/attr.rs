@@ -20,6 +20,7 @@ mod kw {
     syn::custom_keyword!(ignore);
     syn::custom_keyword!(missing_key);
     syn::custom_keyword!(__in_impl);
+    syn::custom_keyword!(task);
 }
 
 /// Listed in the "unknown option" error.
@@ -94,6 +95,8 @@ pub struct Options {
     pub timeout: Option<Opt<u64>>,
     pub context: Option<Opt<Ident>>,
     pub krate: Option<Opt<syn::Path>>,
+    /// `task`: an rmcp tool answers clients that declared the tasks extension with a durable task.
+    pub task: Option<Opt<()>>,
     /// Set by `#[idempotent_tools]`, never by hand.
     pub in_impl: Option<Opt<InImpl>>,
     /// Options met so far, valid or not: a second one is a duplicate either way.
@@ -440,6 +443,16 @@ impl Options {
                 "crate",
                 key.span,
                 value,
+            );
+        } else if input.peek(kw::task) && !input.peek2(Token![=]) {
+            let key: kw::task = input.parse()?;
+            set(
+                cx,
+                &mut self.seen,
+                &mut self.task,
+                "task",
+                key.span,
+                Some(()),
             );
         } else if input.peek(kw::__in_impl) {
             let key: kw::__in_impl = input.parse()?;

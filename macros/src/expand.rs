@@ -368,7 +368,7 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
                 quote!(#request_local)
             }
         };
-        sig.output = if response {
+        sig.output = if response || opts.task.is_some() {
             syn::parse_quote!(-> #p::Result<#p::rmcp::model::CallToolResponse, #p::rmcp::ErrorData>)
         } else {
             syn::parse_quote!(-> #p::Result<#p::rmcp::model::CallToolResult, #p::rmcp::ErrorData>)
@@ -379,6 +379,12 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         sig.inputs
             .insert(at, syn::parse_quote!(#raw_local: #p::mcp::RawArguments));
         let cx = quote!(#p::IdempotencyContext::<#p::mcp::Request>);
+        let as_task = local("__idem_as_task");
+        let wants_task = if opts.task.is_some() {
+            quote!(let #as_task = #p::mcp::wants_task(&#request);)
+        } else {
+            TokenStream::new()
+        };
         let prologue = quote! {
             let #engine = #p::Clone::clone(#cx::idempotency(self));
             let #caller = match #cx::caller(self, &#request) {
@@ -393,11 +399,14 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
                 #p::Result::Ok(#pv) => #pv,
                 #p::Result::Err(#e) => return #p::mcp::refuse_into(#e),
             };
+            #wants_task
         };
         // A tool that answers with a `CallToolResult` itself gets it back verbatim.
         let verbatim = matches!(ok, syn::Type::Path(t)
             if t.path.segments.last().is_some_and(|s| s.ident == "CallToolResult"));
-        let finish = if response {
+        let finish = if opts.task.is_some() {
+            quote!(#p::mcp::task_call(#engine, #spec_path, #caller, #prepared, #policy, #as_task, #body_local).await)
+        } else if response {
             quote!(#p::mcp::answer_response(#execute))
         } else if verbatim {
             quote!(#p::mcp::answer_verbatim(#execute))
@@ -443,7 +452,36 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         }
     };
 
-    let body = if f.structured.is_some() {
+    let task = rmcp && opts.task.is_some();
+    let body = if task {
+        // The body outlives the request: it owns a clone of `self`, which it reads as `self`
+        // (its `self` tokens name a reference to that clone).
+        let this = local("__idem_this");
+        let owned = local("__idem_owned");
+        let replaced = Group::new(block.delimiter(), replace_self(block.stream(), &this));
+        let inner = quote_spanned! {block.span()=>
+            async move {
+                #fake_return
+                #rebind
+                #replaced
+            }
+        };
+        let j = local("__idem_json");
+        let rendered = if f.structured.is_some() {
+            quote!(#p::mcp::task_render(#p::Result::map((#inner).await, |#j: #ok| #j.0), #policy))
+        } else if is_last(ok, "CallToolResult") {
+            quote!(#p::mcp::task_render_verbatim((#inner).await, #policy))
+        } else {
+            quote!(#p::mcp::task_render((#inner).await, #policy))
+        };
+        quote!({
+            let #owned = #p::Clone::clone(self);
+            async move {
+                let #this = &#owned;
+                #rendered
+            }
+        })
+    } else if f.structured.is_some() {
         let j = local("__idem_json");
         quote!(async move { #p::Result::map((#body).await, |#j: #ok| #j.0) })
     } else if response {
@@ -462,6 +500,32 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         }
         #descriptor
     }
+}
+
+/// `ty`'s last path segment is `name`.
+fn is_last(ty: &syn::Type, name: &str) -> bool {
+    matches!(ty, syn::Type::Path(t) if t.path.segments.last().is_some_and(|s| s.ident == name))
+}
+
+/// `tokens` with every `self` (not `self::`) naming `with` instead, at the user's span.
+fn replace_self(tokens: TokenStream, with: &Ident) -> TokenStream {
+    let trees: Vec<TokenTree> = tokens.into_iter().collect();
+    let path_follows = |i: usize| matches!(trees.get(i + 1), Some(TokenTree::Punct(p)) if p.as_char() == ':' && p.spacing() == proc_macro2::Spacing::Joint);
+    trees
+        .iter()
+        .enumerate()
+        .map(|(i, t)| match t {
+            TokenTree::Ident(id) if id == "self" && !path_follows(i) => TokenTree::Ident(
+                Ident::new(&with.to_string(), with.span().located_at(id.span())),
+            ),
+            TokenTree::Group(g) => {
+                let mut group = Group::new(g.delimiter(), replace_self(g.stream(), with));
+                group.set_span(g.span());
+                TokenTree::Group(group)
+            }
+            other => other.clone(),
+        })
+        .collect()
 }
 
 /// `#[tool(...)]` with `idempotent_hint = true` merged into its `annotations(...)` (added when

@@ -49,6 +49,7 @@ use proc_macro::TokenStream;
 /// | `on_error = "retryable" \| "definitive" \| "unknown"` | one disposition for every error | each error's `idempotency::Classify` |
 /// | `timeout = "30s"` | abandon a running call as "outcome unknown" after this | none |
 /// | `context = "ctx"` | the context parameter (plain mode) | see below |
+/// | `task` | rmcp tools: a client that declared the tasks extension gets a durable task (see `idempotency::mcp::task`); the server must be `Clone + Send + Sync + 'static` | answered inline |
 /// | `crate = "::idempotency"` | the runtime's path, for a renamed dependency | `::idempotency` |
 ///
 /// Durations are a positive whole number and a unit: `ms`, `s`, `m`, `h` or `d` (`"500ms"`,

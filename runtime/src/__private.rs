@@ -21,9 +21,19 @@ pub use ::rmcp;
 #[cfg(feature = "rmcp")]
 pub mod mcp {
     pub use crate::mcp::arguments::{check_arguments, closed_input_schema, RawArguments};
+    pub use crate::mcp::task::{
+        call as task_call, render as task_render, render_verbatim as task_render_verbatim,
+    };
     pub use crate::mcp::{
         answer, answer_response, answer_verbatim, refuse, split_response, Interim,
     };
+
+    /// Whether the client of `request` declared the tasks extension (SEP-2663).
+    pub fn wants_task(request: &Request) -> bool {
+        request
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks())
+    }
 
     /// [`refuse`] as the wrapped tool's own answer type (`CallToolResult` or `CallToolResponse`).
     pub fn refuse_into<R: From<rmcp::model::CallToolResult>>(

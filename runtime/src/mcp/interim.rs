@@ -62,16 +62,6 @@ impl<'de, E: DeserializeOwned> Deserialize<'de> for Interim<E> {
     }
 }
 
-impl<E: Classify> Classify for Interim<E> {
-    fn disposition(&self) -> Disposition {
-        match self {
-            Interim::Handler(e) => e.disposition(),
-            Interim::InputRequired(_) => Disposition::Retryable,
-            Interim::Task(_) => Disposition::Unknown,
-        }
-    }
-}
-
 impl<E> Interim<E> {
     /// An input round is released; a task leaves the outcome unknown; a handler error is `e`.
     fn interim(&self, e: Disposition) -> Disposition {
@@ -89,7 +79,15 @@ impl<E: fmt::Display> Interim<E> {
     where
         E: Classify + Serialize + DeserializeOwned,
     {
-        ErrorPolicy::classified()
+        // Not an `impl Classify for Interim<E>`: rustc would list it in every "`E` does not say
+        // what its errors mean" error.
+        ErrorPolicy {
+            classify: |i| match i {
+                Interim::Handler(e) => e.disposition(),
+                other => other.interim(Disposition::Definitive),
+            },
+            ..ErrorPolicy::definitive()
+        }
     }
 
     /// Every handler error is definitive; an input round is released.

@@ -36,6 +36,7 @@ mod identity;
 mod interim;
 mod session;
 mod status;
+pub mod task;
 
 pub use answer::{answer, answer_verbatim, refuse, META_REF, META_REPLAYED, META_STATUS, STATUSES};
 pub use identity::Identity;
