@@ -87,6 +87,8 @@ struct Reports {
     engine: Idempotency,
     identity: Identity,
     warehouse: Arc<Warehouse>,
+    /// Whether this replica declares the tasks extension.
+    serves_tasks: bool,
     tool_router: ToolRouter<Self>,
 }
 
@@ -117,12 +119,15 @@ impl Reports {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for Reports {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
+        let capabilities = if self.serves_tasks {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tasks()
-                .build(),
-        )
+                .build()
+        } else {
+            ServerCapabilities::builder().enable_tools().build()
+        };
+        ServerConfig::new(capabilities)
     }
 
     async fn get_task(
@@ -144,17 +149,21 @@ impl ServerHandler for Reports {
 
 type Client = RunningService<RoleClient, ClientConfig>;
 
-async fn replica(schema: &TestSchema, warehouse: &Arc<Warehouse>, caller: Caller) -> Client {
+async fn server(schema: &TestSchema, warehouse: &Arc<Warehouse>, caller: Caller) -> Reports {
     let engine = Idempotency::builder(schema.server_clock_store().await)
         .secret(Secret::demo())
         .build();
-    let server = Reports {
+    Reports {
         engine,
         identity: Identity::stdio(caller),
         warehouse: warehouse.clone(),
+        serves_tasks: true,
         tool_router: Reports::tool_router(),
-    };
-    connect(server, true).await
+    }
+}
+
+async fn replica(schema: &TestSchema, warehouse: &Arc<Warehouse>, caller: Caller) -> Client {
+    connect(server(schema, warehouse, caller).await, true).await
 }
 
 /// A client of `server` on protocol 2026-07-28, declaring the tasks extension or not.
@@ -282,21 +291,22 @@ async fn a_task_is_created_once_across_replicas_and_survives_a_restart() {
     let later = get(&c, &id).await;
     assert_eq!(completed_result(&later), result);
 
-    // A client without the tasks extension gets the stored answer inline.
-    let inline_server = Reports {
-        engine: Idempotency::builder(schema.server_clock_store().await)
-            .secret(Secret::demo())
-            .build(),
-        identity: Identity::stdio(alice.clone()),
-        warehouse: warehouse.clone(),
-        tool_router: Reports::tool_router(),
-    };
-    let plain = connect(inline_server, false).await;
-    match export(&plain, 500).await {
-        CallToolResponse::Complete(r) => {
-            assert_eq!(r.structured_content.as_ref(), Some(report));
+    // A client without the tasks extension, or a replica that does not declare it, gets the
+    // stored answer inline.
+    let plain = connect(server(&schema, &warehouse, alice.clone()).await, false).await;
+    let mut no_tasks = server(&schema, &warehouse, alice.clone()).await;
+    no_tasks.serves_tasks = false;
+    let no_tasks = connect(no_tasks, true).await;
+    for (who, client) in [
+        ("a plain client", &plain),
+        ("a replica without tasks", &no_tasks),
+    ] {
+        match export(client, 500).await {
+            CallToolResponse::Complete(r) => {
+                assert_eq!(r.structured_content.as_ref(), Some(report), "{who}");
+            }
+            other => panic!("{who}: expected the stored answer inline, got {other:?}"),
         }
-        other => panic!("expected the stored answer inline, got {other:?}"),
     }
 
     // Another tenant does not see the task.

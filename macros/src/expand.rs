@@ -381,7 +381,7 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         let cx = quote!(#p::IdempotencyContext::<#p::mcp::Request>);
         let as_task = local("__idem_as_task");
         let wants_task = if opts.task.is_some() {
-            quote!(let #as_task = #p::mcp::wants_task(&#request);)
+            quote!(let #as_task = #p::mcp::wants_task(self, &#request);)
         } else {
             TokenStream::new()
         };

@@ -28,11 +28,13 @@ pub mod mcp {
         answer, answer_response, answer_verbatim, refuse, split_response, Interim,
     };
 
-    /// Whether the client of `request` declared the tasks extension (SEP-2663).
-    pub fn wants_task(request: &Request) -> bool {
-        request
-            .client_capabilities()
-            .is_some_and(|c| c.supports_tasks())
+    /// Whether a `task` tool answers `request` with a task: the server declares the tasks
+    /// extension (SEP-2663), so `tasks/get` reaches it, and the request's client does too.
+    pub fn wants_task<S: rmcp::ServerHandler>(server: &S, request: &Request) -> bool {
+        server.get_info().capabilities.supports_tasks()
+            && request
+                .client_capabilities()
+                .is_some_and(|c| c.supports_tasks())
     }
 
     /// [`refuse`] as the wrapped tool's own answer type (`CallToolResult` or `CallToolResponse`).

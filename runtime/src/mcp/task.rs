@@ -16,8 +16,9 @@
 //! - `tasks/cancel` is acknowledged for a task the caller owns and does not interrupt the work:
 //!   a side effect stopped halfway is worse than one finished, and cancellation is cooperative
 //!   (the status may lag); `tasks/get` keeps telling the truth;
-//! - a client without the tasks extension gets the same tool answered inline, from the same
-//!   record (a task tool always stores its answer as the `CallToolResult` it renders).
+//! - a client without the tasks extension (or a server that does not declare it) gets the same
+//!   tool answered inline, from the same record (a task tool always stores its answer as the
+//!   `CallToolResult` it renders).
 //!
 //! The server declares the extension (`ServerCapabilities::builder().enable_tasks()`) and routes
 //! `tasks/get` and `tasks/cancel` to [`get_task`] and [`cancel_task`].

@@ -1,6 +1,7 @@
 //! A `task` tool: its body outlives the request, so it reads `self` through its own clone of the
 //! server (`self` as a value, passed on as `&Self`, and a `self::` path all keep working), and
-//! the tool answers `CallToolResponse` (a task handle or the result).
+//! the tool answers `CallToolResponse` (a task handle or the result). The server is an rmcp
+//! `ServerHandler` (its capabilities say whether it serves tasks).
 
 use idempotency::mcp::Identity;
 use idempotency::{idempotent, idempotent_tools, Caller, Error, Idempotency, IdempotencyContext};
@@ -57,6 +58,8 @@ impl Reports {
         Ok(CallToolResult::success(vec![rmcp::model::ContentBlock::text(args.rows.to_string())]))
     }
 }
+
+impl rmcp::ServerHandler for Reports {}
 
 fn main() {
     let _ = Reports::tool_router();
