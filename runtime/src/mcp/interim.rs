@@ -177,6 +177,12 @@ mod tests {
         }
     }
 
+    impl Classify for Declined {
+        fn disposition(&self) -> Disposition {
+            Disposition::Definitive
+        }
+    }
+
     #[test]
     fn an_input_round_is_released_whatever_the_handler_errors_mean() {
         let asked =
@@ -221,5 +227,25 @@ mod tests {
             split_response(failed),
             Err(Interim::Handler(Declined))
         ));
+        // A task the handler made itself: passed on, and the outcome left unknown.
+        let task = rmcp::model::Task::new("t-1", rmcp::model::TaskStatus::Working, "a", "a");
+        let made: Result<CallToolResponse, Declined> =
+            Ok(CallToolResponse::Task(CreateTaskResult::new(task)));
+        let Err(made) = split_response(made) else {
+            panic!("a task is not a completed answer")
+        };
+        for policy in [
+            Interim::<Declined>::classified(),
+            Interim::<Declined>::definitive(),
+            Interim::<Declined>::retryable(),
+        ] {
+            assert_eq!((policy.classify)(&made), Disposition::Unknown);
+        }
+        let answered = answer_response(Outcome {
+            result: Err(Failure::Handler(made)),
+            replayed: false,
+            reference: None,
+        });
+        assert!(matches!(answered, Ok(CallToolResponse::Task(_))));
     }
 }

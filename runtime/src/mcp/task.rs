@@ -297,6 +297,28 @@ mod tests {
         }
     }
 
+    #[derive(Debug)]
+    struct Declined;
+
+    impl std::fmt::Display for Declined {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("declined")
+        }
+    }
+
+    #[test]
+    fn a_definitive_error_is_a_completed_error_result_and_others_go_to_the_engine() {
+        let definitive = ErrorPolicy::<Declined> {
+            classify: |_| Disposition::Definitive,
+            ..ErrorPolicy::retryable()
+        };
+        let r = render::<u8, _>(Err(Declined), definitive).expect("stored as a result");
+        assert_eq!(r.is_error, Some(true));
+        assert!(render::<u8, _>(Err(Declined), ErrorPolicy::retryable()).is_err());
+        let ok = render::<u8, Declined>(Ok(5), ErrorPolicy::retryable()).expect("a result");
+        assert_eq!(ok.structured_content, Some(json!(5)));
+    }
+
     const NOW: Timestamp = Timestamp::from_millis(1_001_000);
 
     #[test]
