@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idempotency::key::Secret;
-use idempotency::mcp::{task, Identity, META_REF};
+use idempotency::mcp::{status_router, task, Identity, META_REF};
 use idempotency::{
     idempotent, idempotent_tools, Call, Caller, Error, Idempotency, IdempotencyContext,
 };
@@ -158,7 +158,7 @@ async fn server(schema: &TestSchema, warehouse: &Arc<Warehouse>, caller: Caller)
         identity: Identity::stdio(caller),
         warehouse: warehouse.clone(),
         serves_tasks: true,
-        tool_router: Reports::tool_router(),
+        tool_router: Reports::tool_router() + status_router::<Reports>(),
     }
 }
 
@@ -307,6 +307,22 @@ async fn a_task_is_created_once_across_replicas_and_survives_a_restart() {
             }
             other => panic!("{who}: expected the stored answer inline, got {other:?}"),
         }
+    }
+
+    // The status tool's answer is the stored CallToolResult.
+    let status = CallToolRequestParams::new("idempotency_status").with_arguments(
+        json!({ "ref": id })
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+    );
+    match c.call_tool_once(status).await.expect("idempotency_status") {
+        CallToolResponse::Complete(r) => {
+            let s = r.structured_content.expect("a structured status");
+            assert_eq!(s["state"], json!("completed"), "{s}");
+            assert_eq!(&s["answer"]["structuredContent"], report, "{s}");
+        }
+        other => panic!("{other:?}"),
     }
 
     // Another tenant does not see the task.
