@@ -194,7 +194,11 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
             #[allow(dead_code)]
             pub const #c: #p::ToolSpec = #spec;
         };
-        (quote!(Self::#c), descriptor)
+        // The wrapper reads its own copy: in a trait impl marked by nothing, rustc then reports
+        // the associated const it cannot hold, not also a missing `Self::` item.
+        let own = local("__IDEM_TOOL");
+        local_descriptor = quote!(const #own: #p::ToolSpec = #spec;);
+        (quote!(#own), descriptor)
     } else {
         // A relative `crate = "..."` path must also resolve inside the module.
         let absolute = krate.leading_colon.is_some()
