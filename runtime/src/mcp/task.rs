@@ -82,8 +82,9 @@ pub fn render_verbatim<E: Display>(
     }
 }
 
-/// A task tool's whole call: as a task when `as_task` (the client declared the tasks
-/// extension), else inline. `body` gives the rendered result ([`render`]).
+/// A task tool's whole call: as a task when `as_task` (the server and the request's client both
+/// declare the tasks extension), else inline. `body` gives the rendered result ([`render`]):
+/// definitive errors are already results, so the engine sees only retryable or unknown ones.
 #[allow(clippy::too_many_arguments)]
 pub async fn call<E, Fut>(
     engine: Idempotency,
@@ -98,7 +99,6 @@ where
     E: Display + Send + 'static,
     Fut: Future<Output = Result<CallToolResult, E>> + Send + 'static,
 {
-    // Definitive errors were rendered into the result: what is left is released or unknown.
     if !as_task {
         let outcome = engine
             .execute_raw::<CallToolResult, E, _>(&spec, &caller, prepared, policy, body)
