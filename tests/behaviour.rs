@@ -482,8 +482,11 @@ mod mcp {
         idempotent, idempotent_tools, store::MemoryStore, Call, Caller, Error, Idempotency,
         IdempotencyContext,
     };
+    use rmcp::handler::server::tool::RequestState;
     use rmcp::handler::server::wrapper::Parameters;
-    use rmcp::model::{CallToolRequestParams, CallToolResult};
+    use rmcp::model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, InputRequiredResult,
+    };
     use rmcp::service::{RequestContext, RunningService};
     use rmcp::{schemars, tool, tool_router, RoleClient, RoleServer, ServiceExt};
     use serde::{Deserialize, Serialize};
@@ -854,5 +857,123 @@ mod mcp {
         assert_eq!(meta(&again, META_REPLAYED), Some(json!(true)));
         assert_eq!(meta(&again, "chart/renderer"), Some(json!("v2")));
         assert_eq!(meta(&again, META_REF), meta(&first, META_REF));
+    }
+
+    /// A transfer that asks the client to confirm before it acts (a multi-round-trip request:
+    /// `input_required` with a request state, then the same call with the state echoed).
+    #[derive(Clone)]
+    struct Bank {
+        engine: Idempotency,
+        identity: Identity,
+        processor: Arc<Processor>,
+    }
+
+    impl IdempotencyContext<RequestContext<RoleServer>> for Bank {
+        fn idempotency(&self) -> &Idempotency {
+            &self.engine
+        }
+        fn caller(&self, request: &RequestContext<RoleServer>) -> Result<Caller, Error> {
+            self.identity.resolve(request)
+        }
+    }
+
+    const CONFIRMED: &str = "confirmed";
+
+    #[tool_router(server_handler)]
+    impl Bank {
+        /// Transfer money once the client confirms.
+        #[idempotent(on_error = "retryable")]
+        #[tool]
+        async fn transfer(
+            &self,
+            Parameters(args): Parameters<McpChargeArgs>,
+            RequestState(state): RequestState,
+        ) -> Result<CallToolResponse, ChargeError> {
+            if state.as_deref() != Some(CONFIRMED) {
+                // Ask first, act after: nothing has been done yet.
+                return Ok(InputRequiredResult::from_request_state(CONFIRMED).into());
+            }
+            let reference = Call::current()
+                .map(|c| c.reference().to_string())
+                .ok_or(ChargeError::Unavailable)?;
+            let receipt = self
+                .processor
+                .charge(&reference, &super::charge(args.amount, &args.currency))
+                .await?;
+            let value = serde_json::to_value(receipt).map_err(|_| ChargeError::Unavailable)?;
+            Ok(CallToolResult::structured(value).into())
+        }
+    }
+
+    async fn transfer(client: &Client, state: Option<&str>) -> CallToolResponse {
+        let args = json!({"amount": 700, "currency": "EUR"});
+        let mut params = CallToolRequestParams::new("transfer")
+            .with_arguments(args.as_object().cloned().unwrap_or_default());
+        if let Some(s) = state {
+            params = params.with_request_state(s);
+        }
+        client.call_tool_once(params).await.expect("tools/call")
+    }
+
+    fn complete(r: CallToolResponse) -> CallToolResult {
+        match r {
+            CallToolResponse::Complete(r) => r,
+            other => panic!("expected a completed result, got {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_input_required_round_is_not_stored_and_its_continuation_completes_once() {
+        let processor = Arc::new(Processor::default());
+        let bank = Bank {
+            engine: Idempotency::new(MemoryStore::new()),
+            identity: Identity::stdio(Caller::new("acme", "alice")),
+            processor: processor.clone(),
+        };
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(async move {
+            if let Ok(s) = bank.serve(server_io).await {
+                let _ = s.waiting().await;
+            }
+        });
+        // `input_required` reaches only peers of protocol 2026-07-28 or newer (no `initialize`).
+        let lifecycle = rmcp::ClientLifecycleMode::Discover {
+            preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+        };
+        let client: Client = rmcp::ClientServiceExt::serve_with_lifecycle((), client_io, lifecycle)
+            .await
+            .expect("client connects");
+
+        // The first round asks; asked again, it asks again: the question was not stored as the
+        // answer, and the key is not held in flight.
+        for _ in 0..2 {
+            match transfer(&client, None).await {
+                CallToolResponse::InputRequired(ir) => {
+                    assert_eq!(ir.request_state.as_deref(), Some(CONFIRMED))
+                }
+                other => panic!("expected input_required, got {other:?}"),
+            }
+        }
+        assert_eq!(processor.calls(), 0);
+
+        // The continuation runs the body under the same key and completes.
+        let done = complete(transfer(&client, Some(CONFIRMED)).await);
+        assert_eq!(done.is_error, Some(false), "{done:?}");
+        assert_eq!(meta(&done, META_REPLAYED), Some(json!(false)));
+        assert_eq!(processor.calls(), 1);
+        let reference = meta(&done, META_REF).unwrap();
+        assert_eq!(
+            done.structured_content.as_ref().unwrap()["reference"],
+            reference
+        );
+
+        // A repeat of the original call, and of the continuation, get the completed answer.
+        for state in [None, Some(CONFIRMED)] {
+            let again = complete(transfer(&client, state).await);
+            assert_eq!(meta(&again, META_REPLAYED), Some(json!(true)));
+            assert_eq!(again.structured_content, done.structured_content);
+            assert_eq!(again.content, done.content);
+        }
+        assert_eq!(processor.calls(), 1);
     }
 }

@@ -14,7 +14,7 @@ use idempotency::{
     IdempotencyContext,
 };
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::wrapper::Parameters;
+use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
 use rmcp::service::RequestContext;
 use rmcp::{schemars, tool, tool_handler, tool_router, RoleServer, ServerHandler};
@@ -155,7 +155,7 @@ impl Payments {
     async fn charge_card(
         &self,
         Parameters(args): Parameters<ChargeArgs>,
-    ) -> Result<Receipt, ChargeError> {
+    ) -> Result<Json<Receipt>, ChargeError> {
         // First, before any side effect: a refusal here releases the claim (see Classify).
         args.validate()?;
         if args.card_token.starts_with("tok_declined") {
@@ -164,10 +164,12 @@ impl Payments {
         let reference = Call::current()
             .map(|c| c.reference().to_string())
             .ok_or(ChargeError::Unavailable)?;
-        Ok(self
-            .processor
-            .charge(&reference, args.amount_cents, &args.currency)
-            .await)
+        // `Json`: the receipt is the structured answer, and its schema the tool's `outputSchema`.
+        Ok(Json(
+            self.processor
+                .charge(&reference, args.amount_cents, &args.currency)
+                .await,
+        ))
     }
 
     /// Refund a charge (not wrapped: no idempotent hint).

@@ -10,11 +10,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use rmcp::schemars;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Semaphore};
 
-/// What the processor returns for a charge.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// What the processor returns for a charge (its schema is `charge_card`'s `outputSchema`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Receipt {
     /// The processor's charge id.
     pub charge_id: String,

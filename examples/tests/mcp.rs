@@ -160,6 +160,80 @@ async fn tools_list_shows_the_hint_exactly_on_wrapped_tools() {
     );
 }
 
+/// An unwrapped tool returning `Json<Receipt>`: what rmcp lists for it is what the wrapped
+/// `charge_card` must list.
+#[derive(Clone)]
+struct Unwrapped;
+
+#[rmcp::tool_router(server_handler)]
+impl Unwrapped {
+    #[rmcp::tool]
+    async fn charge_card(&self) -> rmcp::Json<idempotency_examples::processor::Receipt> {
+        unreachable!("only listed")
+    }
+}
+
+/// Every `properties` member of an object schema `schema` is matched in `value` by a member of
+/// its `type`, every `required` one is present, and nothing else is (the schema's own words).
+fn conforms(value: &Value, schema: &Value) {
+    assert_eq!(schema["type"], "object", "{schema}");
+    let props = schema["properties"].as_object().expect("properties");
+    let object = value.as_object().expect("an object");
+    for name in schema["required"].as_array().expect("required") {
+        assert!(
+            object.contains_key(name.as_str().unwrap()),
+            "{name} missing from {value}"
+        );
+    }
+    for (name, v) in object {
+        let ty = props
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} is not in the schema"))["type"]
+            .clone();
+        let ok = match ty.as_str() {
+            Some("string") => v.is_string(),
+            Some("integer") => v.is_u64() || v.is_i64(),
+            other => panic!("a type this check does not know: {other:?}"),
+        };
+        assert!(ok, "{name} = {v} is not a {ty}");
+    }
+}
+
+#[tokio::test]
+async fn charge_card_lists_the_output_schema_of_its_receipt_and_its_answers_match_it() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let processor = Arc::new(Processor::default());
+    let client = connect(payments(&engine, Caller::new("acme", "alice"), &processor)).await;
+    let tools = client.list_all_tools().await.unwrap();
+    let charge = tools.iter().find(|t| t.name == "charge_card").unwrap();
+    let listed = Value::Object(
+        charge
+            .output_schema
+            .as_deref()
+            .cloned()
+            .expect("charge_card lists an outputSchema"),
+    );
+    let plain = connect(Unwrapped).await;
+    let unwrapped = plain.list_all_tools().await.unwrap();
+    let expected = Value::Object(unwrapped[0].output_schema.as_deref().cloned().unwrap());
+    assert_eq!(listed, expected);
+    assert!(listed["properties"].get("charge_id").is_some(), "{listed}");
+
+    let first = call(&client, "charge_card", charge_args()).await;
+    let again = call(&client, "charge_card", charge_args()).await;
+    assert!(!replayed(&first) && replayed(&again));
+    assert_eq!(processor.charges(), 1);
+    let content = first.structured_content.clone().expect("structuredContent");
+    conforms(&content, &listed);
+    assert_eq!(again.structured_content, Some(content.clone()));
+    assert_eq!(first.content, again.content);
+    // The same JSON as a text block, as rmcp renders `Json<T>`.
+    assert_eq!(
+        serde_json::from_str::<Value>(&text(&first)).unwrap(),
+        content
+    );
+}
+
 #[tokio::test]
 async fn concurrent_repeat_is_in_flight_and_the_processor_charges_once() {
     let engine = Idempotency::new(MemoryStore::new());

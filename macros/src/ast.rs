@@ -14,7 +14,7 @@ use syn::{
     Signature, Token, Type, TypeParamBound, Visibility,
 };
 
-use crate::attr::Options;
+use crate::attr::{InImpl, Options};
 use crate::ctxt::Ctxt;
 
 /// What `#[idempotent]` applies to when the item is not a function at all.
@@ -181,10 +181,16 @@ pub struct Function {
     pub ret: Type,
     pub ok: Type,
     pub err: Type,
+    /// rmcp: `T` of an answer spelled `Json<T>` (rmcp's structured output): `T` is what is stored
+    /// and replayed, and its schema is the tool's `outputSchema`, as rmcp infers it unwrapped.
+    pub structured: Option<Type>,
     /// The tool name in the key.
     pub name: LitStr,
-    /// Has a receiver: the descriptor is an associated const, not a module.
+    /// In an impl block (a receiver, or `#[idempotent_tools]` said so): the descriptor is an
+    /// associated const, not a module.
     pub method: bool,
+    /// In an `impl Trait for X` (`#[idempotent_tools]` said so): the descriptor stays in the body.
+    pub in_trait: bool,
 }
 
 pub fn last_segment_is(path: &syn::Path, name: &str) -> bool {
@@ -436,6 +442,10 @@ impl Function {
             (None, Mode::Plain) => LitStr::new(&sig.ident.unraw().to_string(), sig.ident.span()),
         };
         let (ret, (ok, err)) = (ret_ty?, ok_err?);
+        let structured = match mode {
+            Mode::Rmcp { .. } => only_type_arg(&ok, "Json").cloned(),
+            Mode::Plain => None,
+        };
         Some(Function {
             item: item.clone(),
             mode,
@@ -445,8 +455,13 @@ impl Function {
             ret,
             ok,
             err,
+            structured,
             name,
-            method: receiver.is_some(),
+            method: receiver.is_some() || opts.in_impl.is_some(),
+            in_trait: opts
+                .in_impl
+                .as_ref()
+                .is_some_and(|i| i.value == InImpl::Trait),
         })
     }
 }

@@ -19,11 +19,13 @@ mod kw {
     syn::custom_keyword!(scope);
     syn::custom_keyword!(ignore);
     syn::custom_keyword!(missing_key);
+    syn::custom_keyword!(__in_impl);
+    syn::custom_keyword!(task);
 }
 
 /// Listed in the "unknown option" error.
 pub const OPTIONS: &str = "`window`, `business_key`, `missing_key`, `scope`, `ignore`, `name`, \
-                            `on_error`, `timeout`, `context`, `crate`";
+                            `on_error`, `timeout`, `context`, `task`, `crate`";
 
 /// The replay window when `window` is not given: 15 minutes.
 pub const DEFAULT_WINDOW_MS: u64 = 15 * 60 * 1000;
@@ -49,6 +51,17 @@ pub enum Scope {
 pub enum MissingKey {
     Refuse,
     CallKey,
+}
+
+/// Where `#[idempotent_tools]` found the function (its hidden `__in_impl` marker): an attribute
+/// on a function cannot see the block around it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InImpl {
+    /// An inherent `impl X`: the descriptor is an associated const, even without `self`.
+    Inherent,
+    /// An `impl Trait for X`: it can hold only the trait's items, so the descriptor stays in the
+    /// body.
+    Trait,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +95,10 @@ pub struct Options {
     pub timeout: Option<Opt<u64>>,
     pub context: Option<Opt<Ident>>,
     pub krate: Option<Opt<syn::Path>>,
+    /// `task`: an rmcp tool answers clients that declared the tasks extension with a durable task.
+    pub task: Option<Opt<()>>,
+    /// Set by `#[idempotent_tools]`, never by hand.
+    pub in_impl: Option<Opt<InImpl>>,
     /// Options met so far, valid or not: a second one is a duplicate either way.
     seen: Vec<&'static str>,
 }
@@ -424,6 +441,33 @@ impl Options {
                 &mut self.seen,
                 &mut self.krate,
                 "crate",
+                key.span,
+                value,
+            );
+        } else if input.peek(kw::task) && !input.peek2(Token![=]) {
+            let key: kw::task = input.parse()?;
+            set(
+                cx,
+                &mut self.seen,
+                &mut self.task,
+                "task",
+                key.span,
+                Some(()),
+            );
+        } else if input.peek(kw::__in_impl) {
+            let key: kw::__in_impl = input.parse()?;
+            input.parse::<Token![=]>()?;
+            let lit: LitStr = input.parse()?;
+            let value = match lit.value().as_str() {
+                "inherent" => Some(InImpl::Inherent),
+                "trait" => Some(InImpl::Trait),
+                _ => None,
+            };
+            set(
+                cx,
+                &mut self.seen,
+                &mut self.in_impl,
+                "__in_impl",
                 key.span,
                 value,
             );

@@ -63,6 +63,24 @@ pub fn function(cx: &mut Ctxt, f: &Function, opts: &Options) {
         }
         hint::check_tool(cx, &f.item.attrs[tool]);
     }
+    if let Some(t) = &opts.task {
+        match f.mode {
+            Mode::Plain => cx.error(
+                t.span,
+                "`task` applies to rmcp tools: an MCP client that declared the tasks extension gets a task handle; wrap an rmcp #[tool] method, or drop `task`",
+            ),
+            Mode::Rmcp { .. } => {
+                if let syn::Type::Path(p) = &f.ok {
+                    if p.path.segments.last().is_some_and(|s| s.ident == "CallToolResponse") {
+                        cx.spanned(
+                            &f.ok,
+                            "a `task` tool answers `T`, `Json<T>` or `CallToolResult`: its answer is the task's result (an `input_required` round cannot be one)",
+                        );
+                    }
+                }
+            }
+        }
+    }
     if let (Some(m), None) = (&opts.missing_key, &opts.business_key) {
         cx.error(
             m.span,

@@ -13,7 +13,7 @@ use crate::ast::{is_attr, tool_args, Context, Function, ItemFn, Metas, Mode, Req
 use crate::attr::{KeyPath, MissingKey, OnError, Options, Scope, Segment};
 use crate::ctxt::Ctxt;
 use crate::emit::with_error;
-use crate::{check, fallback};
+use crate::{check, fallback, hint};
 
 /// `#[idempotent]`: parse (options, item) → validate → generate; on error, the item (or rmcp's
 /// stand-in) beside every error.
@@ -46,6 +46,64 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
             };
             with_error(stub.unwrap_or(item), e)
         }
+    }
+}
+
+/// `#[idempotent_tools]` on an impl block: the hint checks (`hint::check_impl`), then every
+/// `#[idempotent]` method is told where it is (`__in_impl = "inherent" | "trait"`), which an
+/// attribute on a function cannot see: an associated fn gets an associated-const descriptor, and
+/// a method of a trait impl keeps its descriptor in its body.
+pub fn idempotent_tools(item: TokenStream) -> TokenStream {
+    let mut imp: syn::ItemImpl = match syn::parse2(item.clone()) {
+        Ok(i) => i,
+        // An impl that does not parse (a syntax error in a method's body): emitted unchanged, so
+        // the error is reported as the syntax error it is, not as "not an impl".
+        Err(_) if hint::is_impl(item.clone()) => return item,
+        Err(e) => {
+            let e = syn::Error::new(
+                e.span(),
+                "#[idempotent_tools] applies to an `impl` block (put it above #[tool_router] or on a trait impl holding #[idempotent] methods)",
+            );
+            return with_error(item, e);
+        }
+    };
+    let mut cx = Ctxt::new();
+    let unroutable = hint::check_impl(&mut cx, &imp);
+    let marker = if imp.trait_.is_some() {
+        "trait"
+    } else {
+        "inherent"
+    };
+    for it in &mut imp.items {
+        let syn::ImplItem::Fn(f) = it else { continue };
+        if unroutable.contains(&f.sig.ident) {
+            // Emitted as the plain trait method it would be without rmcp: only our error shows.
+            f.attrs
+                .retain(|a| !is_attr(a, "tool") && !is_attr(a, "idempotent"));
+            continue;
+        }
+        for a in f.attrs.iter_mut().filter(|a| is_attr(a, "idempotent")) {
+            let path = a.path().clone();
+            let args = match &a.meta {
+                Meta::List(l) if !l.tokens.is_empty() => {
+                    let tokens = &l.tokens;
+                    quote!(__in_impl = #marker, #tokens)
+                }
+                _ => quote!(__in_impl = #marker),
+            };
+            let mut marked: Attribute = syn::parse_quote!(#[#path(#args)]);
+            marked.pound_token = a.pound_token;
+            marked.bracket_token = a.bracket_token;
+            *a = marked;
+        }
+    }
+    if !unroutable.is_empty() {
+        imp.attrs.retain(|a| !is_attr(a, "tool_router"));
+    }
+    match cx.check() {
+        Ok(()) => imp.into_token_stream(),
+        Err(e) if unroutable.is_empty() => with_error(item, e),
+        Err(e) => with_error(imp.into_token_stream(), e),
     }
 }
 
@@ -123,14 +181,24 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         let fields = &ignore.value;
         spec.extend(quote!(.ignoring(&[#(#fields),*])));
     }
-    let (spec_path, descriptor) = if f.method {
+    let mut local_descriptor = TokenStream::new();
+    let (spec_path, descriptor) = if f.in_trait {
+        // A trait impl holds only the trait's items: the descriptor is the body's own.
+        let c = local("__IDEM_TOOL");
+        local_descriptor = quote!(const #c: #p::ToolSpec = #spec;);
+        (quote!(#c), TokenStream::new())
+    } else if f.method {
         let c = const_name(fn_name);
         let descriptor = quote! {
             #[doc(hidden)]
             #[allow(dead_code)]
             pub const #c: #p::ToolSpec = #spec;
         };
-        (quote!(Self::#c), descriptor)
+        // The wrapper reads its own copy: in a trait impl marked by nothing, rustc then reports
+        // the associated const it cannot hold, not also a missing `Self::` item.
+        let own = local("__IDEM_TOOL");
+        local_descriptor = quote!(const #own: #p::ToolSpec = #spec;);
+        (quote!(#own), descriptor)
     } else {
         // A relative `crate = "..."` path must also resolve inside the module.
         let absolute = krate.leading_colon.is_some()
@@ -157,15 +225,21 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
 
     let (ok, err, ret) = (&f.ok, &f.err, &f.ret);
     let pe = respan(&p, err.span());
+    // An rmcp tool answering `CallToolResponse` (a completed result, an `input_required` round or
+    // a task): the completed result is stored verbatim, the rest is carried out as `Interim`.
+    let response = rmcp
+        && matches!(ok, syn::Type::Path(t)
+            if t.path.segments.last().is_some_and(|s| s.ident == "CallToolResponse"));
+    let policy_of = if response {
+        quote_spanned!(err.span()=> #pe::mcp::Interim::<#err>)
+    } else {
+        quote_spanned!(err.span()=> #pe::ErrorPolicy::<#err>)
+    };
     let policy = match opts.on_error.as_ref().map(|o| o.value) {
-        None => quote_spanned!(err.span()=> #pe::ErrorPolicy::<#err>::classified()),
-        Some(OnError::Definitive) => {
-            quote_spanned!(err.span()=> #pe::ErrorPolicy::<#err>::definitive())
-        }
-        Some(OnError::Retryable) => {
-            quote_spanned!(err.span()=> #pe::ErrorPolicy::<#err>::retryable())
-        }
-        Some(OnError::Unknown) => quote_spanned!(err.span()=> #pe::ErrorPolicy::<#err>::unknown()),
+        None => quote_spanned!(err.span()=> #policy_of::classified()),
+        Some(OnError::Definitive) => quote_spanned!(err.span()=> #policy_of::definitive()),
+        Some(OnError::Retryable) => quote_spanned!(err.span()=> #policy_of::retryable()),
+        Some(OnError::Unknown) => quote_spanned!(err.span()=> #policy_of::unknown()),
     };
 
     let args_local = local(if rmcp { "__idem_params" } else { "__idem_args" });
@@ -241,7 +315,9 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         .iter()
         .enumerate()
         .map(|(i, a)| match f.mode {
-            Mode::Rmcp { tool } if tool == i => merge_hint(a, &p, &f.args.keyed),
+            Mode::Rmcp { tool } if tool == i => {
+                merge_hint(a, &p, &f.args.keyed, f.structured.as_ref())
+            }
             _ => a.clone(),
         })
         .collect();
@@ -261,9 +337,22 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         local("__idem_p"),
         local("__idem_v"),
     );
-    let po = respan(&p, ok.span());
-    let execute = quote_spanned! {ok.span()=>
-        #po::Idempotency::execute_raw::<#ok, #err, _>(&#engine, &#spec_path, &#caller, #prepared, #policy, #body_local).await
+    // A `Json<T>` answer is stored and replayed as its `T` (rmcp's `Json` is not `Serialize`);
+    // the answer is `T`'s structured content either way, as rmcp renders `Json<T>`.
+    let call_tool_result: syn::Type = syn::parse_quote!(#p::rmcp::model::CallToolResult);
+    let stored = match &f.structured {
+        Some(t) => t,
+        None if response => &call_tool_result,
+        None => ok,
+    };
+    let stored_err = if response {
+        quote!(#p::mcp::Interim<#err>)
+    } else {
+        quote!(#err)
+    };
+    let po = respan(&p, stored.span());
+    let execute = quote_spanned! {stored.span()=>
+        #po::Idempotency::execute_raw::<#stored, #stored_err, _>(&#engine, &#spec_path, &#caller, #prepared, #policy, #body_local).await
     };
     let raw_local = local("__idem_raw");
     let (prologue, finish) = if rmcp {
@@ -283,33 +372,47 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
                 quote!(#request_local)
             }
         };
-        sig.output =
-            syn::parse_quote!(-> #p::Result<#p::rmcp::model::CallToolResult, #p::rmcp::ErrorData>);
+        sig.output = if response || opts.task.is_some() {
+            syn::parse_quote!(-> #p::Result<#p::rmcp::model::CallToolResponse, #p::rmcp::ErrorData>)
+        } else {
+            syn::parse_quote!(-> #p::Result<#p::rmcp::model::CallToolResult, #p::rmcp::ErrorData>)
+        };
         // The arguments as sent, copied before `Parameters<T>` takes them: the first parameter
         // after the receiver.
         let at = usize::from(matches!(sig.inputs.first(), Some(FnArg::Receiver(_))));
         sig.inputs
             .insert(at, syn::parse_quote!(#raw_local: #p::mcp::RawArguments));
         let cx = quote!(#p::IdempotencyContext::<#p::mcp::Request>);
+        let as_task = local("__idem_as_task");
+        let wants_task = if opts.task.is_some() {
+            quote!(let #as_task = #p::mcp::wants_task(self, &#request);)
+        } else {
+            TokenStream::new()
+        };
         let prologue = quote! {
             let #engine = #p::Clone::clone(#cx::idempotency(self));
             let #caller = match #cx::caller(self, &#request) {
                 #p::Result::Ok(#c) => #c,
-                #p::Result::Err(#e) => return #p::mcp::refuse(#e),
+                #p::Result::Err(#e) => return #p::mcp::refuse_into(#e),
             };
             #probes
             if let #p::Result::Err(#e) = #p::mcp::check_arguments(&#raw_local, &#keyed, &#spec_path) {
-                return #p::mcp::refuse(#e);
+                return #p::mcp::refuse_into(#e);
             }
             let #prepared = match #prepare {
                 #p::Result::Ok(#pv) => #pv,
-                #p::Result::Err(#e) => return #p::mcp::refuse(#e),
+                #p::Result::Err(#e) => return #p::mcp::refuse_into(#e),
             };
+            #wants_task
         };
         // A tool that answers with a `CallToolResult` itself gets it back verbatim.
         let verbatim = matches!(ok, syn::Type::Path(t)
             if t.path.segments.last().is_some_and(|s| s.ident == "CallToolResult"));
-        let finish = if verbatim {
+        let finish = if opts.task.is_some() {
+            quote!(#p::mcp::task_call(#engine, #spec_path, #caller, #prepared, #policy, #as_task, #body_local).await)
+        } else if response {
+            quote!(#p::mcp::answer_response(#execute))
+        } else if verbatim {
             quote!(#p::mcp::answer_verbatim(#execute))
         } else {
             quote!(#p::mcp::answer(#execute))
@@ -353,9 +456,48 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         }
     };
 
+    let task = rmcp && opts.task.is_some();
+    let body = if task {
+        // The body outlives the request: it owns a clone of `self`, which it reads as `self`
+        // (its `self` tokens name a reference to that clone).
+        let this = local("__idem_this");
+        let owned = local("__idem_owned");
+        let replaced = Group::new(block.delimiter(), replace_self(block.stream(), &this));
+        let inner = quote_spanned! {block.span()=>
+            async move {
+                #fake_return
+                #rebind
+                #replaced
+            }
+        };
+        let j = local("__idem_json");
+        let rendered = if f.structured.is_some() {
+            quote!(#p::mcp::task_render(#p::Result::map((#inner).await, |#j: #ok| #j.0), #policy))
+        } else if is_last(ok, "CallToolResult") {
+            quote!(#p::mcp::task_render_verbatim((#inner).await, #policy))
+        } else {
+            quote!(#p::mcp::task_render((#inner).await, #policy))
+        };
+        quote!({
+            let #owned = #p::Clone::clone(self);
+            async move {
+                let #this = &#owned;
+                #rendered
+            }
+        })
+    } else if f.structured.is_some() {
+        let j = local("__idem_json");
+        quote!(async move { #p::Result::map((#body).await, |#j: #ok| #j.0) })
+    } else if response {
+        quote!(async move { #p::mcp::split_response((#body).await) })
+    } else {
+        body
+    };
+
     quote! {
         #(#attrs)*
         #vis #sig {
+            #local_descriptor
             #prologue
             let #body_local = #body;
             #finish
@@ -364,13 +506,46 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
     }
 }
 
+/// `ty`'s last path segment is `name`.
+fn is_last(ty: &syn::Type, name: &str) -> bool {
+    matches!(ty, syn::Type::Path(t) if t.path.segments.last().is_some_and(|s| s.ident == name))
+}
+
+/// `tokens` with every `self` (not `self::`) naming `with` instead, at the user's span.
+fn replace_self(tokens: TokenStream, with: &Ident) -> TokenStream {
+    let trees: Vec<TokenTree> = tokens.into_iter().collect();
+    let path_follows = |i: usize| matches!(trees.get(i + 1), Some(TokenTree::Punct(p)) if p.as_char() == ':' && p.spacing() == proc_macro2::Spacing::Joint);
+    trees
+        .iter()
+        .enumerate()
+        .map(|(i, t)| match t {
+            TokenTree::Ident(id) if id == "self" && !path_follows(i) => TokenTree::Ident(
+                Ident::new(&with.to_string(), with.span().located_at(id.span())),
+            ),
+            TokenTree::Group(g) => {
+                let mut group = Group::new(g.delimiter(), replace_self(g.stream(), with));
+                group.set_span(g.span());
+                TokenTree::Group(group)
+            }
+            other => other.clone(),
+        })
+        .collect()
+}
+
 /// `#[tool(...)]` with `idempotent_hint = true` merged into its `annotations(...)` (added when
 /// absent). Everything else keeps its tokens and spans. Call after
 /// `hint::check_tool` passed.
 ///
 /// Unless the tool gives its own `input_schema`, the one rmcp would infer from the arguments type
 /// is listed closed (`additionalProperties: false`), as the wrapper refuses fields it cannot key.
-fn merge_hint(attr: &Attribute, p: &TokenStream, args_ty: &syn::Type) -> Attribute {
+/// A `Json<T>` answer lists `T`'s output schema, as rmcp infers it for an unwrapped tool (whose
+/// return type it reads, and which the wrapper rewrites), unless the tool gives its own.
+fn merge_hint(
+    attr: &Attribute,
+    p: &TokenStream,
+    args_ty: &syn::Type,
+    output: Option<&syn::Type>,
+) -> Attribute {
     let Ok(metas) = tool_args(attr) else {
         return attr.clone();
     };
@@ -379,6 +554,14 @@ fn merge_hint(attr: &Attribute, p: &TokenStream, args_ty: &syn::Type) -> Attribu
     let own_schema = metas
         .iter()
         .any(|m| matches!(m, Meta::NameValue(nv) if nv.path.is_ident("input_schema")));
+    let own_output = metas
+        .iter()
+        .any(|m| matches!(m, Meta::NameValue(nv) if nv.path.is_ident("output_schema")));
+    if let (Some(t), false) = (output, own_output) {
+        items.push(quote! {
+            output_schema = #p::rmcp::handler::server::tool::schema_for_output::<#t>()
+        });
+    }
     if !own_schema {
         items.push(quote! {
             input_schema = #p::mcp::closed_input_schema(
@@ -510,7 +693,7 @@ mod tests {
     }
 
     fn merged(attr: Attribute) -> String {
-        merge_hint(&attr, &quote!(P), &syn::parse_quote!(A))
+        merge_hint(&attr, &quote!(P), &syn::parse_quote!(A), None)
             .to_token_stream()
             .to_string()
     }
@@ -542,6 +725,97 @@ mod tests {
             merged(syn::parse_quote!(#[tool(input_schema = s())])),
             "# [tool (input_schema = s () , annotations (idempotent_hint = true))]"
         );
+    }
+
+    #[test]
+    fn a_json_answer_lists_its_output_schema() {
+        let attr: Attribute = syn::parse_quote!(#[tool]);
+        let out = merge_hint(
+            &attr,
+            &quote!(P),
+            &syn::parse_quote!(A),
+            Some(&syn::parse_quote!(R)),
+        )
+        .to_token_stream()
+        .to_string();
+        assert_eq!(
+            out,
+            format!("# [tool (output_schema = P :: rmcp :: handler :: server :: tool :: schema_for_output :: < R > () , {SCHEMA} , annotations (idempotent_hint = true))]")
+        );
+        // The tool's own output schema is kept.
+        let attr: Attribute = syn::parse_quote!(#[tool(output_schema = s())]);
+        let out = merge_hint(
+            &attr,
+            &quote!(P),
+            &syn::parse_quote!(A),
+            Some(&syn::parse_quote!(R)),
+        )
+        .to_token_stream()
+        .to_string();
+        assert!(!out.contains("schema_for_output"), "{out}");
+        if cfg!(feature = "rmcp") {
+            let out = expand(
+                quote!(),
+                quote!(
+                    #[tool]
+                    async fn charge(&self, Parameters(a): Parameters<A>) -> Result<Json<R>, E> {
+                        Ok(Json(R))
+                    }
+                ),
+            );
+            assert!(out.contains("execute_raw :: < R , E , _ >"), "{out}");
+            assert!(out.contains("schema_for_output :: < R >"), "{out}");
+        }
+    }
+
+    #[test]
+    fn an_impl_tells_its_functions_where_they_are() {
+        let out = idempotent_tools(quote!(
+            impl Charger for S {
+                #[idempotent]
+                async fn charge(&self, a: A) -> Result<R, E> { Ok(R) }
+                #[idempotent(window = "1h")]
+                async fn refund(&self, a: A) -> Result<R, E> { Ok(R) }
+            }
+        ))
+        .to_string();
+        assert!(
+            out.contains("# [idempotent (__in_impl = \"trait\")]"),
+            "{out}"
+        );
+        assert!(
+            out.contains("# [idempotent (__in_impl = \"trait\" , window = \"1h\")]"),
+            "{out}"
+        );
+        let out = expand(
+            quote!(__in_impl = "trait"),
+            quote!(
+                async fn charge(&self, a: A) -> Result<R, E> {
+                    Ok(R)
+                }
+            ),
+        );
+        assert!(!out.contains("CHARGE_TOOL"), "{out}");
+        assert!(out.contains("const __IDEM_TOOL"), "{out}");
+        let out = expand(
+            quote!(__in_impl = "inherent"),
+            quote!(
+                async fn refund(ctx: &Ctx, a: A) -> Result<R, E> {
+                    Ok(R)
+                }
+            ),
+        );
+        assert!(out.contains("pub const REFUND_TOOL"), "{out}");
+        assert!(!out.contains("mod refund"), "{out}");
+        // Not an impl: the error says where it goes, beside the item.
+        let out = idempotent_tools(quote!(
+            struct S;
+        ))
+        .to_string();
+        assert!(out.contains("applies to an `impl` block"), "{out}");
+        // A broken body is rustc's to report.
+        let item: TokenStream = "impl S { fn f(&self) { let = ; } }".parse().unwrap();
+        assert_eq!(idempotent_tools(item.clone()).to_string(), item.to_string());
     }
 
     #[test]

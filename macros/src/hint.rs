@@ -76,26 +76,31 @@ pub fn check_tool(cx: &mut Ctxt, attr: &Attribute) {
 }
 
 /// `#[idempotent_tools]`: an `idempotent_hint = true` on a method without `#[idempotent]` is an
-/// error at the hint. The impl is emitted unchanged.
-pub fn check_impl(item: TokenStream) -> TokenStream {
-    let imp: syn::ItemImpl = match syn::parse2(item.clone()) {
-        Ok(i) => i,
-        // An impl that does not parse (a syntax error in a method's body): emitted unchanged, so
-        // the error is reported as the syntax error it is, not as "not an impl".
-        Err(_) if is_impl(item.clone()) => return item,
-        Err(e) => {
-            let e = syn::Error::new(
-                e.span(),
-                "#[idempotent_tools] applies to an `impl` block (put it above #[tool_router])",
-            );
-            return crate::emit::with_error(item, e);
-        }
-    };
-    let mut cx = Ctxt::new();
+/// error at the hint; in an `impl Trait for X`, so is a wrapped rmcp tool (rmcp routes no tools
+/// there). The methods of the latter are returned, so the impl can be emitted without them.
+pub fn check_impl(cx: &mut Ctxt, imp: &syn::ItemImpl) -> Vec<syn::Ident> {
+    let mut unroutable = Vec::new();
     for it in &imp.items {
         let syn::ImplItem::Fn(f) = it else { continue };
         // A wrapped tool (even one wrapped below #[tool], which #[idempotent] itself rejects).
         if f.attrs.iter().any(|a| is_attr(a, "idempotent")) {
+            if let (Some((_, tr, _)), Some(tool)) =
+                (&imp.trait_, f.attrs.iter().find(|a| is_attr(a, "tool")))
+            {
+                let tr = tr
+                    .segments
+                    .last()
+                    .map(|s| s.ident.to_string())
+                    .unwrap_or_default();
+                cx.spanned(
+                    tool,
+                    format!(
+                        "rmcp does not route tools in a trait impl (`#[tool]` adds a `{}_tool_attr` fn and `#[tool_router]` a `tool_router` fn beside the method, which `impl {tr} for ..` cannot hold): put this tool in an inherent `impl` block with #[tool_router] and #[idempotent], and call the trait's method from its body",
+                        f.sig.ident
+                    ),
+                );
+                unroutable.push(f.sig.ident.clone());
+            }
             continue;
         }
         for a in f.attrs.iter().filter(|a| is_attr(a, "tool")) {
@@ -111,14 +116,11 @@ pub fn check_impl(item: TokenStream) -> TokenStream {
             }
         }
     }
-    match cx.check() {
-        Ok(()) => item,
-        Err(e) => crate::emit::with_error(item, e),
-    }
+    unroutable
 }
 
 /// `#[attrs] vis unsafe? impl`: the item is an impl block, whatever follows.
-fn is_impl(item: TokenStream) -> bool {
+pub fn is_impl(item: TokenStream) -> bool {
     let head = |input: syn::parse::ParseStream| -> syn::Result<bool> {
         input.call(Attribute::parse_outer)?;
         input.parse::<syn::Visibility>()?;
@@ -142,19 +144,5 @@ mod tests {
             &syn::parse_quote!(#[tool(annotations(idempotent_hint = false))]),
         );
         assert!(cx.check().is_err());
-    }
-
-    #[test]
-    fn impl_with_a_broken_body_is_left_to_rustc() {
-        let item: TokenStream =
-            "impl S { #[tool(annotations(idempotent_hint = true))] fn f(&self) { let = ; } }"
-                .parse()
-                .unwrap();
-        assert_eq!(check_impl(item.clone()).to_string(), item.to_string());
-        let out = check_impl(quote::quote!(
-            struct S;
-        ))
-        .to_string();
-        assert!(out.contains("applies to an `impl` block"), "{out}");
     }
 }

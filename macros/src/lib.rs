@@ -49,6 +49,7 @@ use proc_macro::TokenStream;
 /// | `on_error = "retryable" \| "definitive" \| "unknown"` | one disposition for every error | each error's `idempotency::Classify` |
 /// | `timeout = "30s"` | abandon a running call as "outcome unknown" after this | none |
 /// | `context = "ctx"` | the context parameter (plain mode) | see below |
+/// | `task` | rmcp tools: a client that declared the tasks extension gets a durable task (see `idempotency::mcp::task`); the server must be `Clone + Send + Sync + 'static` | answered inline |
 /// | `crate = "::idempotency"` | the runtime's path, for a renamed dependency | `::idempotency` |
 ///
 /// Durations are a positive whole number and a unit: `ms`, `s`, `m`, `h` or `d` (`"500ms"`,
@@ -69,8 +70,12 @@ use proc_macro::TokenStream;
 /// - **Descriptor**: a free function `charge_card` gets a module `charge_card` holding
 ///   `pub const TOOL: ToolSpec` (so no other item may be named `charge_card` in that module's
 ///   type namespace); a method `charge_card` gets the associated const `CHARGE_CARD_TOOL` (the
-///   name upper-cased, `_TOOL` appended) — so it works in inherent impls, not trait impls; an
-///   associated fn without `self` is treated as a free function and is not supported. Both
+///   name upper-cased, `_TOOL` appended). An attribute on a function cannot see the block around
+///   it, so two places need `#[idempotent_tools]` on the impl block: an associated fn without
+///   `self` (taking `ctx: &Ctx`; it then gets the associated const, not a module), and a method
+///   of an `impl Trait for X` (which can hold only the trait's items: its descriptor stays in its
+///   body, and there is no `CHARGE_CARD_TOOL`). Without it, rustc reports "const
+///   `CHARGE_CARD_TOOL` is not a member of trait" (or a module inside an impl). Both descriptors
 ///   are `const` items of type `idempotency::tool::ToolSpec` (name, window, timeout).
 ///
 /// # rmcp tools (feature `rmcp`)
@@ -84,7 +89,10 @@ use proc_macro::TokenStream;
 /// tool's `annotations(...)` (a written `idempotent_hint = false` is an error), keys on `T` of the
 /// one `Parameters<T>` argument, takes the caller from the request (its own
 /// `RequestContext<RoleServer>` parameter, or one it adds), and answers with a `CallToolResult`
-/// (`E: Display` suffices). The fn name and the `#[tool]` stay, so the router finds the method.
+/// (`E: Display` suffices). An answer spelled `Json<T>` (rmcp's structured output) is stored as
+/// its `T`, and the tool lists `T`'s `outputSchema` as rmcp would unwrapped; a `CallToolResult`
+/// answer is stored and replayed verbatim. The fn name and the `#[tool]` stay, so the router
+/// finds the method.
 ///
 /// Inside the body, `idempotency::Call::current()` gives the operation's reference to pass
 /// downstream.
@@ -93,9 +101,16 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::idempotent(args.into(), item.into()).into()
 }
 
-/// Put above `#[tool_router]`: an `idempotent_hint = true` on a tool that is not wrapped with
-/// `#[idempotent]` does not compile. The hint follows the code; it never leads it. The impl is
-/// emitted unchanged.
+/// On an impl block holding `#[idempotent]` functions (above `#[tool_router]` for rmcp):
+///
+/// - an `idempotent_hint = true` on a tool that is not wrapped with `#[idempotent]` does not
+///   compile (the hint follows the code; it never leads it);
+/// - it tells each `#[idempotent]` function it is in an impl, so associated fns without `self`
+///   and methods of trait impls can be wrapped (see [`idempotent`]);
+/// - a wrapped rmcp `#[tool]` in a trait impl is an error that says where to put it: rmcp
+///   routes no tools there (its `#[tool]` and `#[tool_router]` add fns a trait impl cannot hold).
+///
+/// The impl is otherwise emitted unchanged.
 ///
 /// ```ignore
 /// #[idempotent_tools]
@@ -109,7 +124,7 @@ pub fn idempotent_tools(args: TokenStream, item: TokenStream) -> TokenStream {
         let e = syn::Error::new_spanned(args, "#[idempotent_tools] takes no options");
         return emit::with_error(item.into(), e).into();
     }
-    hint::check_impl(item.into()).into()
+    expand::idempotent_tools(item.into()).into()
 }
 
 #[cfg(test)]

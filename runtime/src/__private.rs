@@ -21,7 +21,28 @@ pub use ::rmcp;
 #[cfg(feature = "rmcp")]
 pub mod mcp {
     pub use crate::mcp::arguments::{check_arguments, closed_input_schema, RawArguments};
-    pub use crate::mcp::{answer, answer_verbatim, refuse};
+    pub use crate::mcp::task::{
+        call as task_call, render as task_render, render_verbatim as task_render_verbatim,
+    };
+    pub use crate::mcp::{
+        answer, answer_response, answer_verbatim, refuse, split_response, Interim,
+    };
+
+    /// Whether a `task` tool answers `request` with a task: the server declares the tasks
+    /// extension (SEP-2663), so `tasks/get` reaches it, and the request's client does too.
+    pub fn wants_task<S: rmcp::ServerHandler>(server: &S, request: &Request) -> bool {
+        server.get_info().capabilities.supports_tasks()
+            && request
+                .client_capabilities()
+                .is_some_and(|c| c.supports_tasks())
+    }
+
+    /// [`refuse`] as the wrapped tool's own answer type (`CallToolResult` or `CallToolResponse`).
+    pub fn refuse_into<R: From<rmcp::model::CallToolResult>>(
+        e: crate::Error,
+    ) -> Result<R, rmcp::ErrorData> {
+        refuse(e).map(R::from)
+    }
 
     /// What an rmcp tool's caller is read from.
     pub type Request = rmcp::service::RequestContext<rmcp::RoleServer>;

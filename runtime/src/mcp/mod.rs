@@ -33,10 +33,13 @@
 mod answer;
 pub(crate) mod arguments;
 mod identity;
+mod interim;
 mod session;
 mod status;
+pub mod task;
 
 pub use answer::{answer, answer_verbatim, refuse, META_REF, META_REPLAYED, META_STATUS, STATUSES};
 pub use identity::Identity;
+pub use interim::{answer_response, split_response, Interim};
 pub use session::CallerBoundSessions;
 pub use status::{status_router, status_tool};

@@ -1,0 +1,371 @@
+//! Wrapped tools as MCP tasks (the tasks extension, SEP-2663), durable in the idempotency store.
+//!
+//! A tool wrapped with `#[idempotent(task)]` answers a client that declared the tasks extension
+//! with a task handle instead of waiting for the body:
+//!
+//! - the task id is the operation's reference: the key is claimed (durably, in the store)
+//!   before the body starts and before the handle is returned, so `tasks/get` finds it on any
+//!   replica sharing the store, and after a restart;
+//! - a repeat of the call (same key) gets the same task id: running → the handle (`working`)
+//!   instead of an "in flight" error; completed → the handle, whose `tasks/get` gives the stored
+//!   result; nothing runs twice;
+//! - the task's state is the record's: in flight → `working`; completed → `completed` with the
+//!   stored `CallToolResult` (a definitive error is a completed `isError` result, as for any
+//!   tool); released (a retryable error: nothing was done) → `failed`, saying it is safe to call
+//!   again; outcome unknown → `working`, with a message that it is being reconciled;
+//! - `tasks/cancel` is acknowledged for a task the caller owns and does not interrupt the work:
+//!   a side effect stopped halfway is worse than one finished, and cancellation is cooperative
+//!   (the status may lag); `tasks/get` keeps telling the truth;
+//! - a client without the tasks extension (or a server that does not declare it) gets the same
+//!   tool answered inline, from the same record (a task tool always stores its answer as the
+//!   `CallToolResult` it renders).
+//!
+//! The server declares the extension (`ServerCapabilities::builder().enable_tasks()`) and routes
+//! `tasks/get` and `tasks/cancel` to [`get_task`] and [`cancel_task`].
+
+use std::fmt::Display;
+use std::future::Future;
+
+use rmcp::model::{
+    CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock, CreateTaskResult,
+    DetailedTask, GetTaskParams, GetTaskResult, JsonObject, MetaObject, Task, TaskPayload,
+    TaskStatus,
+};
+use rmcp::ErrorData;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::clock::Timestamp;
+use crate::outcome::{Disposition, ErrorPolicy, Failure, Outcome};
+use crate::record::{RecordState, RecordStatus};
+use crate::tool::{Prepared, ToolSpec};
+use crate::{Call, Caller, Error, Idempotency, IdempotencyContext, Reference};
+
+use super::answer::META_REF;
+
+type Request = rmcp::service::RequestContext<rmcp::RoleServer>;
+
+/// How often a client should poll `tasks/get`, in milliseconds.
+pub const POLL_INTERVAL_MS: u64 = 1_000;
+
+/// What a task tool's body gives, rendered as the `CallToolResult` that is stored: `T` as
+/// structured content, a definitive error as an `isError` result; other errors (retryable,
+/// unknown) are left to the engine.
+pub fn render<T: Serialize, E: Display>(
+    result: Result<T, E>,
+    policy: ErrorPolicy<E>,
+) -> Result<CallToolResult, E> {
+    match result {
+        Ok(value) => Ok(match serde_json::to_value(&value) {
+            Ok(v) => CallToolResult::structured(v),
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(format!(
+                "the tool's answer could not be serialised: {e}"
+            ))]),
+        }),
+        Err(e) if (policy.classify)(&e) == Disposition::Definitive => Ok(CallToolResult::error(
+            vec![ContentBlock::text(e.to_string())],
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`render`] for a tool answering a `CallToolResult`: kept as it is.
+pub fn render_verbatim<E: Display>(
+    result: Result<CallToolResult, E>,
+    policy: ErrorPolicy<E>,
+) -> Result<CallToolResult, E> {
+    match result {
+        Err(e) if (policy.classify)(&e) == Disposition::Definitive => Ok(CallToolResult::error(
+            vec![ContentBlock::text(e.to_string())],
+        )),
+        other => other,
+    }
+}
+
+/// A task tool's whole call: as a task when `as_task` (the server and the request's client both
+/// declare the tasks extension), else inline. `body` gives the rendered result ([`render`]):
+/// definitive errors are already results, so the engine sees only retryable or unknown ones.
+#[allow(clippy::too_many_arguments)]
+pub async fn call<E, Fut>(
+    engine: Idempotency,
+    spec: ToolSpec,
+    caller: Caller,
+    prepared: Prepared,
+    policy: ErrorPolicy<E>,
+    as_task: bool,
+    body: Fut,
+) -> Result<CallToolResponse, ErrorData>
+where
+    E: Display + Send + 'static,
+    Fut: Future<Output = Result<CallToolResult, E>> + Send + 'static,
+{
+    if !as_task {
+        let outcome = engine
+            .execute_raw::<CallToolResult, E, _>(&spec, &caller, prepared, policy, body)
+            .await;
+        return super::answer_verbatim(outcome).map(CallToolResponse::Complete);
+    }
+    let now = engine.clock().now();
+    let (started, claimed) = tokio::sync::oneshot::channel::<Reference>();
+    let body = async move {
+        if let Some(call) = Call::current() {
+            let _ = started.send(call.reference());
+        }
+        body.await
+    };
+    let run = tokio::spawn(async move {
+        engine
+            .execute_raw::<CallToolResult, E, _>(&spec, &caller, prepared, policy, body)
+            .await
+    });
+    // The body starts only once the claim is stored: its reference is the task id.
+    if let Ok(reference) = claimed.await {
+        return Ok(handle(reference, TaskStatus::Working, now));
+    }
+    // The body did not run: a repeat (the same task), or the wrapper's own answer.
+    let outcome: Outcome<CallToolResult, Failure<E>> = match run.await {
+        Ok(o) => o,
+        Err(e) => {
+            return Err(ErrorData::internal_error(
+                "the task could not be started",
+                Some(json!({"reason": e.to_string()})),
+            ))
+        }
+    };
+    match (&outcome.result, outcome.reference) {
+        (Ok(_), Some(r)) if outcome.replayed => Ok(handle(r, TaskStatus::Completed, now)),
+        (Err(Failure::Wrapper(Error::InFlight { reference, .. })), _) => {
+            Ok(handle(*reference, TaskStatus::Working, now))
+        }
+        _ => super::answer_verbatim(outcome).map(CallToolResponse::Complete),
+    }
+}
+
+/// The task handle of operation `reference`.
+fn handle(reference: Reference, status: TaskStatus, now: Timestamp) -> CallToolResponse {
+    let task = Task::new(
+        reference.to_string(),
+        status,
+        now.to_string(),
+        now.to_string(),
+    )
+    .with_poll_interval_ms(POLL_INTERVAL_MS);
+    let mut meta = serde_json::Map::new();
+    meta.insert(META_REF.into(), Value::String(reference.to_string()));
+    CallToolResponse::Task(CreateTaskResult::new(task).with_meta(MetaObject(meta)))
+}
+
+/// The record behind task `task_id`, for the caller of `request` (another tenant's task is not
+/// found, like one that never existed).
+async fn find<S>(server: &S, task_id: &str, request: &Request) -> Result<RecordStatus, ErrorData>
+where
+    S: IdempotencyContext<Request>,
+{
+    let caller = server
+        .caller(request)
+        .map_err(|e| ErrorData::invalid_request(e.advice(), None))?;
+    let not_found = || {
+        ErrorData::invalid_params(
+            format!("no task {task_id} exists for you (or its answer is no longer kept)"),
+            None,
+        )
+    };
+    let reference: Reference = task_id.parse().map_err(|_| not_found())?;
+    match server.idempotency().status(&caller, reference).await {
+        Ok(Some(status)) if status.reference == reference => Ok(status),
+        Ok(_) => Err(not_found()),
+        Err(e) => Err(ErrorData::internal_error(
+            format!(
+                "the state of task {task_id} could not be read right now ({e}); ask again shortly"
+            ),
+            None,
+        )),
+    }
+}
+
+/// `tasks/get`: the state of the operation the task id names, from the store.
+pub async fn get_task<S>(
+    server: &S,
+    params: GetTaskParams,
+    request: &Request,
+) -> Result<GetTaskResult, ErrorData>
+where
+    S: IdempotencyContext<Request>,
+{
+    let status = find(server, &params.task_id, request).await?;
+    let now = server.idempotency().clock().now();
+    Ok(GetTaskResult::new(detailed(&status, now)))
+}
+
+/// `tasks/cancel`: acknowledged for a task the caller owns; the work is not interrupted (see the
+/// module documentation), and `tasks/get` keeps reporting its real state.
+pub async fn cancel_task<S>(
+    server: &S,
+    params: CancelTaskParams,
+    request: &Request,
+) -> Result<(), ErrorData>
+where
+    S: IdempotencyContext<Request>,
+{
+    find(server, &params.task_id, request).await.map(|_| ())
+}
+
+fn detailed(s: &RecordStatus, now: Timestamp) -> DetailedTask {
+    let r = s.reference;
+    let tool = &s.tool;
+    let updated = s.completed_at.unwrap_or(s.claimed_at);
+    let (payload, message) = match s.state {
+        RecordState::InFlight if now >= s.lease_expires_at => (
+            TaskPayload::Working,
+            format!("{tool} (ref {r}) has not reported since its lease ended; it will be reconciled. Do not submit it again."),
+        ),
+        RecordState::InFlight => (
+            TaskPayload::Working,
+            format!("{tool} (ref {r}) is in progress. Do not submit it again."),
+        ),
+        RecordState::Unknown => (
+            TaskPayload::Working,
+            format!("The outcome of {tool} (ref {r}) is unknown: it may or may not have taken effect. It is being reconciled; do not submit it again."),
+        ),
+        RecordState::Completed => (
+            TaskPayload::Completed {
+                result: stored_result(s),
+            },
+            format!("{tool} (ref {r}) completed."),
+        ),
+        RecordState::Released => {
+            let message = format!("{tool} (ref {r}) did not take effect. It is safe to call {tool} again with the same arguments.");
+            let mut error = JsonObject::new();
+            error.insert("code".into(), json!(-32603));
+            error.insert("message".into(), Value::String(message.clone()));
+            (TaskPayload::Failed { error }, message)
+        }
+    };
+    let mut task = Task::new(
+        r.to_string(),
+        TaskStatus::Working,
+        s.claimed_at.to_string(),
+        updated.to_string(),
+    )
+    .with_status_message(message)
+    .with_poll_interval_ms(POLL_INTERVAL_MS);
+    if let Some(until) = s.expires_at {
+        let ttl = until.as_millis().saturating_sub(s.claimed_at.as_millis());
+        task = task.with_ttl_ms(u64::try_from(ttl).unwrap_or(0));
+    }
+    DetailedTask::new(task, payload)
+}
+
+/// The stored answer as the `CallToolResult` object it was (a task tool stores exactly that), the
+/// reference in its `_meta`. An answer stored otherwise (by a settlement) is shown as
+/// structured content, or as an error result when it was an error.
+fn stored_result(s: &RecordStatus) -> JsonObject {
+    let (ok, body) = match &s.response {
+        Some(r) => (r.ok, r.body.as_str()),
+        None => (true, "null"),
+    };
+    let value: Value = serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.into()));
+    let mut result = match serde_json::from_value::<CallToolResult>(value.clone()) {
+        Ok(r) if value.get("content").is_some() => r,
+        _ if ok => CallToolResult::structured(value),
+        _ => CallToolResult::error(vec![ContentBlock::text(value.to_string())]),
+    };
+    let mut meta = result.meta.take().map(|m| m.0).unwrap_or_default();
+    meta.insert(META_REF.into(), Value::String(s.reference.to_string()));
+    result.meta = Some(MetaObject(meta));
+    match serde_json::to_value(result) {
+        Ok(Value::Object(o)) => o,
+        _ => JsonObject::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::StoredResponse;
+
+    fn record(state: RecordState, response: Option<StoredResponse>) -> RecordStatus {
+        RecordStatus {
+            reference: "3f9a0c1b2d4e5f60-1".parse().expect("a reference"),
+            tool: "export_rows".into(),
+            state,
+            claimed_at: Timestamp::from_millis(1_000_000),
+            lease_expires_at: Timestamp::from_millis(1_060_000),
+            completed_at: None,
+            expires_at: None,
+            response,
+        }
+    }
+
+    #[derive(Debug)]
+    struct Declined;
+
+    impl std::fmt::Display for Declined {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("declined")
+        }
+    }
+
+    #[test]
+    fn a_definitive_error_is_a_completed_error_result_and_others_go_to_the_engine() {
+        let definitive = ErrorPolicy::<Declined> {
+            classify: |_| Disposition::Definitive,
+            ..ErrorPolicy::retryable()
+        };
+        let r = render::<u8, _>(Err(Declined), definitive).expect("stored as a result");
+        assert_eq!(r.is_error, Some(true));
+        assert!(render::<u8, _>(Err(Declined), ErrorPolicy::retryable()).is_err());
+        let ok = render::<u8, Declined>(Ok(5), ErrorPolicy::retryable()).expect("a result");
+        assert_eq!(ok.structured_content, Some(json!(5)));
+    }
+
+    const NOW: Timestamp = Timestamp::from_millis(1_001_000);
+
+    #[test]
+    fn every_record_state_is_a_truthful_task_state() {
+        let working = detailed(&record(RecordState::InFlight, None), NOW);
+        assert_eq!(working.status(), TaskStatus::Working);
+        let stale = detailed(
+            &record(RecordState::InFlight, None),
+            Timestamp::from_millis(2_000_000),
+        );
+        assert!(stale.task.status_message.unwrap().contains("reconciled"));
+
+        // Outcome unknown is not terminal: it may yet be settled either way.
+        let unknown = detailed(&record(RecordState::Unknown, None), NOW);
+        assert_eq!(unknown.status(), TaskStatus::Working);
+        assert!(unknown.task.status_message.unwrap().contains("unknown"));
+
+        // Released: nothing was done, and the task says it is safe to call again.
+        let released = detailed(&record(RecordState::Released, None), NOW);
+        assert_eq!(released.status(), TaskStatus::Failed);
+        match released.payload {
+            TaskPayload::Failed { error } => {
+                assert!(error["message"].as_str().unwrap().contains("safe to call"))
+            }
+            other => panic!("{other:?}"),
+        }
+
+        // Completed: the stored CallToolResult, with the reference in its `_meta`.
+        let stored = CallToolResult::structured(json!({"rows": 5}));
+        let mut done = record(
+            RecordState::Completed,
+            Some(StoredResponse {
+                ok: true,
+                body: serde_json::to_string(&stored).unwrap(),
+            }),
+        );
+        done.completed_at = Some(Timestamp::from_millis(1_002_000));
+        done.expires_at = Some(Timestamp::from_millis(4_602_000));
+        let completed = detailed(&done, NOW);
+        assert_eq!(completed.status(), TaskStatus::Completed);
+        assert_eq!(completed.task.ttl_ms, Some(3_602_000));
+        match completed.payload {
+            TaskPayload::Completed { result } => {
+                assert_eq!(result["structuredContent"], json!({"rows": 5}));
+                assert_eq!(result["_meta"][META_REF], json!("3f9a0c1b2d4e5f60-1"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
