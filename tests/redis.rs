@@ -13,7 +13,7 @@ use idempotency::store::{RedisStore, StoreError};
 use idempotency::tool::{Prepared, ToolSpec};
 use idempotency::{Caller, Error, Idempotency};
 use idempotency_tests::pg::unique_name;
-use idempotency_tests::processes::{ready_then_wait, Workers};
+use idempotency_tests::processes::{ready_then_wait, Tally, Workers};
 use idempotency_tests::redis_servers::{shared_server, RedisCluster};
 use serde::{Deserialize, Serialize};
 
@@ -206,33 +206,6 @@ struct Receipt {
     reference: String,
 }
 
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-struct Tally {
-    fresh: usize,
-    replayed: usize,
-    in_flight: usize,
-    other: usize,
-}
-
-impl Tally {
-    fn parse(line: &str) -> Option<Tally> {
-        let rest = &line[line.find("TALLY ")? + "TALLY ".len()..];
-        let mut t = Tally::default();
-        for field in rest.split_whitespace() {
-            let (name, value) = field.split_once('=')?;
-            let value: usize = value.parse().ok()?;
-            match name {
-                "fresh" => t.fresh = value,
-                "replayed" => t.replayed = value,
-                "in_flight" => t.in_flight = value,
-                "other" => t.other = value,
-                _ => {}
-            }
-        }
-        Some(t)
-    }
-}
-
 /// The counter the side effect increments, on the cluster beside the records (its own slot).
 fn charges_key(namespace: &str) -> String {
     format!("{namespace}:charges")
@@ -258,23 +231,7 @@ async fn eight_replicas_charge_once_on_a_cluster() {
         })
         .collect();
     let workers = Workers::start_together(commands).await;
-    let mut total = Tally::default();
-    for (replica, out) in workers.finish().await.into_iter().enumerate() {
-        let stdout = &out.stdout;
-        assert!(
-            out.success,
-            "replica {replica} failed:\n{stdout}\n{}",
-            out.stderr
-        );
-        let t = stdout
-            .lines()
-            .find_map(Tally::parse)
-            .unwrap_or_else(|| panic!("replica {replica} reported no tally:\n{stdout}"));
-        total.fresh += t.fresh;
-        total.replayed += t.replayed;
-        total.in_flight += t.in_flight;
-        total.other += t.other;
-    }
+    let total = Tally::total(workers.finish().await);
     let seeds = cluster.seeds();
     let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
     let store = RedisStore::connect_cluster(&seeds).await.expect("connect");
@@ -363,23 +320,14 @@ async fn cluster_replica_worker() {
                 .await
         });
     }
-    let mut t = Tally::default();
+    let mut tally = Tally::default();
     while let Some(done) = calls.join_next().await {
         let out = done.expect("call task");
-        match &out.result {
-            Ok(_) if out.replayed => t.replayed += 1,
-            Ok(_) => t.fresh += 1,
-            Err(ChargeError::Wrapper(Error::InFlight { .. })) => t.in_flight += 1,
-            Err(e) => {
-                eprintln!("replica {replica}: unexpected answer: {e}");
-                t.other += 1;
-            }
-        }
+        tally.count(replica, &out, |e| {
+            matches!(e, ChargeError::Wrapper(Error::InFlight { .. }))
+        });
     }
-    println!(
-        "TALLY replica={replica} fresh={} replayed={} in_flight={} other={}",
-        t.fresh, t.replayed, t.in_flight, t.other
-    );
+    tally.report(replica);
 }
 
 // ---------------------------------------------------------------------------------------------

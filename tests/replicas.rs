@@ -15,7 +15,7 @@ use idempotency::{
     Caller, Error, Idempotency,
 };
 use idempotency_tests::pg::{database_url, TestSchema};
-use idempotency_tests::processes::{ready_then_wait, Workers};
+use idempotency_tests::processes::{ready_then_wait, Tally, Workers};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
@@ -53,48 +53,6 @@ async fn charge(pool: PgPool, replica: usize) -> Result<Receipt, ChargeError> {
     Ok(Receipt { reference })
 }
 
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-struct Tally {
-    fresh: usize,
-    replayed: usize,
-    in_flight: usize,
-    other: usize,
-}
-
-impl Tally {
-    fn line(&self, replica: usize) -> String {
-        format!(
-            "TALLY replica={replica} fresh={} replayed={} in_flight={} other={}",
-            self.fresh, self.replayed, self.in_flight, self.other
-        )
-    }
-
-    fn parse(line: &str) -> Option<Tally> {
-        // libtest prints `test replica_worker ... ` on the same line before the output.
-        let rest = &line[line.find("TALLY ")? + "TALLY ".len()..];
-        let mut t = Tally::default();
-        for field in rest.split_whitespace() {
-            let (name, value) = field.split_once('=')?;
-            let value: usize = value.parse().ok()?;
-            match name {
-                "fresh" => t.fresh = value,
-                "replayed" => t.replayed = value,
-                "in_flight" => t.in_flight = value,
-                "other" => t.other = value,
-                _ => {}
-            }
-        }
-        Some(t)
-    }
-
-    fn add(&mut self, o: Tally) {
-        self.fresh += o.fresh;
-        self.replayed += o.replayed;
-        self.in_flight += o.in_flight;
-        self.other += o.other;
-    }
-}
-
 #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_replicas_charge_once() {
@@ -122,21 +80,7 @@ async fn eight_replicas_charge_once() {
         })
         .collect();
     let workers = Workers::start_together(commands).await;
-    let mut total = Tally::default();
-    for (replica, out) in workers.finish().await.into_iter().enumerate() {
-        let stdout = &out.stdout;
-        assert!(
-            out.success,
-            "replica {replica} failed:\n{stdout}\n{}",
-            out.stderr
-        );
-        let tally = stdout
-            .lines()
-            .find_map(Tally::parse)
-            .unwrap_or_else(|| panic!("replica {replica} reported no tally:\n{stdout}"));
-        println!("replica {replica}: {tally:?}");
-        total.add(tally);
-    }
+    let total = Tally::total(workers.finish().await);
 
     let rows: Vec<(String, i32)> = sqlx::query_as("SELECT reference, replica FROM charges")
         .fetch_all(&pool)
@@ -206,15 +150,9 @@ async fn replica_worker() {
     let mut tally = Tally::default();
     while let Some(done) = calls.join_next().await {
         let out = done.expect("call task");
-        match &out.result {
-            Ok(_) if out.replayed => tally.replayed += 1,
-            Ok(_) => tally.fresh += 1,
-            Err(ChargeError::Wrapper(Error::InFlight { .. })) => tally.in_flight += 1,
-            Err(e) => {
-                eprintln!("replica {replica}: unexpected answer: {e}");
-                tally.other += 1;
-            }
-        }
+        tally.count(replica, &out, |e| {
+            matches!(e, ChargeError::Wrapper(Error::InFlight { .. }))
+        });
     }
-    println!("{}", tally.line(replica));
+    tally.report(replica);
 }

@@ -130,3 +130,86 @@ impl Workers {
         out
     }
 }
+
+/// How one worker's calls were answered, reported on its stdout as a `TALLY` line and summed by
+/// the parent ([`Tally::total`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Tally {
+    /// Calls that ran the handler.
+    pub fresh: usize,
+    /// Calls answered with the stored answer.
+    pub replayed: usize,
+    /// Calls told the call is in progress.
+    pub in_flight: usize,
+    /// Anything else (printed to stderr as it happens).
+    pub other: usize,
+}
+
+impl Tally {
+    /// Counts one call's outcome; `in_flight` says whether an error is the in-progress answer.
+    pub fn count<T, E: std::fmt::Display>(
+        &mut self,
+        worker: usize,
+        out: &idempotency::outcome::Outcome<T, E>,
+        in_flight: impl Fn(&E) -> bool,
+    ) {
+        match &out.result {
+            Ok(_) if out.replayed => self.replayed += 1,
+            Ok(_) => self.fresh += 1,
+            Err(e) if in_flight(e) => self.in_flight += 1,
+            Err(e) => {
+                eprintln!("worker {worker}: unexpected answer: {e}");
+                self.other += 1;
+            }
+        }
+    }
+
+    /// In a worker: prints the tally for the parent.
+    pub fn report(&self, worker: usize) {
+        println!(
+            "TALLY worker={worker} fresh={} replayed={} in_flight={} other={}",
+            self.fresh, self.replayed, self.in_flight, self.other
+        );
+    }
+
+    fn parse(line: &str) -> Option<Tally> {
+        // The test harness may have printed "test NAME ... " on the same line.
+        let rest = &line[line.find("TALLY ")? + "TALLY ".len()..];
+        let mut t = Tally::default();
+        for field in rest.split_whitespace() {
+            let (name, value) = field.split_once('=')?;
+            let value: usize = value.parse().ok()?;
+            match name {
+                "fresh" => t.fresh = value,
+                "replayed" => t.replayed = value,
+                "in_flight" => t.in_flight = value,
+                "other" => t.other = value,
+                _ => {}
+            }
+        }
+        Some(t)
+    }
+
+    /// In the parent: checks that every worker succeeded and reported a tally, and sums them.
+    pub fn total(finished: Vec<Finished>) -> Tally {
+        let mut total = Tally::default();
+        for (worker, out) in finished.into_iter().enumerate() {
+            let stdout = &out.stdout;
+            assert!(
+                out.success,
+                "worker {worker} failed:\n{stdout}\n{}",
+                out.stderr
+            );
+            let t = stdout
+                .lines()
+                .find_map(Tally::parse)
+                .unwrap_or_else(|| panic!("worker {worker} reported no tally:\n{stdout}"));
+            println!("worker {worker}: {t:?}");
+            total.fresh += t.fresh;
+            total.replayed += t.replayed;
+            total.in_flight += t.in_flight;
+            total.other += t.other;
+        }
+        total
+    }
+}
