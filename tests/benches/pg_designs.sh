@@ -51,7 +51,7 @@ designs="none partial_indexes window_index window_index_side_table"
 rest='substr(sha256(:r::TEXT::BYTEA), 1, 24)'
 for d in $designs; do
   t="$schema.d_$d"
-  extra_col='' extra_val='' side='' done_side=''
+  extra_col='' extra_val='' side=''
   case "$d" in
     window_index*) extra_col=', window_end' extra_val=", $now + 900000" ;;
   esac
@@ -98,9 +98,9 @@ done
 
 for d in $designs; do
   hot=$(psql -qXAt "$DATABASE_URL" -c "SELECT round(100 * n_tup_hot_upd::NUMERIC / greatest(n_tup_upd, 1)) FROM pg_stat_user_tables WHERE schemaname = '$schema' AND relname = 'd_$d'")
-  side=0
-  [ "$d" = window_index_side_table ] && side="pg_total_relation_size('$schema.d_${d}_open')"
-  bytes=$(psql -qXAt "$DATABASE_URL" -c "SELECT (pg_total_relation_size('$schema.d_$d') + $side) / greatest((SELECT count(*) FROM $schema.d_$d), 1)")
+  side_size=0
+  [ "$d" = window_index_side_table ] && side_size="pg_total_relation_size('$schema.d_${d}_open')"
+  bytes=$(psql -qXAt "$DATABASE_URL" -c "SELECT (pg_total_relation_size('$schema.d_$d') + $side_size) / greatest((SELECT count(*) FROM $schema.d_$d), 1)")
   for c in 1 32; do
     ratio=$(awk -v a="${lat[$d,$c]}" -v b="${lat[raw,$c]}" 'BEGIN {printf "%.2f", a / b}')
     echo "pg_design design=$d clients=$c latency_ratio_raw=$ratio hot_pct=$hot bytes_per_row=$bytes"
