@@ -1,8 +1,9 @@
 //! The Redis store against raw Redis and against Powertools for AWS Lambda (Python) on the same
-//! Redis. Prints one line scripts can read:
+//! Redis. Prints two lines scripts can read:
 //!
 //! ```text
 //! redis fresh_p50_ratio_raw=1.04 fresh_tps32_ratio_raw=0.95 repeat_round_trips=1 vs_powertools_first=6.1 vs_powertools_replay=7.4
+//! redis_bounds vs_powertools_first_max=1.6 vs_powertools_replay_max=4.3 fenced_fresh_p50_ratio_raw=1.03 fenced_tps32_ratio_raw=0.72
 //! ```
 //!
 //! - `fresh_p50_ratio_raw`: p50 of a fresh call through the store (claim, then complete) over
@@ -15,6 +16,15 @@
 //! - `vs_powertools_first` / `vs_powertools_replay`: Powertools' p50 over ours, whole call
 //!   through each library (key derivation, claim, body, completion / the replay): how many times
 //!   faster this crate is. `NA` when Powertools cannot be installed from PyPI.
+//! - `redis_bounds`, what this Redis and machine allow, measured in the same run:
+//!   `vs_powertools_first_max` is Powertools' first call over raw's fresh call (no store can
+//!   make a fresh call in less than two single-key commands: a claim before the side effect,
+//!   a completion after it), `vs_powertools_replay_max` Powertools' replay over one `GET` round
+//!   trip (no replay can be cheaper): the most any store could be faster than Powertools here;
+//!   `fenced_*` are the two ratios to raw of the cheapest fresh call with a scripted fence (see
+//!   `Bench::floor_fresh`: the raw claim, then a script that only compares the token and sets
+//!   the answer), the floor of any design whose completion is fenced by a script, as every
+//!   design on Redis 7 is that keeps the record's state in one place.
 //!
 //! ```text
 //! cargo bench -p idempotency-tests --bench redis
@@ -55,6 +65,7 @@ struct Bench {
     conn: RedisConnection,
     namespace: String,
     next: AtomicU64,
+    fence: redis::Script,
 }
 
 impl Bench {
@@ -122,19 +133,62 @@ impl Bench {
             .await
             .expect("raw complete");
     }
+
+    /// The floor of any store meeting the contract on this Redis: the raw claim (`SET NX`, here
+    /// with the claimant's token as its value), then the smallest completion fenced by that
+    /// token. Redis 7 has no conditional `SET` (`IFEQ` came with Redis 8.4 and Valkey 8.1), so a
+    /// fence is a script; this one is `GET`, compare, `SET`, nothing else (no server clock, no
+    /// index, no expiry, no outbox).
+    async fn floor_fresh(&self) {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let key = format!("{}:floor:{n}", self.namespace);
+        let token = n.to_be_bytes();
+        let mut conn = self.conn.clone();
+        let won: Option<String> = redis::cmd("SET")
+            .arg(&key)
+            .arg(&token[..])
+            .arg("NX")
+            .query_async(&mut conn)
+            .await
+            .expect("floor claim");
+        assert!(won.is_some(), "not fresh");
+        let done: Option<String> = self
+            .fence
+            .key(&key)
+            .arg(&token[..])
+            .arg(RESPONSE)
+            .invoke_async(&mut conn)
+            .await
+            .expect("floor complete");
+        assert!(done.is_some(), "fence refused its own token");
+    }
 }
+
+/// The smallest fenced completion: the record is replaced only if it still holds the token.
+const FENCE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+                     return redis.call('SET', KEYS[1], ARGV[2]) end return false";
 
 fn p50(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
 }
 
-async fn latency_pair(b: &Bench, samples: usize) -> (Duration, Duration, Duration) {
+/// p50s of a fresh call, one client, samples alternated: the store, raw, the floor (see
+/// [`Bench::floor_fresh`]), and one `GET` round trip.
+struct Latencies {
+    ours: Duration,
+    raw: Duration,
+    floor: Duration,
+    get: Duration,
+}
+
+async fn latencies(b: &Bench, samples: usize) -> Latencies {
     for _ in 0..200 {
         b.store_fresh().await;
         b.raw_fresh().await;
+        b.floor_fresh().await;
     }
-    let (mut ours, mut raw, mut floor) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut ours, mut raw, mut floor, mut get) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut conn = b.conn.clone();
     let missing = format!("{}:missing", b.namespace);
     for _ in 0..samples {
@@ -144,6 +198,9 @@ async fn latency_pair(b: &Bench, samples: usize) -> (Duration, Duration, Duratio
         let t = Instant::now();
         b.raw_fresh().await;
         raw.push(t.elapsed());
+        let t = Instant::now();
+        b.floor_fresh().await;
+        floor.push(t.elapsed());
         // The round trip's floor: one GET of a missing key on the same connection.
         let t = Instant::now();
         let _: Option<String> = redis::cmd("GET")
@@ -151,9 +208,14 @@ async fn latency_pair(b: &Bench, samples: usize) -> (Duration, Duration, Duratio
             .query_async(&mut conn)
             .await
             .expect("floor");
-        floor.push(t.elapsed());
+        get.push(t.elapsed());
     }
-    (p50(ours), p50(raw), p50(floor))
+    Latencies {
+        ours: p50(ours),
+        raw: p50(raw),
+        floor: p50(floor),
+        get: p50(get),
+    }
 }
 
 /// Redis' own time per call of `evalsha` and `set` (`INFO commandstats`) and its main
@@ -200,8 +262,15 @@ fn load() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+#[derive(Clone, Copy)]
+enum Side {
+    Store,
+    Raw,
+    Floor,
+}
+
 /// Calls per second of one side over `secs`, 32 clients.
-async fn rate(b: &Arc<Bench>, store: bool, secs: f64) -> f64 {
+async fn rate(b: &Arc<Bench>, side: Side, secs: f64) -> f64 {
     let done = Arc::new(AtomicU64::new(0));
     let end = Instant::now() + Duration::from_secs_f64(secs);
     let mut tasks = tokio::task::JoinSet::new();
@@ -209,10 +278,10 @@ async fn rate(b: &Arc<Bench>, store: bool, secs: f64) -> f64 {
         let (b, done) = (b.clone(), done.clone());
         tasks.spawn(async move {
             while Instant::now() < end {
-                if store {
-                    b.store_fresh().await;
-                } else {
-                    b.raw_fresh().await;
+                match side {
+                    Side::Store => b.store_fresh().await,
+                    Side::Raw => b.raw_fresh().await,
+                    Side::Floor => b.floor_fresh().await,
                 }
                 done.fetch_add(1, Ordering::Relaxed);
             }
@@ -222,30 +291,41 @@ async fn rate(b: &Arc<Bench>, store: bool, secs: f64) -> f64 {
     done.load(Ordering::Relaxed) as f64 / secs
 }
 
-async fn throughput_ratio(b: &Arc<Bench>, secs: u64) -> (f64, f64, f64) {
-    let (mut ratios, mut ra, mut rb) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut cpu_store, mut cpu_raw) = (0.0, 0.0);
+/// Throughput ratios to raw (medians of paired one-second slices): the store's, the floor's;
+/// then the store's and raw's mean calls per second.
+async fn throughput_ratio(b: &Arc<Bench>, secs: u64) -> (f64, f64, f64, f64) {
+    let (mut ratios, mut floor_ratios, mut ra, mut rb) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut cpu_store, mut cpu_raw, mut cpu_floor) = (0.0, 0.0, 0.0);
     for _ in 0..secs.max(1) {
         let t0 = server_stats(&b.conn).await[2].1;
-        let a = rate(b, true, 1.0).await;
+        let a = rate(b, Side::Store, 1.0).await;
         let t1 = server_stats(&b.conn).await[2].1;
-        let r = rate(b, false, 1.0).await;
+        let r = rate(b, Side::Raw, 1.0).await;
         let t2 = server_stats(&b.conn).await[2].1;
+        let f = rate(b, Side::Floor, 1.0).await;
+        let t3 = server_stats(&b.conn).await[2].1;
         cpu_store += (t1 - t0) / a;
         cpu_raw += (t2 - t1) / r;
+        cpu_floor += (t3 - t2) / f;
         ratios.push(a / r);
+        floor_ratios.push(f / r);
         ra.push(a);
         rb.push(r);
     }
     let n = secs.max(1) as f64;
     eprintln!(
-        "Redis main thread CPU per fresh call, {CLIENTS} clients: store {:.1} us, raw {:.1} us",
+        "Redis main thread CPU per fresh call, {CLIENTS} clients: store {:.1} us, raw {:.1} us, floor {:.1} us",
         cpu_store / n,
-        cpu_raw / n
+        cpu_raw / n,
+        cpu_floor / n
     );
-    ratios.sort_by(f64::total_cmp);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    (ratios[ratios.len() / 2], mean(&ra), mean(&rb))
+    (median(ratios), median(floor_ratios), mean(&ra), mean(&rb))
 }
 
 /// Commands a repeat sends, from `MONITOR` (lines of script-internal commands say `lua]`).
@@ -463,15 +543,17 @@ fn main() {
             conn: conn.clone(),
             namespace: namespace.clone(),
             next: AtomicU64::new(0),
+            fence: redis::Script::new(FENCE),
         });
         eprintln!("load average at start: {}", load());
         let before = server_stats(&conn).await;
-        let (ours, raw, floor) = latency_pair(&b, samples).await;
+        let lat = latencies(&b, samples).await;
         let after = server_stats(&conn).await;
-        eprintln!("fresh p50, 1 client: store {ours:?}, raw SET NX + SET {raw:?}; one GET round trip {floor:?}");
+        let Latencies { ours, raw, floor, get } = lat;
+        eprintln!("fresh p50, 1 client: store {ours:?}, raw SET NX + SET {raw:?}, floor SET NX + fence script {floor:?}; one GET round trip {get:?}");
         let per_call = |i: usize| (after[i].1 - before[i].1) / (after[i].0 - before[i].0).max(1.0);
         eprintln!(
-            "Redis time per call (commandstats, this phase): evalsha {:.2} us, set {:.2} us (set includes the scripts' own); Redis main thread CPU {:.0} us per store+raw+GET triple",
+            "Redis time per call (commandstats, this phase): evalsha {:.2} us, set {:.2} us (set includes the scripts' own); Redis main thread CPU {:.0} us per store+raw+floor+GET round",
             per_call(0),
             per_call(1),
             (after[2].1 - before[2].1) / samples as f64,
@@ -496,7 +578,7 @@ fn main() {
             .await
             .expect("memory usage");
         eprintln!("bytes of one completed record: store {bytes:?}, raw key {raw_bytes:?}");
-        let (tps_ratio, tps_ours, tps_raw) = throughput_ratio(&b, secs).await;
+        let (tps_ratio, floor_tps_ratio, tps_ours, tps_raw) = throughput_ratio(&b, secs).await;
         eprintln!("fresh calls/s, {CLIENTS} clients: store {tps_ours:.0}, raw {tps_raw:.0}; load average {}", load());
         let engine = Idempotency::builder(store.clone())
             .without_reconciler()
@@ -513,19 +595,29 @@ fn main() {
         .ok()
         .flatten();
         let us = |d: Duration| d.as_secs_f64() * 1e6;
-        let (vs_first, vs_replay) = match pt {
+        let (vs_first, vs_replay, max_first, max_replay) = match pt {
             Some((f, r)) => (
                 format!("{:.1}", f / us(first)),
                 format!("{:.1}", r / us(replay)),
+                format!("{:.1}", f / us(raw)),
+                format!("{:.1}", r / us(get)),
             ),
-            None => ("NA".into(), "NA".into()),
+            None => ("NA".into(), "NA".into(), "NA".into(), "NA".into()),
         };
-        format!(
-            "redis fresh_p50_ratio_raw={:.2} fresh_tps32_ratio_raw={:.2} repeat_round_trips={} vs_powertools_first={vs_first} vs_powertools_replay={vs_replay}",
-            ours.as_secs_f64() / raw.as_secs_f64(),
-            tps_ratio,
-            if trips.fract() == 0.0 { format!("{trips:.0}") } else { format!("{trips:.2}") },
-        )
+        [
+            format!(
+                "redis fresh_p50_ratio_raw={:.2} fresh_tps32_ratio_raw={:.2} repeat_round_trips={} vs_powertools_first={vs_first} vs_powertools_replay={vs_replay}",
+                ours.as_secs_f64() / raw.as_secs_f64(),
+                tps_ratio,
+                if trips.fract() == 0.0 { format!("{trips:.0}") } else { format!("{trips:.2}") },
+            ),
+            format!(
+                "redis_bounds vs_powertools_first_max={max_first} vs_powertools_replay_max={max_replay} fenced_fresh_p50_ratio_raw={:.2} fenced_tps32_ratio_raw={:.2}",
+                floor.as_secs_f64() / raw.as_secs_f64(),
+                floor_tps_ratio,
+            ),
+        ]
+        .join("\n")
     });
     println!("{line}");
 }
