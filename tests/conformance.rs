@@ -77,6 +77,7 @@ fn req(key: Key, fingerprint: Option<Fingerprint>, now: i64) -> ClaimRequest<'st
         fingerprint,
         now: at(now),
         lease_expires_at: at(now + LEASE),
+        window: std::time::Duration::from_millis(WINDOW as u64),
         token: first_token(now),
     }
 }
@@ -748,6 +749,7 @@ async fn status_is_tenant_scoped_and_generation_exact(b: &Backend) {
         fingerprint: None,
         now: at(now),
         lease_expires_at: at(now + LEASE),
+        window: std::time::Duration::from_millis(WINDOW as u64),
         token: first_token(now),
     };
     let ta = match b.store.claim(&claim(ka, "acme", "charge_card", 0)).await {
@@ -1488,8 +1490,8 @@ mod sql {
         let k = key("odd");
         // State 9 on the key's own row; a key_rest of 2 bytes on an unknown one.
         sqlx::query(
-            "INSERT INTO idempotency_records (ref, key_rest, tenant, subject, tool, generation, state, token, claimed_at, ends_at, fingerprint) \
-             VALUES ($1, $2, 'acme', '', 'charge_card', 1, 9, 1, 0, 0, ''), (7, '\\x0102', 'acme', '', 'charge_card', 1, 2, 1, 0, 0, '')",
+            "INSERT INTO idempotency_records (ref, key_rest, tenant, subject, tool, generation, state, token, claimed_at, window_ms, lease_or_settled_at, fingerprint) \
+             VALUES ($1, $2, 'acme', '', 'charge_card', 1, 9, 1, 0, 0, 0, ''), (7, '\\x0102', 'acme', '', 'charge_card', 1, 2, 1, 0, 0, 0, '')",
         )
         .bind(i64::from_be_bytes(k.reference(1).prefix().to_owned()))
         .bind(&k.as_bytes()[8..])
@@ -1612,7 +1614,7 @@ mod sql {
 
         // Fill the table behind the cached plans' back.
         sqlx::raw_sql(
-            "INSERT INTO idempotency_records (ref, token, claimed_at, ends_at, completed_at, generation, \
+            "INSERT INTO idempotency_records (ref, token, claimed_at, window_ms, lease_or_settled_at, generation, \
              state, key_rest, tenant, subject, tool, fingerprint, response) \
              SELECT i, 1, 0, 0, 0, 1, 1, substring(sha256(i::text::bytea) FROM 9), 'acme', '', 'charge_card', '', \
              repeat('x', 70) FROM generate_series(1, 20000) i",
@@ -1632,8 +1634,7 @@ mod sql {
         for row in statements {
             let (name, sql, types, generic): (String, String, String, i64) =
                 (row.get(0), row.get(1), row.get(2), row.get(3));
-            let scan = sql.contains("ORDER BY claimed_at")
-                || sql.starts_with("DELETE FROM idempotency_records");
+            let scan = sql.starts_with("WITH RECURSIVE");
             if scan || !sql.contains("ref = $1") {
                 continue;
             }
@@ -1682,6 +1683,18 @@ mod sql {
                      ELSE 1 END AS st \
               FROM SERIES) s";
 
+    /// PostgreSQL's row keeps the window's length and one time, the lease's end while unsettled
+    /// or the completion's (see its migration): the same records in its columns.
+    fn pg_steady_state(series: &str, zeroblob24: &str, zeroblob0: &str) -> String {
+        steady_state(series, zeroblob24, zeroblob0)
+            .replace("ends_at, completed_at", "window_ms, lease_or_settled_at")
+            .replace(
+                "CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c + 900000 END, \
+            CASE WHEN st IN (0, 2) THEN NULL ELSE c END",
+                "900000, CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c END",
+            )
+    }
+
     fn steady_state(series: &str, zeroblob24: &str, zeroblob0: &str) -> String {
         STEADY_STATE
             .replace("SERIES", series)
@@ -1714,7 +1727,7 @@ mod sql {
         store.purge(at(0), at(0), 1_000).await.expect("purge");
         store.unsettled(at(0), 100).await.expect("unsettled");
 
-        let fill = steady_state(
+        let fill = pg_steady_state(
             "generate_series(1, $1::BIGINT) i",
             "'\\x000000000000000000000000000000000000000000000000'::BYTEA",
             "''::BYTEA",
@@ -1731,14 +1744,16 @@ mod sql {
             .expect("analyze");
 
         let background = |sql: &str| {
-            if sql.starts_with("DELETE FROM idempotency_records") {
-                Some("idempotency_records_settled")
-            } else if sql.contains("ORDER BY claimed_at") {
-                Some("idempotency_records_open")
+            if sql.starts_with("WITH RECURSIVE") && sql.contains("DELETE FROM idempotency_records")
+            {
+                Some("purge")
+            } else if sql.starts_with("WITH RECURSIVE") {
+                Some("unsettled")
             } else {
                 None
             }
         };
+        let index = "idempotency_records_window";
         let statements = sqlx::query(
             "SELECT name, statement, array_to_string(parameter_types::text[], ','), generic_plans \
              FROM pg_prepared_statements WHERE statement LIKE '%idempotency_records%'",
@@ -1750,7 +1765,7 @@ mod sql {
         for row in statements {
             let (name, sql, types, generic): (String, String, String, i64) =
                 (row.get(0), row.get(1), row.get(2), row.get(3));
-            let Some(index) = background(&sql) else {
+            let Some(which) = background(&sql) else {
                 continue;
             };
             assert!(generic >= 1, "ran with a generic plan: {sql}");
@@ -1766,7 +1781,7 @@ mod sql {
                 "{sql}\n{plan}"
             );
             assert!(plan.contains(index), "{sql}\n{plan}");
-            texts.push((sql, index));
+            texts.push((sql, which));
         }
         assert_eq!(texts.len(), 2, "purge and unsettled were prepared");
 
@@ -1776,14 +1791,14 @@ mod sql {
             .connect_with(schema.options())
             .await
             .expect("pool");
-        for (i, (sql, index)) in texts.iter().enumerate() {
+        for (i, (sql, which)) in texts.iter().enumerate() {
             sqlx::raw_sql(sqlx::AssertSqlSafe(format!("PREPARE bg{i} AS {sql}")))
                 .execute(&plain)
                 .await
                 .expect("prepare");
             // $1 now, $2 limit, then the cutoff (purge) or the clock offset (unsettled); a NULL
             // offset takes the engine's `now` as given.
-            let args = if index.ends_with("settled") {
+            let args = if *which == "purge" {
                 format!("{T0}, 1000, {}, NULL", T0 - 48 * 60 * M)
             } else {
                 format!("{T0}, 100, NULL")

@@ -636,6 +636,7 @@ async fn a_thousand_concurrent_claims_make_one_new_claim() {
                     fingerprint: None,
                     now,
                     lease_expires_at: now + Duration::from_secs(30),
+                    window: WINDOW,
                     token: idempotency::store::Token(now.as_millis()),
                 };
                 store.claim(&req).await.unwrap()
@@ -677,6 +678,7 @@ async fn a_reference_held_by_another_key_refuses_the_call() {
             fingerprint: None,
             now,
             lease_expires_at: now + Duration::from_secs(30),
+            window: WINDOW,
             token: idempotency::store::Token(now.as_millis()),
         })
         .await
@@ -711,6 +713,7 @@ async fn a_reference_held_by_another_key_refuses_the_call() {
             fingerprint: None,
             now: later,
             lease_expires_at: later + Duration::from_secs(30),
+            window: WINDOW,
             token: idempotency::store::Token(later.as_millis()),
         })
         .await

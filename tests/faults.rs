@@ -619,6 +619,7 @@ async fn contention_after_release(store: Arc<dyn Store>) {
         fingerprint: None,
         now: clock.now(),
         lease_expires_at: clock.now() + Duration::from_secs(30),
+        window: WINDOW,
         token: idempotency::store::Token(clock.now().as_millis()),
     };
     assert!(matches!(

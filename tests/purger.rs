@@ -38,6 +38,7 @@ async fn claim(store: &Scripted, k: Key, now: i64) -> Token {
         fingerprint: None,
         now: Timestamp::from_millis(now),
         lease_expires_at: Timestamp::from_millis(now + 30_000),
+        window: WINDOW,
         token: Token(now),
     };
     match store.claim(&req).await.expect("claim") {

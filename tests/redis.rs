@@ -569,6 +569,7 @@ async fn scripts_come_back_after_a_flush_and_subjects_stay_apart() {
         fingerprint: None,
         now,
         lease_expires_at: now,
+        window: WINDOW,
         token: Token(1),
     };
     assert!(matches!(

@@ -252,6 +252,7 @@ async fn the_server_clock_stepping_back_does_not_shorten_the_window() {
             fingerprint: None,
             now,
             lease_expires_at: now + Duration::from_secs(30),
+            window: WINDOW,
             token: Token(token),
         };
         store.claim(&req).await.expect("claim")

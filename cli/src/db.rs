@@ -35,6 +35,15 @@ const BY_STATE: &str = "SELECT CAST(state AS BIGINT), tool, COUNT(*) FROM idempo
 const OLDEST_IN_FLIGHT: &str = "SELECT MIN(claimed_at) FROM idempotency_records WHERE state = 0";
 const PURGEABLE: &str =
     "SELECT COUNT(*) FROM idempotency_records WHERE state IN (1, 3, 4) AND ends_at < $1";
+/// PostgreSQL's row keeps the window's length and one time for the lease's end or the
+/// settlement (see its migration); these read it as the SQLite row's `ends_at`, `completed_at`.
+const PG_RECORD: &str = "SELECT tenant, subject, tool, CAST(generation AS BIGINT), CAST(state AS BIGINT), \
+                         claimed_at, \
+                         CASE WHEN state IN (0, 2) THEN lease_or_settled_at ELSE lease_or_settled_at + window_ms END, \
+                         CASE WHEN state IN (0, 2) THEN NULL ELSE lease_or_settled_at END, \
+                         response FROM idempotency_records WHERE ref = $1";
+const PG_PURGEABLE: &str = "SELECT COUNT(*) FROM idempotency_records \
+                            WHERE state IN (1, 3, 4) AND lease_or_settled_at + window_ms < $1";
 
 fn state_name(code: i64) -> &'static str {
     match code {
@@ -128,7 +137,7 @@ impl Db {
                 .await?
                 .map(|r| record(&r))
                 .transpose()?,
-            Db::Postgres(s) => sqlx::query(RECORD)
+            Db::Postgres(s) => sqlx::query(PG_RECORD)
                 .bind(key)
                 .fetch_optional(s.pool())
                 .await?
@@ -204,7 +213,7 @@ impl Db {
                     .await?
             }
             Db::Postgres(s) => {
-                sqlx::query_scalar(PURGEABLE)
+                sqlx::query_scalar(PG_PURGEABLE)
                     .bind(older_than.as_millis())
                     .fetch_one(s.pool())
                     .await?

@@ -69,6 +69,7 @@ async fn seed(store: &Arc<dyn Store>) -> (String, String) {
                 fingerprint: None,
                 now: at,
                 lease_expires_at: at + Duration::from_secs(30),
+                window: Duration::from_secs(900),
                 token: Token(at.as_millis()),
             };
             match store.claim(&req).await.expect("claim") {

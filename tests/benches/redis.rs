@@ -94,6 +94,7 @@ impl Bench {
             fingerprint: None,
             now,
             lease_expires_at: now + Duration::from_secs(30),
+            window: WINDOW,
             token: Token(now.as_millis() << 20 | (n as i64 & 0xfffff)),
         };
         let Claim::New { token, .. } = self.store.claim(&req).await.expect("claim") else {

@@ -82,6 +82,7 @@ fn store_fresh(store: Arc<dyn Store>) -> Op {
                 fingerprint: None,
                 now: now(),
                 lease_expires_at: now() + Duration::from_secs(30),
+                window: WINDOW,
                 token: Token(now().as_millis()),
             };
             let Claim::New { token, .. } = store.claim(&req).await.expect("claim") else {
@@ -116,6 +117,7 @@ fn store_repeat(store: Arc<dyn Store>) -> Op {
                 fingerprint: None,
                 now: now(),
                 lease_expires_at: now() + Duration::from_secs(30),
+                window: WINDOW,
                 token: Token(now().as_millis()),
             };
             let answer = store.claim(&req).await.expect("claim");

@@ -1,5 +1,7 @@
 -- One row per key, keyed by its reference. Times are milliseconds since the Unix epoch (the
--- engine's clock). The SQLite store keeps the same row (migrations/sqlite/0001_records.sql).
+-- engine's clock, or the server's shifted into it). The SQLite store keeps the same columns up
+-- to `window_ms` and `lease_or_settled_at` (migrations/sqlite/0001_records.sql keeps `ends_at`
+-- and `completed_at` instead, with two partial indexes: SQLite has no HOT updates to keep).
 --
 -- * The primary key is the reference's 8 bytes as a BIGINT (`ref`, the key's first 8 bytes
 --   read big-endian), with the key's other 24 bytes beside it (`key_rest`). Downstream systems
@@ -7,58 +9,63 @@
 --   that a rule (a claim whose reference is held by a different key is refused with
 --   StoreError::ReferenceTaken, never answered with the other call's record), and it makes each
 --   index entry 16 bytes instead of 48, and a status lookup an exact primary-key probe.
--- * `ends_at` is the lease's end while in flight or unknown, and the end of the replay window
---   once completed or released (a settled record's lease ended when it settled: `completed_at`).
+-- * `window_ms`: the replay window's length, set by the claim (the tool's window) and kept by
+--   the completion; 0 once released.
+-- * `lease_or_settled_at`: the lease's end while in flight or unknown; when the record settled
+--   once completed or released. The window ends at `lease_or_settled_at + window_ms`.
 -- * `state`: 0 in flight, 1 completed with an Ok answer, 2 unknown, 3 released, 4 completed with
 --   a definitive error (the answer's `ok` folded into the state).
 -- * `fingerprint` is empty, not NULL, for call keys, so a completed row has no NULL and no null
 --   bitmap.
 --
 -- Fixed-width columns come first, widest first, so the row needs no alignment padding. Claims,
--- completions, fenced updates and status lookups use the primary key. The background work uses
--- two partial indexes, so its cost is its batch, not the table (see below).
+-- completions, fenced updates and status lookups use the primary key.
 CREATE TABLE idempotency_records (
-    ref          BIGINT   NOT NULL PRIMARY KEY,
-    token        BIGINT   NOT NULL,
-    claimed_at   BIGINT   NOT NULL,
-    ends_at      BIGINT   NOT NULL,
-    completed_at BIGINT,
-    generation   INTEGER  NOT NULL,
-    state        SMALLINT NOT NULL,
-    key_rest     BYTEA    NOT NULL,
-    tenant       TEXT     NOT NULL,
-
-    subject      TEXT     NOT NULL,
-    tool         TEXT     NOT NULL,
-    fingerprint  BYTEA    NOT NULL,
-    response     TEXT
+    ref                 BIGINT   NOT NULL PRIMARY KEY,
+    token               BIGINT   NOT NULL,
+    claimed_at          BIGINT   NOT NULL,
+    window_ms           BIGINT   NOT NULL,
+    lease_or_settled_at BIGINT   NOT NULL,
+    generation          INTEGER  NOT NULL,
+    state               SMALLINT NOT NULL,
+    key_rest            BYTEA    NOT NULL,
+    tenant              TEXT     NOT NULL,
+    subject             TEXT     NOT NULL,
+    tool                TEXT     NOT NULL,
+    fingerprint         BYTEA    NOT NULL,
+    response            TEXT
 );
 
--- What the background work reads, and nothing else:
+-- The one index beyond the primary key, on two columns a completion does not change, so a
+-- completion stays a HOT update (PostgreSQL 15 makes an update non-HOT when it changes any
+-- column an index reads, including a partial index's condition). A tool's window is fixed, so
+-- the index holds a few runs, one per window length, each in claim order, and a record's window
+-- ends no earlier than `claimed_at + window_ms`:
 --
--- * `idempotency_records_settled`: completed and released records by the end of their window,
---   for purge. A batch reads the index from its oldest end and stops after its limit, so it costs
---   its 1,000 rows whatever the table's size or how rare expired rows are. 16-byte entries,
---   appended in time order (so packed at the b-tree's 90 % right-edge fill): about 22 bytes a
---   row.
--- * `idempotency_records_open`: in-flight and unknown records by claim time, for the reconciler.
---   It holds only the calls running now (plus entries of finished ones until vacuum), so a round
---   reads a few pages, oldest claim first.
+-- * purge reads each run from its oldest end up to `cutoff - window_ms` (a recursive query
+--   visits the runs, one index probe each) and stops after its batch: its cost is its batch
+--   whatever the table's size, plus the few records in that range that are not settled yet;
+-- * the reconciler reads each run from a mark (`idempotency_reconciler`), so a round reads what
+--   was claimed since the last one, and remembers the claims it found unsettled in
+--   `idempotency_watch` until they settle; a round reads that table (the running and stuck
+--   calls) and the records it names by primary key.
 --
--- The price: a completion changes `state` and `ends_at`, which these indexes use, so it is no
--- longer a HOT update: it adds a primary-key entry (the old one goes with vacuum or b-tree
--- bottom-up deletion) and one settled entry. Measured (README, Benchmarks): fresh calls about
--- 1.10x the raw SQL's latency and 0.85-0.87x its throughput, against 1.05x and 0.95x with HOT.
--- Any index that finds expired records has this cost on PostgreSQL 15: the window's end is only
--- known at completion. The alternatives weighed (the claim-time index and the side table
--- measured): an index on the claim time alone (keeps HOT, but a purge must pass every record
--- claimed within a window of the cutoff), BRIN (on PostgreSQL 15 it blocks HOT too, and at steady
--- state vacuum's reuse of free space leaves no time order in the heap for it to summarise), a
--- side table of in-flight claims (two more writes per call, measured slower than the open index,
--- and it does nothing for purge), and time partitions (a claim must see every partition to keep
--- keys unique).
-CREATE INDEX idempotency_records_settled ON idempotency_records (ends_at) WHERE state IN (1, 3, 4);
-CREATE INDEX idempotency_records_open ON idempotency_records (claimed_at) WHERE state IN (0, 2);
+-- Two partial indexes (on the state) served the same reads until this change: each completion
+-- then changed their columns, so none was a HOT update (32-client throughput 0.78-0.87x the raw
+-- SQL's, 291-299 bytes a row filled by calls). The alternatives weighed are in BENCHMARKS.md.
+CREATE INDEX idempotency_records_window ON idempotency_records (window_ms, claimed_at);
+
+-- Claims a reconciler round found in flight or unknown, until they settle.
+CREATE TABLE idempotency_watch (
+    ref BIGINT NOT NULL PRIMARY KEY
+);
+
+-- Every claim made at or after `mark` (on the records' clock) is yet to be read by a round.
+CREATE TABLE idempotency_reconciler (
+    one  BOOLEAN NOT NULL PRIMARY KEY DEFAULT true CHECK (one),
+    mark BIGINT  NOT NULL
+);
+INSERT INTO idempotency_reconciler (mark) VALUES (-9223372036854775808);
 
 -- Follow-on messages written with a completion, keyed by the operation (key + generation).
 -- Identities are never reused, so a late acknowledgement cannot delete another message.

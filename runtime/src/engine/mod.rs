@@ -465,6 +465,7 @@ impl Idempotency {
             fingerprint: prepared.fingerprint.map(|f| f.fingerprint(secret)),
             now,
             lease_expires_at: now + self.lease,
+            window: spec.window,
             token,
         };
         let mut pending = ClaimGuard::new(self, key, token, tool);

@@ -56,7 +56,7 @@ struct Inner {
 /// let req = ClaimRequest {
 ///     key, tenant: "acme", subject: None, tool: "charge_card", fingerprint: None,
 ///     now: Timestamp::from_millis(0), lease_expires_at: Timestamp::from_millis(30_000),
-///     token: Token(1),
+///     window: std::time::Duration::from_secs(900), token: Token(1),
 /// };
 /// assert!(matches!(store.claim(&req).await?, Claim::New { .. }));
 /// assert!(matches!(store.claim(&req).await?, Claim::InFlight { .. }));

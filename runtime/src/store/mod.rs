@@ -172,6 +172,10 @@ pub struct ClaimRequest<'a> {
     pub now: Timestamp,
     /// When the claim's lease ends unless renewed.
     pub lease_expires_at: Timestamp,
+    /// The tool's replay window: how long after its completion a record answers repeats (the
+    /// completion's `expires_at` is its end). A store may keep it from the claim on, so that
+    /// a completion changes nothing it indexes (the PostgreSQL store does).
+    pub window: Duration,
     /// The fencing token this attempt proposes: a new or taken-over record gets it. The engine
     /// makes one per attempt (unique, and growing with its claim time), so when the claim's reply
     /// is lost the engine can still release exactly the claim it may have made.

@@ -7,33 +7,83 @@ use crate::store::{
     BoxFuture, Maintenance, OutboxEntry, OutboxStore, Receipt, StoreError, Unsettled,
 };
 
-/// A purge batch: the oldest `$2` completed or released records whose window ended before the
-/// cutoff (the server's clock less the retention, `$3 - $1` ≤ 0), read in window-end order from
-/// `idempotency_records_settled`, so it stops after its batch (an index scan also marks the
-/// entries of rows an earlier batch deleted as dead, so later batches skip them without visiting
-/// the table). The outer conditions are checked again on each row as it is deleted, so a row a
-/// claim took over meanwhile is left alone. `$1` now, `$2` limit, `$3` older than, `$4` the
-/// clock offset ([`clock!`]).
+/// The runs of `idempotency_records_window`: each window length in the table, found by one
+/// index probe per length (a recursive query: PostgreSQL 15 has no skip scan). The tail of a
+/// statement that starts `WITH RECURSIVE`.
+macro_rules! windows {
+    () => {
+        "w(ms) AS ( \
+             SELECT min(window_ms) FROM idempotency_records \
+           UNION ALL \
+             SELECT (SELECT min(window_ms) FROM idempotency_records WHERE window_ms > w.ms) \
+             FROM w WHERE w.ms IS NOT NULL)"
+    };
+}
+
+/// A purge batch: at most `$2` completed or released records whose window ended before the
+/// cutoff (the server's clock less the retention, `$3 - $1` ≤ 0). Per window length, it reads
+/// `idempotency_records_window` from the oldest claim up to `cutoff - window_ms` (a record's
+/// window cannot end before its claim time plus its length), so it stops after its batch; the
+/// only records it passes over there are the ones not settled yet and the few whose call ended
+/// after the cutoff less the window (an index scan also marks the entries of rows an earlier
+/// batch deleted as dead, so later batches skip them without visiting the table). The outer
+/// conditions are checked again on each row as it is deleted, so a row a claim took over
+/// meanwhile is left alone. `$1` now, `$2` limit, `$3` older than, `$4` the clock offset
+/// ([`clock!`]).
 pub(super) const PURGE: &str = concat!(
-    "DELETE FROM idempotency_records \
-     WHERE ref = ANY (ARRAY(SELECT ref FROM idempotency_records \
-                            WHERE state IN (1, 3, 4) AND ends_at < ",
+    "WITH RECURSIVE ",
+    windows!(),
+    " DELETE FROM idempotency_records \
+     WHERE ref = ANY (ARRAY(SELECT c.ref FROM w CROSS JOIN LATERAL \
+         (SELECT ref FROM idempotency_records \
+          WHERE window_ms = w.ms AND claimed_at < ",
     clock!("$1", "$4"),
-    " + ($3 - $1) ORDER BY ends_at LIMIT $2)) \
-       AND state IN (1, 3, 4) AND ends_at < ",
+    " + ($3 - $1) - w.ms \
+            AND state IN (1, 3, 4) AND lease_or_settled_at + window_ms < ",
+    clock!("$1", "$4"),
+    " + ($3 - $1) \
+          ORDER BY claimed_at LIMIT $2) c \
+         WHERE w.ms IS NOT NULL LIMIT $2)) \
+       AND state IN (1, 3, 4) AND lease_or_settled_at + window_ms < ",
     clock!("$1", "$4"),
     " + ($3 - $1)"
 );
 
-/// The claims to reconcile, from `idempotency_records_open` (in-flight and unknown records only,
-/// by claim time): unknown, or in flight with the lease ended by the server's clock. Ties in the
-/// keys' byte order, as the memory store: `ref` compared unsigned. `$1` now, `$2` limit, `$3`
-/// the clock offset.
+/// A reconciler round, in one statement: the claims to reconcile (unknown, or in flight with
+/// the lease ended by the server's clock), oldest claim first, ties in the keys' byte order as
+/// the memory store (`ref` compared unsigned). It reads the claims made since the last round's
+/// mark from `idempotency_records_window` (one range per window length) and adds the ones in
+/// flight or unknown to `idempotency_watch`, drops from it the ones that settled, moves the
+/// mark, and answers from the watched records and the new ones, by primary key. So a round
+/// costs what was claimed since the last one plus what is running or stuck, not the table.
+///
+/// The new mark is the statement's clock, or the start of the oldest other transaction still
+/// open if earlier (a claim committing after this round's snapshot started no earlier than its
+/// transaction), less 5 s for a claim that commits between this statement's snapshot and its
+/// read of `pg_stat_activity`. `$1` now, `$2` limit, `$3` the clock offset.
 pub(super) const UNSETTLED: &str = concat!(
-    "SELECT ref, key_rest, generation, tenant, subject, tool, state, token, claimed_at \
-     FROM idempotency_records WHERE state IN (0, 2) AND (state = 2 OR ends_at <= ",
+    "WITH RECURSIVE ",
+    windows!(),
+    ", fresh AS ( \
+         SELECT c.ref FROM w CROSS JOIN LATERAL \
+             (SELECT ref FROM idempotency_records \
+              WHERE window_ms = w.ms \
+                AND claimed_at >= (SELECT mark FROM idempotency_reconciler) \
+                AND state IN (0, 2) OFFSET 0) c \
+         WHERE w.ms IS NOT NULL), \
+     watched AS (INSERT INTO idempotency_watch (ref) SELECT ref FROM fresh ON CONFLICT DO NOTHING), \
+     settled AS (DELETE FROM idempotency_watch x WHERE NOT COALESCE( \
+         (SELECT r.state IN (0, 2) FROM idempotency_records r WHERE r.ref = x.ref), false)), \
+     moved AS (UPDATE idempotency_reconciler SET mark = GREATEST(mark, LEAST(",
     clock!("$1", "$3"),
-    ") ORDER BY claimed_at, ref < 0, ref LIMIT $2"
+    ", (SELECT (extract(epoch FROM min(xact_start)) * 1000)::BIGINT + $3::BIGINT \
+         FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND xact_start IS NOT NULL)) - 5000)) \
+     SELECT r.ref, r.key_rest, r.generation, r.tenant, r.subject, r.tool, r.state, r.token, r.claimed_at \
+     FROM (SELECT ref FROM idempotency_watch UNION SELECT ref FROM fresh) ids CROSS JOIN LATERAL \
+         (SELECT * FROM idempotency_records WHERE ref = ids.ref OFFSET 0) r \
+     WHERE r.state IN (0, 2) AND (r.state = 2 OR r.lease_or_settled_at <= ",
+    clock!("$1", "$3"),
+    ") ORDER BY r.claimed_at, r.ref < 0, r.ref LIMIT $2"
 );
 
 impl Maintenance for PostgresStore {
@@ -57,7 +107,8 @@ impl Maintenance for PostgresStore {
         })
     }
 
-    /// One statement (`UNSETTLED`): it reads the running calls, not the table.
+    /// One statement (`UNSETTLED`): it reads what was claimed since the last round and the
+    /// running calls, not the table.
     fn unsettled(
         &self,
         now: Timestamp,

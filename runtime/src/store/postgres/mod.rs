@@ -51,6 +51,16 @@ macro_rules! clock {
 }
 pub(super) use clock;
 
+/// The row's times as the other stores keep them (`RecordRow` reads these): the lease's end
+/// while in flight or unknown, else the window's end; and the completion (settlement) time,
+/// NULL while in flight or unknown. See the migration for the columns behind them.
+macro_rules! ends_and_completed {
+    () => {
+        "CASE WHEN state IN (0, 2) THEN lease_or_settled_at ELSE lease_or_settled_at + window_ms END, \
+         CASE WHEN state IN (0, 2) THEN NULL ELSE lease_or_settled_at END"
+    };
+}
+
 const MIGRATIONS: &[Migration] = &[Migration {
     version: 1,
     description: "records and outbox",
@@ -76,28 +86,30 @@ const BOOKKEEPING: Bookkeeping = Bookkeeping {
 };
 
 /// The claim, in one statement: insert the record, or, when the reference's row exists, return
-/// it as it was. A fresh call is a bare primary-key insert; a repeat writes nothing, so it takes
-/// no row lock and no transaction id (a lock would cost the repeat a WAL flush at commit).
+/// it as it was. A fresh call is a bare primary-key insert (and its entry in
+/// `idempotency_records_window`); a repeat writes nothing, so it takes no row lock and no
+/// transaction id (a lock would cost the repeat a WAL flush at commit).
 ///
 /// Parameters: `$1` ref, `$2` key_rest, `$3` tenant, `$4` tool, `$5` fingerprint, `$6` now,
 /// `$7` lease end, `$8` token, `$9` subject (`''` for a tenant-scoped record), `$10` the clock
-/// offset ([`clock!`]) (shared with [`TAKEOVER`]). The last column is the statement's clock, by
-/// which the caller judges whether a found record's window has ended.
+/// offset ([`clock!`]), `$11` the window's length (shared with [`TAKEOVER`]). The last column
+/// is the statement's clock, by which the caller judges whether a found record's window has
+/// ended.
 ///
 /// Zero rows come back when a conflicting row was committed after the statement's snapshot
 /// (READ COMMITTED): the claim runs again.
 const CLAIM: &str = concat!("\
 WITH ins AS (
     INSERT INTO idempotency_records
-        (ref, token, claimed_at, ends_at, generation, state, key_rest, tenant, subject, tool, fingerprint)
-    VALUES ($1, $8, ", clock!("$6", "$10"), ", ", clock!("$6", "$10"), " + ($7 - $6), 1, 0, $2, $3, $9, $4, $5)
+        (ref, token, claimed_at, window_ms, lease_or_settled_at, generation, state, key_rest, tenant, subject, tool, fingerprint)
+    VALUES ($1, $8, ", clock!("$6", "$10"), ", $11, ", clock!("$6", "$10"), " + ($7 - $6), 1, 0, $2, $3, $9, $4, $5)
     ON CONFLICT (ref) DO NOTHING
     RETURNING 1
 )
 SELECT true, NULL::BYTEA, 1, 0::SMALLINT, NULL::BYTEA, 0::BIGINT, 0::BIGINT, NULL::BIGINT, NULL::TEXT, 0::BIGINT
 FROM ins
 UNION ALL
-SELECT false, key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at, response, ",
+SELECT false, key_rest, generation, state, fingerprint, claimed_at, ", ends_and_completed!(), ", response, ",
 clock!("$6", "$10"), "
 FROM idempotency_records WHERE ref = $1 AND NOT EXISTS (SELECT 1 FROM ins)");
 
@@ -111,7 +123,8 @@ UPDATE idempotency_records SET
     claimed_at = ",
     clock!("$6", "$10"),
     ",
-    ends_at = ",
+    window_ms = $11,
+    lease_or_settled_at = ",
     clock!("$6", "$10"),
     " + ($7 - $6),
     generation = CASE WHEN state = 3 THEN generation ELSE generation + 1 END,
@@ -120,9 +133,8 @@ UPDATE idempotency_records SET
     subject = $9,
     tool = $4,
     fingerprint = $5,
-    completed_at = NULL,
     response = NULL
-WHERE ref = $1 AND key_rest = $2 AND (state = 3 OR (state IN (1, 4) AND ends_at <= ",
+WHERE ref = $1 AND key_rest = $2 AND (state = 3 OR (state IN (1, 4) AND lease_or_settled_at + window_ms <= ",
     clock!("$6", "$10"),
     "))
 RETURNING generation, token"
@@ -130,16 +142,15 @@ RETURNING generation, token"
 
 /// `$1` ref, `$2` key_rest, `$3` token, `$4` state, `$5` response, `$6` now, `$7` window end,
 /// `$8` clock offset. The completion time is never earlier than the claim's, so a clock that
-/// stepped back cannot end the window early.
+/// stepped back cannot end the window early. The window's length (`$7 - $6`) is the claim's,
+/// so `window_ms` keeps its value and no indexed column changes: a HOT update.
 const COMPLETE: &str = concat!(
     "\
 UPDATE idempotency_records SET state = $4, response = $5,
-    completed_at = GREATEST(",
+    lease_or_settled_at = GREATEST(",
     clock!("$6", "$8"),
     ", claimed_at),
-    ends_at = GREATEST(",
-    clock!("$6", "$8"),
-    ", claimed_at) + ($7 - $6)
+    window_ms = $7 - $6
 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
 );
 
@@ -150,17 +161,15 @@ const COMPLETE_WITH_OUTBOX: &str = concat!(
     "\
 WITH done AS (
     UPDATE idempotency_records SET state = $4, response = $5,
-        completed_at = GREATEST(",
+        lease_or_settled_at = GREATEST(",
     clock!("$6", "$8"),
     ", claimed_at),
-        ends_at = GREATEST(",
-    clock!("$6", "$8"),
-    ", claimed_at) + ($7 - $6)
+        window_ms = $7 - $6
     WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0
-    RETURNING generation, completed_at
+    RETURNING generation, lease_or_settled_at
 )
 INSERT INTO idempotency_outbox (visible_at, generation, key, topic, payload)
-SELECT done.completed_at, done.generation, int8send($1) || $2, m.topic, m.payload
+SELECT done.lease_or_settled_at, done.generation, int8send($1) || $2, m.topic, m.payload
 FROM done CROSS JOIN unnest($9::TEXT[], $10::TEXT[]) WITH ORDINALITY AS m(topic, payload, n)
 ORDER BY m.n"
 );
@@ -391,6 +400,7 @@ impl RecordStore for PostgresStore {
                 .fingerprint
                 .as_ref()
                 .map_or(&[][..], |f| &f.as_bytes()[..]);
+            let window_ms = i64::try_from(req.window.as_millis()).unwrap_or(i64::MAX);
             let bound = |sql: &'static str| {
                 sqlx::query(sql)
                     .bind(ref_of(&req.key))
@@ -403,6 +413,7 @@ impl RecordStore for PostgresStore {
                     .bind(req.token.0)
                     .bind(req.subject.unwrap_or(""))
                     .bind(self.clock_offset)
+                    .bind(window_ms)
             };
             for _ in 0..CLAIM_ATTEMPTS {
                 let row = bound(CLAIM)
@@ -494,11 +505,9 @@ impl RecordStore for PostgresStore {
             move || {
                 fenced_query(
                     concat!(
-                        "UPDATE idempotency_records SET state = 3, completed_at = GREATEST(",
+                        "UPDATE idempotency_records SET state = 3, lease_or_settled_at = GREATEST(",
                         clock!("$4", "$5"),
-                        ", claimed_at), ends_at = GREATEST(",
-                        clock!("$4", "$5"),
-                        ", claimed_at) WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
+                        ", claimed_at), window_ms = 0 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
                     ),
                     &key,
                     token,
@@ -534,7 +543,7 @@ impl RecordStore for PostgresStore {
             move || {
                 fenced_query(
                     concat!(
-                    "UPDATE idempotency_records SET ends_at = ",
+                    "UPDATE idempotency_records SET lease_or_settled_at = ",
                     clock!("$4", "$6"),
                     " + ($5 - $4) WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
                 ),
@@ -556,11 +565,12 @@ impl RecordStore for PostgresStore {
         reference: Reference,
     ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
         Box::pin(async move {
-            let row = sqlx::query(
-                "SELECT tool, key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at, \
-                 response FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND generation >= $3 \
-                 AND (subject = '' OR subject = $4)",
-            )
+            let row = sqlx::query(concat!(
+                "SELECT tool, key_rest, generation, state, fingerprint, claimed_at, ",
+                ends_and_completed!(),
+                ", response FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND generation >= $3 \
+                 AND (subject = '' OR subject = $4)"
+            ))
             .bind(ref_value(&reference))
             .bind(tenant)
             .bind(i64::from(reference.generation()))
@@ -588,17 +598,15 @@ impl RecordStore for PostgresStore {
         let (code, body, _, expires) = sql::settlement_columns(settlement, at, expires_at);
         let allowed = &[RecordState::InFlight, RecordState::Unknown];
         // Settled at the statement's clock (never before the claim); the window, if any, keeps
-        // its length. Unknown keeps its lease end in `ends_at` and has no completion time.
+        // its length. Unknown keeps its lease end in `lease_or_settled_at`.
         Box::pin(self.fenced(key, token, allowed, "the settlement", move || {
             fenced_query(
                 concat!(
                     "UPDATE idempotency_records SET token = token + 1, state = $4, response = $5, \
-                     completed_at = CASE WHEN $7::BIGINT IS NULL THEN NULL ELSE GREATEST(",
+                     lease_or_settled_at = CASE WHEN $7::BIGINT IS NULL THEN lease_or_settled_at ELSE GREATEST(",
                     clock!("$6", "$8"),
                     ", claimed_at) END, \
-                     ends_at = CASE WHEN $7::BIGINT IS NULL THEN ends_at ELSE GREATEST(",
-                    clock!("$6", "$8"),
-                    ", claimed_at) + ($7 - $6) END \
+                     window_ms = CASE WHEN $7::BIGINT IS NULL THEN window_ms ELSE $7 - $6 END \
                      WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2)"
                 ),
                 &key,
