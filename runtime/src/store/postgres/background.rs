@@ -58,9 +58,11 @@ pub(super) const PURGE: &str = concat!(
 /// costs what was claimed since the last one plus what is running or stuck, not the table.
 ///
 /// The new mark is the statement's clock, or the start of the oldest other transaction still
-/// open if earlier (a claim committing after this round's snapshot started no earlier than its
-/// transaction), less 5 s for a claim that commits between this statement's snapshot and its
-/// read of `pg_stat_activity`. `$1` now, `$2` limit, `$3` the clock offset.
+/// open in this database if earlier (a claim committing after this round's snapshot started no
+/// earlier than its transaction) but at most 5 minutes earlier (a claim is one statement, and
+/// an unrelated transaction left open must not pin the mark), less 5 s for a claim that
+/// commits between this statement's snapshot and its read of `pg_stat_activity` (or whose
+/// session this role may not see). `$1` now, `$2` limit, `$3` the clock offset.
 pub(super) const UNSETTLED: &str = concat!(
     "WITH RECURSIVE ",
     windows!(),
@@ -74,10 +76,13 @@ pub(super) const UNSETTLED: &str = concat!(
      watched AS (INSERT INTO idempotency_watch (ref) SELECT ref FROM fresh ON CONFLICT DO NOTHING), \
      settled AS (DELETE FROM idempotency_watch x WHERE NOT COALESCE( \
          (SELECT r.state IN (0, 2) FROM idempotency_records r WHERE r.ref = x.ref), false)), \
-     moved AS (UPDATE idempotency_reconciler SET mark = GREATEST(mark, LEAST(",
+     moved AS (UPDATE idempotency_reconciler SET mark = GREATEST(mark, GREATEST(",
+    clock!("$1", "$3"),
+    " - 300000, LEAST(",
     clock!("$1", "$3"),
     ", (SELECT (extract(epoch FROM min(xact_start)) * 1000)::BIGINT + $3::BIGINT \
-         FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND xact_start IS NOT NULL)) - 5000)) \
+         FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND xact_start IS NOT NULL \
+           AND datname = current_database()))) - 5000)) \
      SELECT r.ref, r.key_rest, r.generation, r.tenant, r.subject, r.tool, r.state, r.token, r.claimed_at \
      FROM (SELECT ref FROM idempotency_watch UNION SELECT ref FROM fresh) ids CROSS JOIN LATERAL \
          (SELECT * FROM idempotency_records WHERE ref = ids.ref OFFSET 0) r \
