@@ -1820,6 +1820,61 @@ mod sql {
         schema.drop_schema().await;
     }
 
+    /// A claim whose transaction is still open while a reconciler round runs is not lost: that
+    /// round cannot see it, and the mark it leaves trails the open transaction, so the next
+    /// round reads it.
+    #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+    #[tokio::test]
+    async fn postgres_reconciler_reads_a_claim_committed_during_a_round() {
+        let Some(schema) = TestSchema::create("mark").await else {
+            return;
+        };
+        let store = schema.server_clock_store().await;
+        let pool = store.pool().clone();
+        assert!(store
+            .unsettled(at(0), 10)
+            .await
+            .expect("unsettled")
+            .is_empty());
+        // A claim as the store writes it (claim time: the statement's clock), its lease ended
+        // at once, in a transaction left open.
+        let mut tx = pool.begin().await.expect("begin");
+        sqlx::query(
+            "INSERT INTO idempotency_records (ref, token, claimed_at, window_ms, lease_or_settled_at, \
+             generation, state, key_rest, tenant, subject, tool, fingerprint) \
+             SELECT 42, 1, t, 900000, t, 1, 0, '\\x000000000000000000000000000000000000000000000000', \
+             'acme', '', 'charge_card', '' \
+             FROM (SELECT (extract(epoch FROM statement_timestamp()) * 1000)::BIGINT AS t) s",
+        )
+        .execute(&mut *tx)
+        .await
+        .expect("insert");
+        let during = store.unsettled(at(0), 10).await.expect("unsettled");
+        assert!(during.is_empty(), "{during:?}");
+        tx.commit().await.expect("commit");
+        let after = store.unsettled(at(0), 10).await.expect("unsettled");
+        assert_eq!(after.len(), 1, "{after:?}");
+        // Watched from now on: a round 10 minutes later (a store whose clock is that far ahead),
+        // whose mark is past the claim, still lists it.
+        let later = store.clone().with_server_clock_offset(600_000);
+        let again = later.unsettled(at(0), 10).await.expect("unsettled");
+        assert_eq!(again.len(), 1, "{again:?}");
+        let mark: i64 = sqlx::query_scalar("SELECT mark FROM idempotency_reconciler")
+            .fetch_one(&pool)
+            .await
+            .expect("mark");
+        let claimed: i64 = sqlx::query_scalar("SELECT claimed_at FROM idempotency_records")
+            .fetch_one(&pool)
+            .await
+            .expect("claim time");
+        assert!(
+            mark > claimed,
+            "the round read it from the watch, not as a new claim"
+        );
+        pool.close().await;
+        schema.drop_schema().await;
+    }
+
     /// SQLite: purge and the reconciler's query search their partial indexes (`EXPLAIN QUERY
     /// PLAN`), on an empty file and on a full analysed one.
     #[tokio::test]

@@ -1,6 +1,8 @@
 -- One row per key, keyed by its reference: the same row as PostgreSQL's
--- (migrations/postgres/0001_records.sql), column for column. Times are milliseconds since the
--- Unix epoch (the engine's clock).
+-- (migrations/postgres/0001_records.sql), except that PostgreSQL keeps the window's length and
+-- one time (`window_ms`, `lease_or_settled_at`) where this row keeps `ends_at` and
+-- `completed_at`, so that its completions leave its one index alone. Times are milliseconds
+-- since the Unix epoch (the engine's clock).
 --
 -- * `ref` is the reference's 8 bytes (the key's first 8, read big-endian as a signed 64-bit
 --   integer), with the key's other 24 bytes beside it (`key_rest`). As the primary key it makes
@@ -18,8 +20,9 @@
 -- * `fingerprint` is empty, not NULL, for call keys.
 --
 -- Claims, completions, fenced updates and status lookups use the primary key. The background
--- work uses two partial indexes (the same as PostgreSQL's, which says why), so a purge batch reads
--- its batch and a reconciler round the running calls, whatever the file's size.
+-- work uses two partial indexes, so a purge batch reads its batch and a reconciler round the
+-- running calls, whatever the file's size. (PostgreSQL used the same two until a completion's
+-- cost there, no longer a HOT update, made it change design; SQLite has no HOT updates.)
 CREATE TABLE idempotency_records (
     ref          INTEGER NOT NULL PRIMARY KEY,
     token        INTEGER NOT NULL,

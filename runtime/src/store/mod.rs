@@ -63,19 +63,22 @@
 //!
 //! ## Background work
 //!
-//! Purge and the reconciler cost their batch, not the table: the SQL stores keep two partial
-//! indexes beside the primary key, each holding only what one of them looks for.
-//! [`Maintenance::purge`] reads completed and released records in window-end order
-//! (`idempotency_records_settled`, on `ends_at` where the state is completed or released) and
+//! Purge and the reconciler cost their batch, not the table. SQLite keeps two partial indexes
+//! beside the primary key, each holding only what one of them looks for: [`Maintenance::purge`]
+//! reads completed and released records in window-end order (`idempotency_records_settled`) and
 //! stops after `limit`; [`Maintenance::unsettled`] reads in-flight and unknown records in claim
-//! order (`idempotency_records_open`, on `claimed_at` where the state is in flight or unknown),
-//! which are only the calls running now. So a purge batch costs the same at 1M or 170M records
-//! however rare expired ones are, and a reconciler round costs what is running. The price, on
-//! PostgreSQL: a completion changes the state and `ends_at` those indexes read, so it is not a
-//! HOT update (see `migrations/postgres/0001_records.sql` for the alternatives weighed; the
-//! README's "How it scales" for the measurements). Both are still meant for background tasks,
-//! the [`Purger`](crate::tasks::Purger) and the [`Reconciler`](crate::tasks::Reconciler), never
-//! per request.
+//! order (`idempotency_records_open`), which are only the calls running now. PostgreSQL keeps one
+//! index on two columns a completion does not change, so that completions stay HOT updates
+//! (`idempotency_records_window`, on the window's length and the claim time): a purge batch
+//! reads each window length's run up to the cutoff less that length; a reconciler round reads
+//! the claims made since the last round's mark and the ones earlier rounds found unsettled
+//! (`idempotency_watch`). So a purge batch costs the same at 1M or 170M records however rare
+//! expired ones are, and a reconciler round costs what was claimed since the last one and what is
+//! running (see `migrations/postgres/0001_records.sql` for the design, the README's "How it
+//! scales" for the measurements). Both are still meant for background tasks, the
+//! [`Purger`](crate::tasks::Purger) and the [`Reconciler`](crate::tasks::Reconciler), never per
+//! request; on PostgreSQL [`Maintenance::unsettled`] writes its bookkeeping (the mark, the
+//! watched claims) as it reads.
 //!
 //! ## Method contracts
 //!

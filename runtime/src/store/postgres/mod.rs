@@ -196,10 +196,9 @@ type PgQuery = Query<'static, Postgres, PgArguments>;
 /// sequential scan, and it stays one as the table grows. The connections this store opens
 /// therefore run with `enable_seqscan = off` and `jit = off` ([`PostgresStore::tune`]): every
 /// statement it runs has an index plan (the per-call ones the primary key; purge and the
-/// reconciler's query their partial indexes, see [`Maintenance`](super::Maintenance)), so
-/// generic plans use an index whatever the table's size when they were made (a generic plan of
-/// the purge cannot see its cutoff and guesses that a third of the table matches; on a full
-/// table its `ORDER BY ends_at LIMIT` keeps it on the index even without the setting). (`plan_cache_mode = force_custom_plan` would also do, but planning the
+/// reconciler's round `idempotency_records_window`, see [`Maintenance`](super::Maintenance)),
+/// so generic plans use an index whatever the table's size when they were made.
+/// (`plan_cache_mode = force_custom_plan` would also do, but planning the
 /// claim on every call costs about 0.1 ms, doubling a repeat's latency.)
 ///
 /// ## Time
