@@ -1490,7 +1490,7 @@ mod sql {
         let k = key("odd");
         // State 9 on the key's own row; a key_rest of 2 bytes on an unknown one.
         sqlx::query(
-            "INSERT INTO idempotency_records (ref, key_rest, tenant, subject, tool, generation, state, token, claimed_at, window_ms, lease_or_settled_at, fingerprint) \
+            "INSERT INTO idempotency_records (ref, key_rest, tenant, subject, tool, generation, state, token, claimed_at, window_s, lease_or_settled_at, fingerprint) \
              VALUES ($1, $2, 'acme', '', 'charge_card', 1, 9, 1, 0, 0, 0, ''), (7, '\\x0102', 'acme', '', 'charge_card', 1, 2, 1, 0, 0, 0, '')",
         )
         .bind(i64::from_be_bytes(k.reference(1).prefix().to_owned()))
@@ -1614,7 +1614,7 @@ mod sql {
 
         // Fill the table behind the cached plans' back.
         sqlx::raw_sql(
-            "INSERT INTO idempotency_records (ref, token, claimed_at, window_ms, lease_or_settled_at, generation, \
+            "INSERT INTO idempotency_records (ref, token, claimed_at, window_s, lease_or_settled_at, generation, \
              state, key_rest, tenant, subject, tool, fingerprint, response) \
              SELECT i, 1, 0, 0, 0, 1, 1, substring(sha256(i::text::bytea) FROM 9), 'acme', '', 'charge_card', '', \
              repeat('x', 70) FROM generate_series(1, 20000) i",
@@ -1687,11 +1687,11 @@ mod sql {
     /// or the completion's (see its migration): the same records in its columns.
     fn pg_steady_state(series: &str, zeroblob24: &str, zeroblob0: &str) -> String {
         steady_state(series, zeroblob24, zeroblob0)
-            .replace("ends_at, completed_at", "window_ms, lease_or_settled_at")
+            .replace("ends_at, completed_at", "window_s, lease_or_settled_at")
             .replace(
                 "CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c + 900000 END, \
             CASE WHEN st IN (0, 2) THEN NULL ELSE c END",
-                "900000, CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c END",
+                "900, CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c END",
             )
     }
 
@@ -1820,6 +1820,39 @@ mod sql {
         schema.drop_schema().await;
     }
 
+    /// PostgreSQL keeps a window to the second, rounded up (`window_s`): a 1.5 s window answers
+    /// repeats for 2 s. (Every other store keeps it to the millisecond.)
+    #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+    #[tokio::test]
+    async fn postgres_windows_are_whole_seconds_rounded_up() {
+        let Some(schema) = TestSchema::create("seconds").await else {
+            return;
+        };
+        let store = schema.store().await;
+        let k = key("sub-second window");
+        let Claim::New { token, .. } = store.claim(&req(k, None, 0)).await.expect("claim") else {
+            panic!("not new")
+        };
+        let done = answer("done");
+        store
+            .complete(&Completion {
+                key: k,
+                token,
+                response: &done,
+                now: at(0),
+                expires_at: at(1_500),
+                outbox: &[],
+            })
+            .await
+            .expect("complete");
+        let within = store.claim(&req(k, None, 1_900)).await.expect("claim");
+        assert!(matches!(within, Claim::Completed { .. }), "{within:?}");
+        let after = store.claim(&req(k, None, 2_000)).await.expect("claim");
+        assert!(matches!(after, Claim::New { .. }), "{after:?}");
+        store.pool().close().await;
+        schema.drop_schema().await;
+    }
+
     /// A claim whose transaction is still open while a reconciler round runs is not lost: that
     /// round cannot see it, and the mark it leaves trails the open transaction, so the next
     /// round reads it.
@@ -1840,9 +1873,9 @@ mod sql {
         // at once, in a transaction left open.
         let mut tx = pool.begin().await.expect("begin");
         sqlx::query(
-            "INSERT INTO idempotency_records (ref, token, claimed_at, window_ms, lease_or_settled_at, \
+            "INSERT INTO idempotency_records (ref, token, claimed_at, window_s, lease_or_settled_at, \
              generation, state, key_rest, tenant, subject, tool, fingerprint) \
-             SELECT 42, 1, t, 900000, t, 1, 0, '\\x000000000000000000000000000000000000000000000000', \
+             SELECT 42, 1, t, 900, t, 1, 0, '\\x000000000000000000000000000000000000000000000000', \
              'acme', '', 'charge_card', '' \
              FROM (SELECT (extract(epoch FROM statement_timestamp()) * 1000)::BIGINT AS t) s",
         )

@@ -39,11 +39,11 @@ const PURGEABLE: &str =
 /// settlement (see its migration); these read it as the SQLite row's `ends_at`, `completed_at`.
 const PG_RECORD: &str = "SELECT tenant, subject, tool, CAST(generation AS BIGINT), CAST(state AS BIGINT), \
                          claimed_at, \
-                         CASE WHEN state IN (0, 2) THEN lease_or_settled_at ELSE lease_or_settled_at + window_ms END, \
+                         CASE WHEN state IN (0, 2) THEN lease_or_settled_at ELSE lease_or_settled_at + 1000::BIGINT * window_s END, \
                          CASE WHEN state IN (0, 2) THEN NULL ELSE lease_or_settled_at END, \
                          response FROM idempotency_records WHERE ref = $1";
 const PG_PURGEABLE: &str = "SELECT COUNT(*) FROM idempotency_records \
-                            WHERE state IN (1, 3, 4) AND lease_or_settled_at + window_ms < $1";
+                            WHERE state IN (1, 3, 4) AND lease_or_settled_at + 1000::BIGINT * window_s < $1";
 
 fn state_name(code: i64) -> &'static str {
     match code {

@@ -13,7 +13,9 @@
 #   pg_design design=partial_indexes clients=32 latency_ratio_raw=1.12 hot_pct=0 bytes_per_row=273
 #
 # Designs: `none` (primary key only: HOT completions, no background index), `partial_indexes`
-# (the store's migration as shipped: `settled` and `open`), `window_index` (an index on the claim
+# (the previous design: `settled` and `open` on the state), `shipped` (the store's migration as
+# shipped: one index on the window's length and the claim time, which completions keep),
+# `window_index` (an index on the claim
 # time plus the window, set at the claim and never changed, so completions stay HOT; it serves
 # purge but not the reconciler), `window_index_side_table` (the same plus a side table of
 # in-flight claims written by the claim's statement and deleted by the completion's).
@@ -32,9 +34,13 @@ cols='ref BIGINT NOT NULL PRIMARY KEY, token BIGINT NOT NULL, claimed_at BIGINT 
 
 {
   echo "CREATE SCHEMA $schema; SET search_path = $schema;"
-  # The store's own migration: idempotency_records with its partial indexes.
+  # The store's own migration: idempotency_records with its window index.
   cat runtime/migrations/postgres/0001_records.sql
-  echo "ALTER TABLE idempotency_records RENAME TO d_partial_indexes;"
+  echo "ALTER TABLE idempotency_records RENAME TO d_shipped;"
+  # The previous design: the same row with two partial indexes on the state.
+  echo "CREATE TABLE d_partial_indexes ($cols);"
+  echo "CREATE INDEX ON d_partial_indexes (ends_at) WHERE state IN (1, 3, 4);"
+  echo "CREATE INDEX ON d_partial_indexes (claimed_at) WHERE state IN (0, 2);"
   echo "CREATE TABLE d_none ($cols);"
   echo "CREATE TABLE d_window_index ($cols, window_end BIGINT NOT NULL);"
   echo "CREATE INDEX ON d_window_index (window_end);"
@@ -45,7 +51,7 @@ cols='ref BIGINT NOT NULL PRIMARY KEY, token BIGINT NOT NULL, claimed_at BIGINT 
 } >"$work/setup.sql"
 psql -qX -v ON_ERROR_STOP=1 "$DATABASE_URL" -f "$work/setup.sql" >/dev/null
 
-designs="none partial_indexes window_index window_index_side_table"
+designs="none partial_indexes shipped window_index window_index_side_table"
 
 # pgbench scripts: \set r picks a random reference; the key's other 24 bytes derive from it.
 rest='substr(sha256(:r::TEXT::BYTEA), 1, 24)'
@@ -60,6 +66,11 @@ for d in $designs; do
   fi
   claim="WITH ins AS (INSERT INTO $t (ref, token, claimed_at, ends_at, generation, state, key_rest, tenant, subject, tool, fingerprint$extra_col) VALUES (:r, 7, $now, $now + 30000, 1, 0, $rest, 'acme', 'user-1', 'charge_card', ''::BYTEA$extra_val) ON CONFLICT (ref) DO NOTHING RETURNING 1)$side SELECT true, NULL::BYTEA, 1, 0::SMALLINT, NULL::BYTEA, 0::BIGINT, 0::BIGINT, NULL::BIGINT, NULL::TEXT FROM ins UNION ALL SELECT false, key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at, response FROM $t WHERE ref = :r AND NOT EXISTS (SELECT 1 FROM ins);"
   complete="UPDATE $t SET state = 1, response = '$answer', completed_at = GREATEST($now, claimed_at), ends_at = GREATEST($now, claimed_at) + 900000 WHERE ref = :r AND key_rest = $rest AND token = 7 AND state = 0"
+  if [ "$d" = shipped ]; then
+    # The store's own row: the window's length and one time (lease end, then settlement).
+    claim="WITH ins AS (INSERT INTO $t (ref, token, claimed_at, window_s, lease_or_settled_at, generation, state, key_rest, tenant, subject, tool, fingerprint) VALUES (:r, 7, $now, 900, $now + 30000, 1, 0, $rest, 'acme', 'user-1', 'charge_card', ''::BYTEA) ON CONFLICT (ref) DO NOTHING RETURNING 1) SELECT true, NULL::BYTEA, 1, 0::SMALLINT, NULL::BYTEA, 0::BIGINT, 0::BIGINT, NULL::BIGINT, NULL::TEXT FROM ins UNION ALL SELECT false, key_rest, generation, state, fingerprint, claimed_at, CASE WHEN state IN (0, 2) THEN lease_or_settled_at ELSE lease_or_settled_at + 1000::BIGINT * window_s END, CASE WHEN state IN (0, 2) THEN NULL ELSE lease_or_settled_at END, response FROM $t WHERE ref = :r AND NOT EXISTS (SELECT 1 FROM ins);"
+    complete="UPDATE $t SET state = 1, response = '$answer', lease_or_settled_at = GREATEST($now, claimed_at), window_s = 900 WHERE ref = :r AND key_rest = $rest AND token = 7 AND state = 0"
+  fi
   if [ "$d" = window_index_side_table ]; then
     complete="WITH u AS ($complete RETURNING ref) DELETE FROM ${t}_open WHERE ref IN (SELECT ref FROM u);"
   else

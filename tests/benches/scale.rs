@@ -470,10 +470,10 @@ async fn build_postgres(cfg: &Config, rows: u64) -> Option<Built> {
     // PostgreSQL's row keeps the window's length and one time (the lease's end while
     // unsettled, else the completion's): the same records in its columns.
     let fill = STEADY_STATE
-        .replace("ends_at, completed_at", "window_ms, lease_or_settled_at")
+        .replace("ends_at, completed_at", "window_s, lease_or_settled_at")
         .replace(
             "    CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c + 900000 END,\n    CASE WHEN st IN (0, 2) THEN NULL ELSE c END,",
-            "    900000, CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c END,",
+            "    900, CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c END,",
         )
         .replace("FROM SERIES", "FROM generate_series(1, $1::BIGINT) AS g(i)")
         .replace("KEY_REST", "decode(lpad(to_hex(i), 48, '0'), 'hex')")

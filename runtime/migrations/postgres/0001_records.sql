@@ -1,6 +1,6 @@
 -- One row per key, keyed by its reference. Times are milliseconds since the Unix epoch (the
 -- engine's clock, or the server's shifted into it). The SQLite store keeps the same columns up
--- to `window_ms` and `lease_or_settled_at` (migrations/sqlite/0001_records.sql keeps `ends_at`
+-- to `window_s` and `lease_or_settled_at` (migrations/sqlite/0001_records.sql keeps `ends_at`
 -- and `completed_at` instead, with two partial indexes: SQLite has no HOT updates to keep).
 --
 -- * The primary key is the reference's 8 bytes as a BIGINT (`ref`, the key's first 8 bytes
@@ -9,10 +9,12 @@
 --   that a rule (a claim whose reference is held by a different key is refused with
 --   StoreError::ReferenceTaken, never answered with the other call's record), and it makes each
 --   index entry 16 bytes instead of 48, and a status lookup an exact primary-key probe.
--- * `window_ms`: the replay window's length, set by the claim (the tool's window) and kept by
---   the completion; 0 once released.
+-- * `window_s`: the replay window's length in whole seconds (a window that is not is rounded
+--   up), set by the claim (the tool's window) and kept by the completion; 0 once released. An
+--   INTEGER, not a BIGINT: with it the row's fixed part is 42 bytes and a row with a 70-byte
+--   answer 184 bytes, not 192 (rows are 8-byte aligned).
 -- * `lease_or_settled_at`: the lease's end while in flight or unknown; when the record settled
---   once completed or released. The window ends at `lease_or_settled_at + window_ms`.
+--   once completed or released. The window ends at `lease_or_settled_at + 1000 * window_s`.
 -- * `state`: 0 in flight, 1 completed with an Ok answer, 2 unknown, 3 released, 4 completed with
 --   a definitive error (the answer's `ok` folded into the state).
 -- * `fingerprint` is empty, not NULL, for call keys, so a completed row has no NULL and no null
@@ -24,8 +26,8 @@ CREATE TABLE idempotency_records (
     ref                 BIGINT   NOT NULL PRIMARY KEY,
     token               BIGINT   NOT NULL,
     claimed_at          BIGINT   NOT NULL,
-    window_ms           BIGINT   NOT NULL,
     lease_or_settled_at BIGINT   NOT NULL,
+    window_s            INTEGER  NOT NULL,
     generation          INTEGER  NOT NULL,
     state               SMALLINT NOT NULL,
     key_rest            BYTEA    NOT NULL,
@@ -40,9 +42,9 @@ CREATE TABLE idempotency_records (
 -- completion stays a HOT update (PostgreSQL 15 makes an update non-HOT when it changes any
 -- column an index reads, including a partial index's condition). A tool's window is fixed, so
 -- the index holds a few runs, one per window length, each in claim order, and a record's window
--- ends no earlier than `claimed_at + window_ms`:
+-- ends no earlier than `claimed_at + 1000 * window_s`:
 --
--- * purge reads each run from its oldest end up to `cutoff - window_ms` (a recursive query
+-- * purge reads each run from its oldest end up to `cutoff - 1000 * window_s` (a recursive query
 --   visits the runs, one index probe each) and stops after its batch: its cost is its batch
 --   whatever the table's size, plus the few records in that range that are not settled yet;
 -- * the reconciler reads each run from a mark (`idempotency_reconciler`), so a round reads what
@@ -53,7 +55,7 @@ CREATE TABLE idempotency_records (
 -- Two partial indexes (on the state) served the same reads until this change: each completion
 -- then changed their columns, so none was a HOT update (32-client throughput 0.78-0.87x the raw
 -- SQL's, 291-299 bytes a row filled by calls). The alternatives weighed are in BENCHMARKS.md.
-CREATE INDEX idempotency_records_window ON idempotency_records (window_ms, claimed_at);
+CREATE INDEX idempotency_records_window ON idempotency_records (window_s, claimed_at);
 
 -- Claims a reconciler round found in flight or unknown, until they settle.
 CREATE TABLE idempotency_watch (

@@ -1,6 +1,6 @@
 -- One row per key, keyed by its reference: the same row as PostgreSQL's
 -- (migrations/postgres/0001_records.sql), except that PostgreSQL keeps the window's length and
--- one time (`window_ms`, `lease_or_settled_at`) where this row keeps `ends_at` and
+-- one time (`window_s`, `lease_or_settled_at`) where this row keeps `ends_at` and
 -- `completed_at`, so that its completions leave its one index alone. Times are milliseconds
 -- since the Unix epoch (the engine's clock).
 --

@@ -12,17 +12,17 @@ use crate::store::{
 /// statement that starts `WITH RECURSIVE`.
 macro_rules! windows {
     () => {
-        "w(ms) AS ( \
-             SELECT min(window_ms) FROM idempotency_records \
+        "w(s) AS ( \
+             SELECT min(window_s) FROM idempotency_records \
            UNION ALL \
-             SELECT (SELECT min(window_ms) FROM idempotency_records WHERE window_ms > w.ms) \
-             FROM w WHERE w.ms IS NOT NULL)"
+             SELECT (SELECT min(window_s) FROM idempotency_records WHERE window_s > w.s) \
+             FROM w WHERE w.s IS NOT NULL)"
     };
 }
 
 /// A purge batch: at most `$2` completed or released records whose window ended before the
 /// cutoff (the server's clock less the retention, `$3 - $1` ≤ 0). Per window length, it reads
-/// `idempotency_records_window` from the oldest claim up to `cutoff - window_ms` (a record's
+/// `idempotency_records_window` from the oldest claim up to `cutoff - window` (a record's
 /// window cannot end before its claim time plus its length), so it stops after its batch; the
 /// only records it passes over there are the ones not settled yet and the few whose call ended
 /// after the cutoff less the window (an index scan also marks the entries of rows an earlier
@@ -36,15 +36,15 @@ pub(super) const PURGE: &str = concat!(
     " DELETE FROM idempotency_records \
      WHERE ref = ANY (ARRAY(SELECT c.ref FROM w CROSS JOIN LATERAL \
          (SELECT ref FROM idempotency_records \
-          WHERE window_ms = w.ms AND claimed_at < ",
+          WHERE window_s = w.s AND claimed_at < ",
     clock!("$1", "$4"),
-    " + ($3 - $1) - w.ms \
-            AND state IN (1, 3, 4) AND lease_or_settled_at + window_ms < ",
+    " + ($3 - $1) - 1000::BIGINT * w.s \
+            AND state IN (1, 3, 4) AND lease_or_settled_at + 1000::BIGINT * window_s < ",
     clock!("$1", "$4"),
     " + ($3 - $1) \
           ORDER BY claimed_at LIMIT $2) c \
-         WHERE w.ms IS NOT NULL LIMIT $2)) \
-       AND state IN (1, 3, 4) AND lease_or_settled_at + window_ms < ",
+         WHERE w.s IS NOT NULL LIMIT $2)) \
+       AND state IN (1, 3, 4) AND lease_or_settled_at + 1000::BIGINT * window_s < ",
     clock!("$1", "$4"),
     " + ($3 - $1)"
 );
@@ -69,10 +69,10 @@ pub(super) const UNSETTLED: &str = concat!(
     ", fresh AS ( \
          SELECT c.ref FROM w CROSS JOIN LATERAL \
              (SELECT ref FROM idempotency_records \
-              WHERE window_ms = w.ms \
+              WHERE window_s = w.s \
                 AND claimed_at >= (SELECT mark FROM idempotency_reconciler) \
                 AND state IN (0, 2) OFFSET 0) c \
-         WHERE w.ms IS NOT NULL), \
+         WHERE w.s IS NOT NULL), \
      watched AS (INSERT INTO idempotency_watch (ref) SELECT ref FROM fresh ON CONFLICT DO NOTHING), \
      settled AS (DELETE FROM idempotency_watch x WHERE NOT COALESCE( \
          (SELECT r.state IN (0, 2) FROM idempotency_records r WHERE r.ref = x.ref), false)), \

@@ -56,7 +56,7 @@ pub(super) use clock;
 /// NULL while in flight or unknown. See the migration for the columns behind them.
 macro_rules! ends_and_completed {
     () => {
-        "CASE WHEN state IN (0, 2) THEN lease_or_settled_at ELSE lease_or_settled_at + window_ms END, \
+        "CASE WHEN state IN (0, 2) THEN lease_or_settled_at ELSE lease_or_settled_at + 1000::BIGINT * window_s END, \
          CASE WHEN state IN (0, 2) THEN NULL ELSE lease_or_settled_at END"
     };
 }
@@ -92,7 +92,7 @@ const BOOKKEEPING: Bookkeeping = Bookkeeping {
 ///
 /// Parameters: `$1` ref, `$2` key_rest, `$3` tenant, `$4` tool, `$5` fingerprint, `$6` now,
 /// `$7` lease end, `$8` token, `$9` subject (`''` for a tenant-scoped record), `$10` the clock
-/// offset ([`clock!`]), `$11` the window's length (shared with [`TAKEOVER`]). The last column
+/// offset ([`clock!`]), `$11` the window's length in seconds (shared with [`TAKEOVER`]). The last column
 /// is the statement's clock, by which the caller judges whether a found record's window has
 /// ended.
 ///
@@ -101,7 +101,7 @@ const BOOKKEEPING: Bookkeeping = Bookkeeping {
 const CLAIM: &str = concat!("\
 WITH ins AS (
     INSERT INTO idempotency_records
-        (ref, token, claimed_at, window_ms, lease_or_settled_at, generation, state, key_rest, tenant, subject, tool, fingerprint)
+        (ref, token, claimed_at, window_s, lease_or_settled_at, generation, state, key_rest, tenant, subject, tool, fingerprint)
     VALUES ($1, $8, ", clock!("$6", "$10"), ", $11, ", clock!("$6", "$10"), " + ($7 - $6), 1, 0, $2, $3, $9, $4, $5)
     ON CONFLICT (ref) DO NOTHING
     RETURNING 1
@@ -123,7 +123,7 @@ UPDATE idempotency_records SET
     claimed_at = ",
     clock!("$6", "$10"),
     ",
-    window_ms = $11,
+    window_s = $11,
     lease_or_settled_at = ",
     clock!("$6", "$10"),
     " + ($7 - $6),
@@ -134,7 +134,7 @@ UPDATE idempotency_records SET
     tool = $4,
     fingerprint = $5,
     response = NULL
-WHERE ref = $1 AND key_rest = $2 AND (state = 3 OR (state IN (1, 4) AND lease_or_settled_at + window_ms <= ",
+WHERE ref = $1 AND key_rest = $2 AND (state = 3 OR (state IN (1, 4) AND lease_or_settled_at + 1000::BIGINT * window_s <= ",
     clock!("$6", "$10"),
     "))
 RETURNING generation, token"
@@ -143,14 +143,14 @@ RETURNING generation, token"
 /// `$1` ref, `$2` key_rest, `$3` token, `$4` state, `$5` response, `$6` now, `$7` window end,
 /// `$8` clock offset. The completion time is never earlier than the claim's, so a clock that
 /// stepped back cannot end the window early. The window's length (`$7 - $6`) is the claim's,
-/// so `window_ms` keeps its value and no indexed column changes: a HOT update.
+/// so `window_s` keeps its value and no indexed column changes: a HOT update.
 const COMPLETE: &str = concat!(
     "\
 UPDATE idempotency_records SET state = $4, response = $5,
     lease_or_settled_at = GREATEST(",
     clock!("$6", "$8"),
     ", claimed_at),
-    window_ms = $7 - $6
+    window_s = (($7 - $6 + 999) / 1000)::INTEGER
 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
 );
 
@@ -164,7 +164,7 @@ WITH done AS (
         lease_or_settled_at = GREATEST(",
     clock!("$6", "$8"),
     ", claimed_at),
-        window_ms = $7 - $6
+        window_s = (($7 - $6 + 999) / 1000)::INTEGER
     WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0
     RETURNING generation, lease_or_settled_at
 )
@@ -399,7 +399,10 @@ impl RecordStore for PostgresStore {
                 .fingerprint
                 .as_ref()
                 .map_or(&[][..], |f| &f.as_bytes()[..]);
-            let window_ms = i64::try_from(req.window.as_millis()).unwrap_or(i64::MAX);
+            // Whole seconds, rounded up (see the migration).
+            let window_s =
+                i32::try_from(req.window.as_secs() + u64::from(req.window.subsec_nanos() > 0))
+                    .unwrap_or(i32::MAX);
             let bound = |sql: &'static str| {
                 sqlx::query(sql)
                     .bind(ref_of(&req.key))
@@ -412,7 +415,7 @@ impl RecordStore for PostgresStore {
                     .bind(req.token.0)
                     .bind(req.subject.unwrap_or(""))
                     .bind(self.clock_offset)
-                    .bind(window_ms)
+                    .bind(window_s)
             };
             for _ in 0..CLAIM_ATTEMPTS {
                 let row = bound(CLAIM)
@@ -506,7 +509,7 @@ impl RecordStore for PostgresStore {
                     concat!(
                         "UPDATE idempotency_records SET state = 3, lease_or_settled_at = GREATEST(",
                         clock!("$4", "$5"),
-                        ", claimed_at), window_ms = 0 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
+                        ", claimed_at), window_s = 0 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
                     ),
                     &key,
                     token,
@@ -605,7 +608,7 @@ impl RecordStore for PostgresStore {
                      lease_or_settled_at = CASE WHEN $7::BIGINT IS NULL THEN lease_or_settled_at ELSE GREATEST(",
                     clock!("$6", "$8"),
                     ", claimed_at) END, \
-                     window_ms = CASE WHEN $7::BIGINT IS NULL THEN window_ms ELSE $7 - $6 END \
+                     window_s = CASE WHEN $7::BIGINT IS NULL THEN window_s ELSE (($7 - $6 + 999) / 1000)::INTEGER END \
                      WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2)"
                 ),
                 &key,
