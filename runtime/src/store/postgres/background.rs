@@ -62,7 +62,11 @@ pub(super) const PURGE: &str = concat!(
 /// earlier than its transaction) but at most 5 minutes earlier (a claim is one statement, and
 /// an unrelated transaction left open must not pin the mark), less 5 s for a claim that
 /// commits between this statement's snapshot and its read of `pg_stat_activity` (or whose
-/// session this role may not see). `$1` now, `$2` limit, `$3` the clock offset.
+/// session this role may not see). Rounds of several replicas may run at once: they insert the
+/// same claims with `ON CONFLICT DO NOTHING` and move the mark with `GREATEST`, so the result
+/// is the same; in the rare case where one inserts a watched claim the other is deleting while
+/// each waits on the other's row, PostgreSQL aborts one as a deadlock, and the engine retries
+/// that round at its next tick. `$1` now, `$2` limit, `$3` the clock offset.
 pub(super) const UNSETTLED: &str = concat!(
     "WITH RECURSIVE ",
     windows!(),
