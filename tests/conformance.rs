@@ -1820,6 +1820,44 @@ mod sql {
         schema.drop_schema().await;
     }
 
+    /// The database's clock stepping back past the reconciler's mark does not hide the claims
+    /// made after the step: the round that finds its clock behind the mark moves the mark back,
+    /// and the next round reads them.
+    #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+    #[tokio::test]
+    async fn postgres_reconciler_survives_the_clock_stepping_back() {
+        let Some(schema) = TestSchema::create("stepback").await else {
+            return;
+        };
+        let store = schema.server_clock_store().await;
+        let pool = store.pool().clone();
+        // A round while the clock read 10 minutes later than it will after the step.
+        let before_the_step = store.clone().with_server_clock_offset(600_000);
+        assert!(before_the_step
+            .unsettled(at(0), 10)
+            .await
+            .expect("unsettled")
+            .is_empty());
+        // After the step: a claim as the store writes it, its lease ended at once.
+        sqlx::query(
+            "INSERT INTO idempotency_records (ref, token, claimed_at, window_s, lease_or_settled_at, \
+             generation, state, key_rest, tenant, subject, tool, fingerprint) \
+             SELECT 42, 1, t, 900, t, 1, 0, '\\x000000000000000000000000000000000000000000000000', \
+             'acme', '', 'charge_card', '' \
+             FROM (SELECT (extract(epoch FROM statement_timestamp()) * 1000)::BIGINT AS t) s",
+        )
+        .execute(&pool)
+        .await
+        .expect("insert");
+        let mut found = 0;
+        for _ in 0..2 {
+            found = found.max(store.unsettled(at(0), 10).await.expect("unsettled").len());
+        }
+        assert_eq!(found, 1, "the claim made after the step is reconciled");
+        pool.close().await;
+        schema.drop_schema().await;
+    }
+
     /// PostgreSQL keeps a window to the second, rounded up (`window_s`): a 1.5 s window answers
     /// repeats for 2 s. (Every other store keeps it to the millisecond.)
     #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]

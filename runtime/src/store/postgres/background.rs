@@ -62,7 +62,10 @@ pub(super) const PURGE: &str = concat!(
 /// earlier than its transaction) but at most 5 minutes earlier (a claim is one statement, and
 /// an unrelated transaction left open must not pin the mark), less 5 s for a claim that
 /// commits between this statement's snapshot and its read of `pg_stat_activity` (or whose
-/// session this role may not see). Rounds of several replicas may run at once: they insert the
+/// session this role may not see). A clock that stepped back past the mark (the server's, by
+/// more than those 5 s) would put new claims below it: a round that finds its clock behind the
+/// mark sets it an hour back instead, so the next round reads the claims made since the step
+/// (a mark too early only costs a round that reads more). Rounds of several replicas may run at once: they insert the
 /// same claims with `ON CONFLICT DO NOTHING` and move the mark with `GREATEST`, so the result
 /// is the same; in the rare case where one inserts a watched claim the other is deleting while
 /// each waits on the other's row, PostgreSQL aborts one as a deadlock, and the engine retries
@@ -80,13 +83,17 @@ pub(super) const UNSETTLED: &str = concat!(
      watched AS (INSERT INTO idempotency_watch (ref) SELECT ref FROM fresh ON CONFLICT DO NOTHING), \
      settled AS (DELETE FROM idempotency_watch x WHERE NOT COALESCE( \
          (SELECT r.state IN (0, 2) FROM idempotency_records r WHERE r.ref = x.ref), false)), \
-     moved AS (UPDATE idempotency_reconciler SET mark = GREATEST(mark, GREATEST(",
+     moved AS (UPDATE idempotency_reconciler SET mark = CASE WHEN ",
+    clock!("$1", "$3"),
+    " < mark THEN ",
+    clock!("$1", "$3"),
+    " - 3600000 ELSE GREATEST(mark, GREATEST(",
     clock!("$1", "$3"),
     " - 300000, LEAST(",
     clock!("$1", "$3"),
     ", (SELECT (extract(epoch FROM min(xact_start)) * 1000)::BIGINT + $3::BIGINT \
          FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND xact_start IS NOT NULL \
-           AND datname = current_database()))) - 5000)) \
+           AND datname = current_database()))) - 5000) END) \
      SELECT r.ref, r.key_rest, r.generation, r.tenant, r.subject, r.tool, r.state, r.token, r.claimed_at \
      FROM (SELECT ref FROM idempotency_watch UNION SELECT ref FROM fresh) ids CROSS JOIN LATERAL \
          (SELECT * FROM idempotency_records WHERE ref = ids.ref OFFSET 0) r \
