@@ -83,23 +83,17 @@ pub(super) const UNSETTLED: &str = concat!(
      watched AS (INSERT INTO idempotency_watch (ref) SELECT ref FROM fresh ON CONFLICT DO NOTHING), \
      settled AS (DELETE FROM idempotency_watch x WHERE NOT COALESCE( \
          (SELECT r.state IN (0, 2) FROM idempotency_records r WHERE r.ref = x.ref), false)), \
-     moved AS (UPDATE idempotency_reconciler SET mark = CASE WHEN ",
+     now_ AS (SELECT ",
     clock!("$1", "$3"),
-    " < mark THEN ",
-    clock!("$1", "$3"),
-    " - 3600000 ELSE GREATEST(mark, GREATEST(",
-    clock!("$1", "$3"),
-    " - 300000, LEAST(",
-    clock!("$1", "$3"),
-    ", (SELECT (extract(epoch FROM min(xact_start)) * 1000)::BIGINT + $3::BIGINT \
+    " AS t, (SELECT (extract(epoch FROM min(xact_start)) * 1000)::BIGINT + $3::BIGINT \
          FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND xact_start IS NOT NULL \
-           AND datname = current_database()))) - 5000) END) \
+           AND datname = current_database()) AS oldest), \
+     moved AS (UPDATE idempotency_reconciler SET mark = CASE WHEN n.t < mark THEN n.t - 3600000 \
+         ELSE GREATEST(mark, GREATEST(n.t - 300000, LEAST(n.t, n.oldest)) - 5000) END FROM now_ n) \
      SELECT r.ref, r.key_rest, r.generation, r.tenant, r.subject, r.tool, r.state, r.token, r.claimed_at \
      FROM (SELECT ref FROM idempotency_watch UNION SELECT ref FROM fresh) ids CROSS JOIN LATERAL \
          (SELECT * FROM idempotency_records WHERE ref = ids.ref OFFSET 0) r \
-     WHERE r.state IN (0, 2) AND (r.state = 2 OR r.lease_or_settled_at <= ",
-    clock!("$1", "$3"),
-    ") ORDER BY r.claimed_at, r.ref < 0, r.ref LIMIT $2"
+     WHERE r.state IN (0, 2) AND (r.state = 2 OR r.lease_or_settled_at <= (SELECT t FROM now_)     ) ORDER BY r.claimed_at, r.ref < 0, r.ref LIMIT $2"
 );
 
 impl Maintenance for PostgresStore {
