@@ -51,6 +51,14 @@ macro_rules! clock {
 }
 pub(super) use clock;
 
+/// A window's length in ms (an SQL expression) as the row keeps it: whole seconds, rounded up,
+/// as the claim rounds the tool's window.
+macro_rules! seconds_up {
+    ($ms:literal) => {
+        concat!("((", $ms, " + 999) / 1000)::INTEGER")
+    };
+}
+
 /// The row's times as the other stores keep them (`RecordRow` reads these): the lease's end
 /// while in flight or unknown, else the window's end; and the completion (settlement) time,
 /// NULL while in flight or unknown. See the migration for the columns behind them.
@@ -150,7 +158,9 @@ UPDATE idempotency_records SET state = $4, response = $5,
     lease_or_settled_at = GREATEST(",
     clock!("$6", "$8"),
     ", claimed_at),
-    window_s = (($7 - $6 + 999) / 1000)::INTEGER
+    window_s = ",
+    seconds_up!("$7 - $6"),
+    "
 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
 );
 
@@ -164,7 +174,9 @@ WITH done AS (
         lease_or_settled_at = GREATEST(",
     clock!("$6", "$8"),
     ", claimed_at),
-        window_s = (($7 - $6 + 999) / 1000)::INTEGER
+        window_s = ",
+    seconds_up!("$7 - $6"),
+    "
     WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0
     RETURNING generation, lease_or_settled_at
 )
@@ -608,7 +620,9 @@ impl RecordStore for PostgresStore {
                      lease_or_settled_at = CASE WHEN $7::BIGINT IS NULL THEN lease_or_settled_at ELSE GREATEST(",
                     clock!("$6", "$8"),
                     ", claimed_at) END, \
-                     window_s = CASE WHEN $7::BIGINT IS NULL THEN window_s ELSE (($7 - $6 + 999) / 1000)::INTEGER END \
+                     window_s = CASE WHEN $7::BIGINT IS NULL THEN window_s ELSE ",
+                    seconds_up!("$7 - $6"),
+                    " END \
                      WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2)"
                 ),
                 &key,
