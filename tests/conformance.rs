@@ -1820,6 +1820,15 @@ mod sql {
         schema.drop_schema().await;
     }
 
+    /// A claim as the PostgreSQL store writes it (claim time: the statement's clock), in flight
+    /// with its lease ended at once.
+    const CLAIMED_NOW_LEASE_ENDED: &str = "\
+        INSERT INTO idempotency_records (ref, token, claimed_at, window_s, lease_or_settled_at, \
+            generation, state, key_rest, tenant, subject, tool, fingerprint) \
+        SELECT 42, 1, t, 900, t, 1, 0, '\\x000000000000000000000000000000000000000000000000', \
+            'acme', '', 'charge_card', '' \
+        FROM (SELECT (extract(epoch FROM statement_timestamp()) * 1000)::BIGINT AS t) s";
+
     /// The database's clock stepping back past the reconciler's mark does not hide the claims
     /// made after the step: the round that finds its clock behind the mark moves the mark back,
     /// and the next round reads them.
@@ -1838,17 +1847,11 @@ mod sql {
             .await
             .expect("unsettled")
             .is_empty());
-        // After the step: a claim as the store writes it, its lease ended at once.
-        sqlx::query(
-            "INSERT INTO idempotency_records (ref, token, claimed_at, window_s, lease_or_settled_at, \
-             generation, state, key_rest, tenant, subject, tool, fingerprint) \
-             SELECT 42, 1, t, 900, t, 1, 0, '\\x000000000000000000000000000000000000000000000000', \
-             'acme', '', 'charge_card', '' \
-             FROM (SELECT (extract(epoch FROM statement_timestamp()) * 1000)::BIGINT AS t) s",
-        )
-        .execute(&pool)
-        .await
-        .expect("insert");
+        // After the step: a claim.
+        sqlx::query(CLAIMED_NOW_LEASE_ENDED)
+            .execute(&pool)
+            .await
+            .expect("insert");
         let mut found = 0;
         for _ in 0..2 {
             found = found.max(store.unsettled(at(0), 10).await.expect("unsettled").len());
@@ -1907,19 +1910,12 @@ mod sql {
             .await
             .expect("unsettled")
             .is_empty());
-        // A claim as the store writes it (claim time: the statement's clock), its lease ended
-        // at once, in a transaction left open.
+        // A claim, in a transaction left open.
         let mut tx = pool.begin().await.expect("begin");
-        sqlx::query(
-            "INSERT INTO idempotency_records (ref, token, claimed_at, window_s, lease_or_settled_at, \
-             generation, state, key_rest, tenant, subject, tool, fingerprint) \
-             SELECT 42, 1, t, 900, t, 1, 0, '\\x000000000000000000000000000000000000000000000000', \
-             'acme', '', 'charge_card', '' \
-             FROM (SELECT (extract(epoch FROM statement_timestamp()) * 1000)::BIGINT AS t) s",
-        )
-        .execute(&mut *tx)
-        .await
-        .expect("insert");
+        sqlx::query(CLAIMED_NOW_LEASE_ENDED)
+            .execute(&mut *tx)
+            .await
+            .expect("insert");
         let during = store.unsettled(at(0), 10).await.expect("unsettled");
         assert!(during.is_empty(), "{during:?}");
         tx.commit().await.expect("commit");
