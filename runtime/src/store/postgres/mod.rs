@@ -108,7 +108,7 @@ const BOOKKEEPING: Bookkeeping = Bookkeeping {
 /// rather than one column each because PostgreSQL builds every column's projection on each
 /// execution, the branch that did not run included: in pgbench, one client, the claim and
 /// completion took 13-17 µs less this way than with the row's eight columns and the two times
-/// worked out in SQL (BENCHMARKS.md).
+/// worked out in SQL (`tests/benches/pg_claim_shapes.sh`, BENCHMARKS.md).
 ///
 /// Zero rows come back when a conflicting row was committed after the statement's snapshot
 /// (READ COMMITTED): the claim runs again.
