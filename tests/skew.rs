@@ -108,7 +108,7 @@ async fn a_live_lease_is_live_for_every_replica_and_its_reconciler() {
 
     // The slow replica's call is running (its lease, 30 s by the server's clock, is live).
     let (started, finish) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let running = {
+    let mut running = {
         let (slow, started, finish, charges) = (
             slow.clone(),
             started.clone(),
@@ -137,7 +137,15 @@ async fn a_live_lease_is_live_for_every_replica_and_its_reconciler() {
             out
         })
     };
-    started.notified().await;
+    // The body signals that it runs; a call that ends before that (a store error) fails the test
+    // here instead of leaving it waiting.
+    tokio::select! {
+        () = started.notified() => {}
+        ended = &mut running => panic!(
+            "the slow replica's call ended before its body ran: {:?}",
+            ended.map(|out| out.result)
+        ),
+    }
 
     // The fast replica (16 minutes ahead, so past the lease by its own clock) neither runs it
     // again nor hands it to its reconciler.
