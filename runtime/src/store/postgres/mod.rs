@@ -144,7 +144,10 @@ fn found_row(value: sqlx::postgres::PgValueRef<'_>) -> Result<RecordRow, sqlx::E
     let _tool: String = r.try_decode().map_err(decode)?;
     let fingerprint: Vec<u8> = r.try_decode().map_err(decode)?;
     let response: Option<String> = r.try_decode().map_err(decode)?;
-    let unsettled = matches!(state, 0 | 2);
+    let unsettled = matches!(
+        RecordState::from_code(state),
+        Some(RecordState::InFlight | RecordState::Unknown)
+    );
     Ok(RecordRow {
         key_rest,
         generation,
