@@ -1894,6 +1894,57 @@ mod sql {
         schema.drop_schema().await;
     }
 
+    /// A store as users get it runs its claim and completion on the server's clock alone (two
+    /// parameters fewer than the statements with a clock offset): the lease's length and the
+    /// completion's window still land in the row as given. Read back by stores whose clocks are
+    /// ahead: by 10 s (20 s of a 30 s lease left), then 1 s and 2.5 s after a completion with a
+    /// 2 s window (answered, then a new operation).
+    #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+    #[tokio::test]
+    async fn postgres_server_clock_statements_keep_the_lease_and_the_window() {
+        let Some(schema) = TestSchema::create("serverclock").await else {
+            return;
+        };
+        let store = schema.server_clock_store().await;
+        let ahead = |ms| store.clone().with_server_clock_offset(ms);
+        let k = key("on the server's clock");
+        let claim = ClaimRequest {
+            lease_expires_at: at(30_000),
+            window: dur(2_000),
+            ..req(k, None, 0)
+        };
+        let Claim::New { token, .. } = store.claim(&claim).await.expect("claim") else {
+            panic!("not new")
+        };
+        match ahead(10_000).claim(&claim).await.expect("claim") {
+            Claim::InFlight {
+                lease_expires_at, ..
+            } => assert!(
+                (at(19_000)..=at(20_000)).contains(&lease_expires_at),
+                "{lease_expires_at:?}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        let done = answer("done");
+        store
+            .complete(&Completion {
+                key: k,
+                token,
+                response: &done,
+                now: at(0),
+                expires_at: at(2_000),
+                outbox: &[],
+            })
+            .await
+            .expect("complete");
+        let within = ahead(1_000).claim(&claim).await.expect("claim");
+        assert!(matches!(within, Claim::Completed { .. }), "{within:?}");
+        let after = ahead(2_500).claim(&claim).await.expect("claim");
+        assert!(matches!(after, Claim::New { .. }), "{after:?}");
+        store.pool().close().await;
+        schema.drop_schema().await;
+    }
+
     /// A claim whose transaction is still open while a reconciler round runs is not lost: that
     /// round cannot see it, and the mark it leaves trails the open transaction, so the next
     /// round reads it.

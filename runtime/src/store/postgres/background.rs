@@ -1,6 +1,6 @@
 //! [`PostgresStore`]'s background work: retention (purge), the claims to reconcile, and the outbox.
 
-use super::{clock, PostgresStore};
+use super::{clock, server_clock, PostgresStore};
 use crate::clock::Timestamp;
 use crate::store::sql::{self, db_error};
 use crate::store::{

@@ -33,15 +33,27 @@ use crate::record::{RecordState, RecordStatus};
 
 mod background;
 
-/// The statement's clock, in ms since the epoch: the database server's (`statement_timestamp()`,
-/// one value for the whole statement) plus the store's offset `$off`, or, when `$off` is NULL
-/// (a store told to trust the engine's clock, for tests that move time by hand), the engine's
-/// `now` parameter as given. Every other time of the statement is shifted by the same amount
-/// (`clock + (t - now)`), keeping the durations the engine chose.
+/// The database server's clock in ms since the epoch (`statement_timestamp()`, one value for the
+/// whole statement): the clock of every statement a store outside tests runs.
+macro_rules! server_clock {
+    () => {
+        "(extract(epoch FROM statement_timestamp()) * 1000)::BIGINT"
+    };
+}
+
+/// The statement's clock, in ms since the epoch: the database server's ([`server_clock!`]) plus
+/// the store's offset `$off`, or, when `$off` is NULL (a store told to trust the engine's clock,
+/// for tests that move time by hand), the engine's `now` parameter as given. Every other time of
+/// the statement is shifted by the same amount (`clock + (t - now)`), keeping the durations the
+/// engine chose. The per-call statements also come in a form on [`server_clock!`] alone, which
+/// a store without an offset (every store outside tests) runs: two parameters fewer and no
+/// `COALESCE` to build on each execution.
 macro_rules! clock {
     ($now:literal, $off:literal) => {
         concat!(
-            "COALESCE((extract(epoch FROM statement_timestamp()) * 1000)::BIGINT + ",
+            "COALESCE(",
+            server_clock!(),
+            " + ",
             $off,
             "::BIGINT, ",
             $now,
@@ -49,7 +61,7 @@ macro_rules! clock {
         )
     };
 }
-pub(super) use clock;
+pub(super) use {clock, server_clock};
 
 /// A window's length in ms (an SQL expression) as the row keeps it: whole seconds, rounded up,
 /// as the claim rounds the tool's window.
@@ -57,6 +69,12 @@ macro_rules! seconds_up {
     ($ms:literal) => {
         concat!("((", $ms, " + 999) / 1000)::INTEGER")
     };
+}
+
+/// A window's length in ms as the row keeps it, in Rust: whole seconds, rounded up as
+/// [`seconds_up!`] rounds them (dividing towards zero), and at most `i32::MAX`.
+fn seconds_up(ms: i64) -> i32 {
+    i32::try_from(ms.saturating_add(999) / 1000).unwrap_or(if ms < 0 { i32::MIN } else { i32::MAX })
 }
 
 /// The row's times as the other stores keep them (`RecordRow` reads these): the lease's end
@@ -112,18 +130,45 @@ const BOOKKEEPING: Bookkeeping = Bookkeeping {
 ///
 /// Zero rows come back when a conflicting row was committed after the statement's snapshot
 /// (READ COMMITTED): the claim runs again.
-const CLAIM: &str = concat!("\
+const CLAIM: &str = claim_sql!(
+    clock: clock!("$6", "$10"),
+    lease_end: concat!(clock!("$6", "$10"), " + ($7 - $6)"),
+    token: "$8",
+    subject: "$9",
+    window: "$11"
+);
+
+/// [`CLAIM`] on the server's clock alone ([`server_clock!`]), for a store with no clock offset:
+/// `$1` … `$5` as [`CLAIM`], `$6` the lease's length in ms, `$7` token, `$8` subject, `$9` the
+/// window's length in seconds.
+const CLAIM_ON_SERVER_CLOCK: &str = claim_sql!(
+    clock: server_clock!(),
+    lease_end: concat!(server_clock!(), " + $6"),
+    token: "$7",
+    subject: "$8",
+    window: "$9"
+);
+
+/// The text of [`CLAIM`] and [`CLAIM_ON_SERVER_CLOCK`]: `$1` … `$5` are the same in both.
+macro_rules! claim_sql {
+    (clock: $clock:expr, lease_end: $lease_end:expr, token: $token:literal, subject: $subject:literal, window: $window:literal) => {
+        concat!(
+            "\
 WITH ins AS (
     INSERT INTO idempotency_records
         (ref, token, claimed_at, window_s, lease_or_settled_at, generation, state, key_rest, tenant, subject, tool, fingerprint)
-    VALUES ($1, $8, ", clock!("$6", "$10"), ", $11, ", clock!("$6", "$10"), " + ($7 - $6), 1, 0, $2, $3, $9, $4, $5)
+    VALUES ($1, ", $token, ", ", $clock, ", ", $window, ", ", $lease_end, ", 1, 0, $2, $3, ", $subject, ", $4, $5)
     ON CONFLICT (ref) DO NOTHING
     RETURNING 1
 )
 SELECT NULL::idempotency_records, NULL::BIGINT FROM ins
 UNION ALL
-SELECT r, ", clock!("$6", "$10"), "
-FROM idempotency_records r WHERE ref = $1 AND NOT EXISTS (SELECT 1 FROM ins)");
+SELECT r, ", $clock, "
+FROM idempotency_records r WHERE ref = $1 AND NOT EXISTS (SELECT 1 FROM ins)"
+        )
+    };
+}
+use claim_sql;
 
 /// The row a [`CLAIM`] found, from its whole-row column: the record's columns in the
 /// migration's order (`ref` … `response`), with the other stores' `ends_at` and `completed_at`
@@ -191,21 +236,27 @@ WHERE ref = $1 AND key_rest = $2 AND (state = 3 OR (state IN (1, 4) AND lease_or
 RETURNING generation, token"
 );
 
-/// `$1` ref, `$2` key_rest, `$3` token, `$4` state, `$5` response, `$6` now, `$7` window end,
-/// `$8` clock offset. The completion time is never earlier than the claim's, so a clock that
-/// stepped back cannot end the window early. The window's length (`$7 - $6`) is the claim's,
-/// so `window_s` keeps its value and no indexed column changes: a HOT update.
-const COMPLETE: &str = concat!(
-    "\
-UPDATE idempotency_records SET state = $4, response = $5,
-    lease_or_settled_at = GREATEST(",
-    clock!("$6", "$8"),
-    ", claimed_at),
-    window_s = ",
-    seconds_up!("$7 - $6"),
-    "
-WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
-);
+/// `$1` ref, `$2` key_rest, `$3` token, `$4` state, `$5` response, `$6` the window's length in
+/// seconds (the claim's, so `window_s` keeps its value and no indexed column changes: a HOT
+/// update), `$7` now, `$8` clock offset. The completion time is never earlier than the claim's,
+/// so a clock that stepped back cannot end the window early.
+const COMPLETE: &str = complete_sql!(clock!("$7", "$8"));
+
+/// [`COMPLETE`] on the server's clock alone ([`server_clock!`]), for a store with no clock
+/// offset: `$1` … `$6` as [`COMPLETE`].
+const COMPLETE_ON_SERVER_CLOCK: &str = complete_sql!(server_clock!());
+
+/// The text of [`COMPLETE`] and [`COMPLETE_ON_SERVER_CLOCK`].
+macro_rules! complete_sql {
+    ($clock:expr) => {
+        concat!(
+            "UPDATE idempotency_records SET state = $4, response = $5, lease_or_settled_at = GREATEST(",
+            $clock,
+            ", claimed_at), window_s = $6 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
+        )
+    };
+}
+use complete_sql;
 
 /// A completion with outbox messages: one statement, so one transaction and one round trip. It
 /// inserts as many rows as there are messages, or none when the update was fenced. Parameters
@@ -215,11 +266,9 @@ const COMPLETE_WITH_OUTBOX: &str = concat!(
 WITH done AS (
     UPDATE idempotency_records SET state = $4, response = $5,
         lease_or_settled_at = GREATEST(",
-    clock!("$6", "$8"),
+    clock!("$7", "$8"),
     ", claimed_at),
-        window_s = ",
-    seconds_up!("$7 - $6"),
-    "
+        window_s = $6
     WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0
     RETURNING generation, lease_or_settled_at
 )
@@ -472,11 +521,25 @@ impl RecordStore for PostgresStore {
                     .bind(self.clock_offset)
                     .bind(window_s)
             };
+            let claim = || match self.clock_offset {
+                Some(0) => sqlx::query(CLAIM_ON_SERVER_CLOCK)
+                    .bind(ref_of(&req.key))
+                    .bind(rest_of(&req.key))
+                    .bind(req.tenant)
+                    .bind(req.tool)
+                    .bind(fingerprint)
+                    .bind(
+                        req.lease_expires_at
+                            .as_millis()
+                            .saturating_sub(req.now.as_millis()),
+                    )
+                    .bind(req.token.0)
+                    .bind(req.subject.unwrap_or(""))
+                    .bind(window_s),
+                _ => bound(CLAIM),
+            };
             for _ in 0..CLAIM_ATTEMPTS {
-                let row = bound(CLAIM)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(db_error)?;
+                let row = claim().fetch_optional(&self.pool).await.map_err(db_error)?;
                 let Some(row) = row else { continue };
                 let found = row.try_get_raw(0).map_err(db_error)?;
                 if found.is_null() {
@@ -520,27 +583,27 @@ impl RecordStore for PostgresStore {
             let topics: Vec<&str> = c.outbox.iter().map(|m| m.topic.as_str()).collect();
             let payloads: Vec<&str> = c.outbox.iter().map(|m| m.payload.as_str()).collect();
             let state = state_code(RecordState::Completed, Some(c.response.ok));
+            let window_s = seconds_up(c.expires_at.as_millis().saturating_sub(c.now.as_millis()));
             self.fenced(
                 c.key,
                 c.token,
                 &[RecordState::InFlight],
                 "the completion",
                 || {
-                    let sql = if c.outbox.is_empty() {
-                        COMPLETE
-                    } else {
-                        COMPLETE_WITH_OUTBOX
+                    let head = |sql| {
+                        fenced_query(sql, &c.key, c.token)
+                            .bind(state)
+                            .bind(c.response.body.as_str())
+                            .bind(window_s)
                     };
-                    let q = fenced_query(sql, &c.key, c.token)
-                        .bind(state)
-                        .bind(c.response.body.as_str())
-                        .bind(c.now.as_millis())
-                        .bind(c.expires_at.as_millis())
-                        .bind(self.clock_offset);
-                    if c.outbox.is_empty() {
-                        q
-                    } else {
-                        q.bind(&topics).bind(&payloads)
+                    match (c.outbox.is_empty(), self.clock_offset) {
+                        (true, Some(0)) => head(COMPLETE_ON_SERVER_CLOCK),
+                        (true, offset) => head(COMPLETE).bind(c.now.as_millis()).bind(offset),
+                        (false, offset) => head(COMPLETE_WITH_OUTBOX)
+                            .bind(c.now.as_millis())
+                            .bind(offset)
+                            .bind(&topics)
+                            .bind(&payloads),
                     }
                 },
             )
