@@ -1945,6 +1945,76 @@ mod sql {
         schema.drop_schema().await;
     }
 
+    /// Two replicas claim one key at once: the second's insert waits on the first's open
+    /// transaction, and when that commits, the second's statement finds the key taken but cannot
+    /// read the row (READ COMMITTED: its snapshot is older than the commit). It must not take
+    /// that for a win: it claims again and answers with the first replica's claim, in flight.
+    #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+    #[tokio::test]
+    async fn postgres_a_claim_that_waited_on_another_replicas_claim_does_not_win() {
+        let Some(schema) = TestSchema::create("waited").await else {
+            return;
+        };
+        let k = key("claimed by two replicas at once");
+        let second_pool = schema.pool(1).await;
+        let second = PostgresStore::from_pool(second_pool.clone())
+            .await
+            .expect("store");
+        let first = schema.pool(1).await;
+        let mut tx = first.begin().await.expect("begin");
+        sqlx::query(
+            "INSERT INTO idempotency_records (ref, token, claimed_at, window_s, lease_or_settled_at, \
+                 generation, state, key_rest, tenant, subject, tool, fingerprint) \
+             SELECT $1, 7, t, 900, t + 60000, 1, 0, $2, $3, '', $4, '' \
+             FROM (SELECT (extract(epoch FROM statement_timestamp()) * 1000)::BIGINT AS t) s",
+        )
+        .bind(i64::from_be_bytes(k.as_bytes()[..8].try_into().expect("8 bytes")))
+        .bind(&k.as_bytes()[8..])
+        .bind(TENANT)
+        .bind(TOOL)
+        .execute(&mut *tx)
+        .await
+        .expect("the first replica's claim, uncommitted");
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&second_pool)
+            .await
+            .expect("pid");
+        let claiming = tokio::spawn(async move { second.claim(&req(k, None, 0)).await });
+        // Until the second replica's statement waits on the first's transaction.
+        let watch = schema.pool(1).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let blocked: bool = sqlx::query_scalar("SELECT cardinality(pg_blocking_pids($1)) > 0")
+                .bind(pid)
+                .fetch_one(&watch)
+                .await
+                .expect("blocking pids");
+            if blocked {
+                break;
+            }
+            assert!(
+                !claiming.is_finished(),
+                "the second claim ended without waiting on the first"
+            );
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the second claim did not wait on the first within 30 s"
+            );
+        }
+        tx.commit().await.expect("commit the first claim");
+        let answer = claiming.await.expect("join").expect("claim");
+        match answer {
+            Claim::InFlight { reference, .. } => assert_eq!(reference, k.reference(1)),
+            other => panic!("the second replica did not see the first's claim: {other:?}"),
+        }
+        let token: i64 = sqlx::query_scalar("SELECT token FROM idempotency_records")
+            .fetch_one(&watch)
+            .await
+            .expect("the row");
+        assert_eq!(token, 7, "the first replica's claim was replaced");
+        schema.drop_schema().await;
+    }
+
     /// A claim whose transaction is still open while a reconciler round runs is not lost: that
     /// round cannot see it, and the mark it leaves trails the open transaction, so the next
     /// round reads it.

@@ -12,9 +12,11 @@
 #   pg_claim_shape shape=row sync=off latency_ratio_raw=1.05
 #
 # Shapes, each on its own copy of the store's table (runtime/migrations/postgres/0001_records.sql):
-# `columns` (the claim until 2026-12-03: the found row as eight columns, its two times worked out
-# in SQL), `row` (the claim today: the found row as one whole-row column), `bare` (a bare insert:
-# the floor, which cannot answer a repeat in the same round trip).
+# `columns` (the claim until 2026-12-03 14:40 UTC: the found row as eight columns, its two times
+# worked out in SQL), `row` (the found row as one whole-row column, under a UNION ALL with a row
+# from the insert), `scalar` (the claim since 2026-12-03 17:00 UTC: no row when the insert won,
+# else one row with the found row as a scalar subquery), `bare` (a bare insert: the floor, which
+# cannot answer a repeat in the same round trip).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${DATABASE_URL:?set DATABASE_URL}"
@@ -27,7 +29,7 @@ trap 'psql -qX "$DATABASE_URL" -c "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/
 now='(extract(epoch FROM statement_timestamp()) * 1000)::BIGINT'
 answer='{"charge_id":"ch_3PqR8sT2uV4wX5yZ6a7b","amount":4200,"currency":"EUR"}'
 rest="decode('0123456789abcdef0123456789abcdef0123456789abcdef', 'hex')"
-shapes="columns row bare"
+shapes="columns row scalar bare"
 
 {
   echo "CREATE SCHEMA $schema; SET search_path = $schema;"
@@ -45,6 +47,7 @@ for s in $shapes; do
   case "$s" in
     columns) claim="WITH ins AS ($ins) SELECT true, NULL::BYTEA, 1, 0::SMALLINT, NULL::BYTEA, 0::BIGINT, 0::BIGINT, NULL::BIGINT, NULL::TEXT, 0::BIGINT FROM ins UNION ALL SELECT false, key_rest, generation, state, fingerprint, claimed_at, CASE WHEN state IN (0, 2) THEN lease_or_settled_at ELSE lease_or_settled_at + 1000::BIGINT * window_s END, CASE WHEN state IN (0, 2) THEN NULL ELSE lease_or_settled_at END, response, $now FROM $t WHERE ref = :r AND NOT EXISTS (SELECT 1 FROM ins);" ;;
     row) claim="WITH ins AS ($ins) SELECT NULL::$t, NULL::BIGINT FROM ins UNION ALL SELECT r, $now FROM $t r WHERE ref = :r AND NOT EXISTS (SELECT 1 FROM ins);" ;;
+    scalar) claim="WITH ins AS ($ins) SELECT (SELECT r FROM $t r WHERE ref = :r), $now WHERE NOT EXISTS (SELECT 1 FROM ins);" ;;
     bare) claim="$ins;" ;;
   esac
   complete="UPDATE $t SET state = 1, response = '$answer', lease_or_settled_at = GREATEST($now, claimed_at), window_s = 900 WHERE ref = :r AND key_rest = $rest AND token = 7 AND state = 0;"
