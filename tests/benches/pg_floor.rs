@@ -1,0 +1,299 @@
+//! How close to the raw SQL a fresh call on PostgreSQL can come, and what each part of the store
+//! costs: four sides, each against the `stores` bench's raw pair, in one process, one pool and
+//! one schema, so that all see the same machine.
+//!
+//! * `store`: a fresh call through the `Store` trait (the claim that also answers a repeat in
+//!   the same round trip, then the completion);
+//! * `bare`: the claim's insert alone, with the parameters the claim binds, which cannot answer a
+//!   repeat, then the store's completion;
+//! * `row`: the store's row inserted with two parameters (ref and key_rest; the rest written into
+//!   the statement) and updated as the raw SQL updates its own (`SET response = $2 WHERE ref =
+//!   $1`): the floor of the table itself, with none of the store's logic.
+//!
+//! One client: median latency of calls alternating in blocks of 25. 32 clients (the pool's
+//! size): calls per second in one-second slices, the sides in rotating order, the median of each
+//! round's ratio to raw. Prints, for scripts:
+//!
+//! ```text
+//! pg_floor clients=1 store_p50_ratio=1.07 bare_p50_ratio=1.03 row_p50_ratio=1.01
+//! pg_floor clients=32 store_tput_ratio=0.88 bare_tput_ratio=0.93 row_tput_ratio=0.95
+//! ```
+//!
+//! ```text
+//! DATABASE_URL=postgres://root@127.0.0.1:5432/test cargo bench -p idempotency-tests --bench pg_floor
+//! ```
+//!
+//! Environment: `FLOOR_SECS` (rounds of one-second slices, 30), `FLOOR_SAMPLES` (latency samples
+//! per side, 2000).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use idempotency::store::PostgresStore;
+use idempotency::{
+    clock::Timestamp,
+    key::Key,
+    store::{Claim, ClaimRequest, Completion, Store, StoredResponse, Token},
+    Caller,
+};
+use idempotency_tests::pg::TestSchema;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+/// The `stores` bench's answer and raw table.
+const RESPONSE: &str = r#"{"charge_id":"ch_3PqR8sT2uV4wX5yZ6a7b","amount":4200,"currency":"EUR"}"#;
+const RAW_TABLE: &str = "CREATE TABLE raw_records (key BYTEA PRIMARY KEY, tenant TEXT NOT NULL, \
+     tool TEXT NOT NULL, created_at BIGINT NOT NULL, response TEXT)";
+const RAW_INSERT: &str =
+    "INSERT INTO raw_records (key, tenant, tool, created_at) VALUES ($1, $2, $3, $4) \
+     ON CONFLICT (key) DO NOTHING RETURNING key";
+const RAW_UPDATE: &str = "UPDATE raw_records SET response = $2 WHERE key = $1";
+
+/// The claim's insert as a store with no clock offset binds it (`$1` ref, `$2` key_rest, `$3`
+/// tenant, `$4` tool, `$5` fingerprint, `$6` lease length, `$7` token, `$8` subject, `$9`
+/// window), without the part that answers a repeat.
+const BARE_INSERT: &str = "INSERT INTO idempotency_records \
+     (ref, token, claimed_at, window_s, lease_or_settled_at, generation, state, key_rest, tenant, subject, tool, fingerprint) \
+     VALUES ($1, $7, (extract(epoch FROM statement_timestamp()) * 1000)::BIGINT, $9, \
+     (extract(epoch FROM statement_timestamp()) * 1000)::BIGINT + $6, 1, 0, $2, $3, $8, $4, $5) \
+     ON CONFLICT (ref) DO NOTHING RETURNING 1";
+/// The store's row with two parameters, and the raw SQL's update of it.
+const ROW_INSERT: &str = "INSERT INTO idempotency_records \
+     (ref, token, claimed_at, window_s, lease_or_settled_at, generation, state, key_rest, tenant, subject, tool, fingerprint) \
+     VALUES ($1, 1, 1796000000000, 900, 1796000030000, 1, 0, $2, 'acme', '', 'charge_card', ''::BYTEA) \
+     ON CONFLICT (ref) DO NOTHING RETURNING 1";
+const ROW_UPDATE: &str = "UPDATE idempotency_records SET response = $2 WHERE ref = $1";
+
+const SIDES: [Side; 4] = [Side::Raw, Side::Store, Side::Bare, Side::Row];
+const BLOCK: usize = 25;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Side {
+    Raw,
+    Store,
+    Bare,
+    Row,
+}
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn key(n: u64) -> Key {
+    Key::for_call(
+        &idempotency::key::Secret::demo(),
+        &Caller::new("acme", "bench"),
+        "charge_card",
+        &n,
+    )
+    .expect("key")
+}
+
+fn now() -> Timestamp {
+    Timestamp::from_millis(1_796_000_000_000)
+}
+
+fn ref_of(k: &Key) -> i64 {
+    i64::from_be_bytes(k.as_bytes()[..8].try_into().expect("8 bytes"))
+}
+
+/// What every side's calls share.
+struct Bench {
+    pool: PgPool,
+    store: Arc<dyn Store>,
+    next: AtomicU64,
+    response: StoredResponse,
+}
+
+impl Bench {
+    /// One fresh call of `side`, on a key no side has used.
+    async fn call(&self, side: Side) {
+        let k = key(self.next.fetch_add(1, Ordering::Relaxed));
+        match side {
+            Side::Raw => {
+                let won: Option<Vec<u8>> = sqlx::query_scalar(RAW_INSERT)
+                    .bind(&k.as_bytes()[..])
+                    .bind("acme")
+                    .bind("charge_card")
+                    .bind(now().as_millis())
+                    .fetch_optional(&self.pool)
+                    .await
+                    .expect("raw insert");
+                assert!(won.is_some(), "raw key was not fresh");
+                sqlx::query(RAW_UPDATE)
+                    .bind(&k.as_bytes()[..])
+                    .bind(RESPONSE)
+                    .execute(&self.pool)
+                    .await
+                    .expect("raw update");
+            }
+            Side::Store => {
+                let req = ClaimRequest {
+                    key: k,
+                    tenant: "acme",
+                    subject: None,
+                    tool: "charge_card",
+                    fingerprint: None,
+                    now: now(),
+                    lease_expires_at: now() + Duration::from_secs(30),
+                    window: Duration::from_secs(900),
+                    token: Token(1),
+                };
+                let claim = self.store.claim(&req).await;
+                let Ok(Claim::New { token, .. }) = claim else {
+                    panic!("not a fresh claim: {claim:?}")
+                };
+                self.complete(k, token).await;
+            }
+            Side::Bare => {
+                let row = sqlx::query(BARE_INSERT)
+                    .bind(ref_of(&k))
+                    .bind(&k.as_bytes()[8..])
+                    .bind("acme")
+                    .bind("charge_card")
+                    .bind(&[][..] as &[u8])
+                    .bind(30_000i64)
+                    .bind(1i64)
+                    .bind("")
+                    .bind(900i32)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .expect("bare insert");
+                assert!(row.is_some(), "bare key was not fresh");
+                self.complete(k, Token(1)).await;
+            }
+            Side::Row => {
+                let row = sqlx::query(ROW_INSERT)
+                    .bind(ref_of(&k))
+                    .bind(&k.as_bytes()[8..])
+                    .fetch_optional(&self.pool)
+                    .await
+                    .expect("row insert");
+                assert!(row.is_some(), "row key was not fresh");
+                let done = sqlx::query(ROW_UPDATE)
+                    .bind(ref_of(&k))
+                    .bind(RESPONSE)
+                    .execute(&self.pool)
+                    .await
+                    .expect("row update");
+                assert_eq!(done.rows_affected(), 1);
+            }
+        }
+    }
+
+    async fn complete(&self, key: Key, token: Token) {
+        let c = Completion {
+            key,
+            token,
+            response: &self.response,
+            now: now(),
+            expires_at: now() + Duration::from_secs(900),
+            outbox: &[],
+        };
+        self.store.complete(&c).await.expect("complete");
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Calls per second of `side` with `clients` clients for one second.
+async fn rate(bench: &Arc<Bench>, side: Side, clients: usize) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(1);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..clients {
+        let (bench, done) = (bench.clone(), done.clone());
+        tasks.spawn(async move {
+            while Instant::now() < deadline {
+                bench.call(side).await;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.expect("a client");
+    }
+    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+#[tokio::main]
+async fn main() {
+    if idempotency_tests::pg::database_url().is_none() {
+        eprintln!("pg_floor: DATABASE_URL is not set; nothing measured");
+        return;
+    }
+    let (rounds, samples, clients) = (env("FLOOR_SECS", 30), env("FLOOR_SAMPLES", 2000), 32);
+    let schema = TestSchema::create("floor").await.expect("a schema");
+    let pool = PgPoolOptions::new()
+        .max_connections(clients as u32)
+        .min_connections(clients as u32)
+        .connect_with(PostgresStore::tune(schema.options()))
+        .await
+        .expect("pool");
+    let store = PostgresStore::from_pool(pool.clone()).await.expect("store");
+    sqlx::query(RAW_TABLE)
+        .execute(&pool)
+        .await
+        .expect("raw table");
+    let bench = Arc::new(Bench {
+        pool,
+        store: Arc::new(store),
+        next: AtomicU64::new(0),
+        response: StoredResponse {
+            ok: true,
+            body: RESPONSE.into(),
+        },
+    });
+
+    // One client: latency, in blocks.
+    let mut lat: Vec<Vec<f64>> = vec![Vec::new(); SIDES.len()];
+    for &side in &SIDES {
+        for _ in 0..BLOCK {
+            bench.call(side).await;
+        }
+    }
+    while lat[0].len() < samples {
+        for (i, &side) in SIDES.iter().enumerate() {
+            for _ in 0..BLOCK {
+                let t = Instant::now();
+                bench.call(side).await;
+                lat[i].push(t.elapsed().as_secs_f64());
+            }
+        }
+    }
+    let p50: Vec<f64> = lat.into_iter().map(median).collect();
+    println!(
+        "pg_floor clients=1 store_p50_ratio={:.3} bare_p50_ratio={:.3} row_p50_ratio={:.3}",
+        p50[1] / p50[0],
+        p50[2] / p50[0],
+        p50[3] / p50[0]
+    );
+
+    // 32 clients: throughput, one-second slices in rotating order.
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); SIDES.len()];
+    for round in 0..rounds {
+        let mut r = [0.0; SIDES.len()];
+        for j in 0..SIDES.len() {
+            let i = (j + round) % SIDES.len();
+            r[i] = rate(&bench, SIDES[i], clients).await;
+        }
+        for i in 1..SIDES.len() {
+            ratios[i].push(r[i] / r[0]);
+        }
+    }
+    println!(
+        "pg_floor clients={clients} store_tput_ratio={:.3} bare_tput_ratio={:.3} row_tput_ratio={:.3}",
+        median(ratios[1].clone()),
+        median(ratios[2].clone()),
+        median(ratios[3].clone())
+    );
+    schema.drop_schema().await;
+}
