@@ -68,8 +68,9 @@ for d in $designs; do
   complete="UPDATE $t SET state = 1, response = '$answer', completed_at = GREATEST($now, claimed_at), ends_at = GREATEST($now, claimed_at) + 900000 WHERE ref = :r AND key_rest = $rest AND token = 7 AND state = 0"
   if [ "$d" = shipped ]; then
     # The store's own row (the window's length and one time: lease end, then settlement) and
-    # claim (the row found as one column, and the statement's clock).
-    claim="WITH ins AS (INSERT INTO $t (ref, token, claimed_at, window_s, lease_or_settled_at, generation, state, key_rest, tenant, subject, tool, fingerprint) VALUES (:r, 7, $now, 900, $now + 30000, 1, 0, $rest, 'acme', 'user-1', 'charge_card', ''::BYTEA) ON CONFLICT (ref) DO NOTHING RETURNING 1) SELECT NULL::$t, NULL::BIGINT FROM ins UNION ALL SELECT r, $now FROM $t r WHERE ref = :r AND NOT EXISTS (SELECT 1 FROM ins);"
+    # claim (no row when the insert won; else the row found as one column, and the statement's
+    # clock).
+    claim="WITH ins AS (INSERT INTO $t (ref, token, claimed_at, window_s, lease_or_settled_at, generation, state, key_rest, tenant, subject, tool, fingerprint) VALUES (:r, 7, $now, 900, $now + 30000, 1, 0, $rest, 'acme', 'user-1', 'charge_card', ''::BYTEA) ON CONFLICT (ref) DO NOTHING RETURNING 1) SELECT (SELECT r FROM $t r WHERE ref = :r), $now WHERE NOT EXISTS (SELECT 1 FROM ins);"
     complete="UPDATE $t SET state = 1, response = '$answer', lease_or_settled_at = GREATEST($now, claimed_at), window_s = 900 WHERE ref = :r AND key_rest = $rest AND token = 7 AND state = 0"
   fi
   if [ "$d" = window_index_side_table ]; then

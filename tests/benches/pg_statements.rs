@@ -1,7 +1,8 @@
 //! A fresh call on PostgreSQL taken apart statement by statement, through sqlx, one client: the
 //! store's claim and completion (through the `Store` trait) against the raw insert and update of
 //! the `stores` bench, a `SELECT 1` round trip, and two bare inserts of the store's row, which
-//! cannot answer a repeat: one with the claim's eleven parameters, one with three (the rest
+//! cannot answer a repeat: one with the eleven parameters of the claim a store with a clock
+//! offset runs (a store without one, as users get it, binds nine), one with three (the rest
 //! written into the statement). Medians of calls alternating in blocks of 25. Prints, for
 //! scripts:
 //!
@@ -35,8 +36,8 @@ const RAW_INSERT: &str =
      ON CONFLICT (key) DO NOTHING RETURNING key";
 const RAW_UPDATE: &str = "UPDATE raw_records SET response = $2 WHERE key = $1";
 
-/// The store's row inserted bare, with the claim's parameters (`$1`…`$11` as the store binds
-/// them) and with three.
+/// The store's row inserted bare, with the parameters of the claim a store with a clock offset
+/// runs (`$1`…`$11` as it binds them) and with three.
 const BARE11: &str = "INSERT INTO idempotency_records \
      (ref, token, claimed_at, window_s, lease_or_settled_at, generation, state, key_rest, tenant, subject, tool, fingerprint) \
      VALUES ($1, $8, COALESCE((extract(epoch FROM statement_timestamp()) * 1000)::BIGINT + $10::BIGINT, $6::BIGINT), $11, \
