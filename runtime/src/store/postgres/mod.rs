@@ -746,3 +746,24 @@ impl RecordStore for PostgresStore {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::seconds_up;
+
+    /// The completion's window length, worked out in Rust, rounds as the claim's SQL does
+    /// (`((ms + 999) / 1000)::INTEGER`, dividing towards zero) and saturates instead of failing.
+    #[test]
+    fn window_seconds_round_up_as_the_sql_does() {
+        assert_eq!(seconds_up(0), 0);
+        assert_eq!(seconds_up(1), 1);
+        assert_eq!(seconds_up(1_000), 1);
+        assert_eq!(seconds_up(1_500), 2);
+        assert_eq!(seconds_up(900_000), 900);
+        assert_eq!(seconds_up(-1), 0);
+        assert_eq!(seconds_up(-1_001), 0);
+        assert_eq!(seconds_up(-2_000), -1);
+        assert_eq!(seconds_up(i64::MAX), i32::MAX);
+        assert_eq!(seconds_up(i64::MIN), i32::MIN);
+    }
+}
