@@ -30,25 +30,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use idempotency::key::Key;
 use idempotency::store::PostgresStore;
-use idempotency::{
-    clock::Timestamp,
-    key::Key,
-    store::{Claim, ClaimRequest, Completion, Store, StoredResponse, Token},
-    Caller,
-};
+use idempotency::store::{Claim, ClaimRequest, Completion, Store, StoredResponse, Token};
 use idempotency_tests::pg::TestSchema;
+use idempotency_tests::raw::{self, key, now, RESPONSE};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
-
-/// The `stores` bench's answer and raw table.
-const RESPONSE: &str = r#"{"charge_id":"ch_3PqR8sT2uV4wX5yZ6a7b","amount":4200,"currency":"EUR"}"#;
-const RAW_TABLE: &str = "CREATE TABLE raw_records (key BYTEA PRIMARY KEY, tenant TEXT NOT NULL, \
-     tool TEXT NOT NULL, created_at BIGINT NOT NULL, response TEXT)";
-const RAW_INSERT: &str =
-    "INSERT INTO raw_records (key, tenant, tool, created_at) VALUES ($1, $2, $3, $4) \
-     ON CONFLICT (key) DO NOTHING RETURNING key";
-const RAW_UPDATE: &str = "UPDATE raw_records SET response = $2 WHERE key = $1";
 
 /// The claim's insert as a store with no clock offset binds it (`$1` ref, `$2` key_rest, `$3`
 /// tenant, `$4` tool, `$5` fingerprint, `$6` lease length, `$7` token, `$8` subject, `$9`
@@ -83,20 +71,6 @@ fn env(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn key(n: u64) -> Key {
-    Key::for_call(
-        &idempotency::key::Secret::demo(),
-        &Caller::new("acme", "bench"),
-        "charge_card",
-        &n,
-    )
-    .expect("key")
-}
-
-fn now() -> Timestamp {
-    Timestamp::from_millis(1_796_000_000_000)
-}
-
 fn ref_of(k: &Key) -> i64 {
     i64::from_be_bytes(k.as_bytes()[..8].try_into().expect("8 bytes"))
 }
@@ -115,7 +89,7 @@ impl Bench {
         let k = key(self.next.fetch_add(1, Ordering::Relaxed));
         match side {
             Side::Raw => {
-                let won: Option<Vec<u8>> = sqlx::query_scalar(RAW_INSERT)
+                let won: Option<Vec<u8>> = sqlx::query_scalar(raw::CLAIM)
                     .bind(&k.as_bytes()[..])
                     .bind("acme")
                     .bind("charge_card")
@@ -124,7 +98,7 @@ impl Bench {
                     .await
                     .expect("raw insert");
                 assert!(won.is_some(), "raw key was not fresh");
-                sqlx::query(RAW_UPDATE)
+                sqlx::query(raw::COMPLETE)
                     .bind(&k.as_bytes()[..])
                     .bind(RESPONSE)
                     .execute(&self.pool)
@@ -239,7 +213,7 @@ async fn main() {
         .await
         .expect("pool");
     let store = PostgresStore::from_pool(pool.clone()).await.expect("store");
-    sqlx::query(RAW_TABLE)
+    sqlx::query(raw::TABLE_PG)
         .execute(&pool)
         .await
         .expect("raw table");

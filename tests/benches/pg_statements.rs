@@ -18,23 +18,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idempotency::store::PostgresStore;
-use idempotency::{
-    clock::Timestamp,
-    key::Key,
-    store::{Claim, ClaimRequest, Completion, Store, StoredResponse, Token},
-    Caller,
-};
+use idempotency::store::{Claim, ClaimRequest, Completion, Store, StoredResponse, Token};
 use idempotency_tests::pg::TestSchema;
+use idempotency_tests::raw::{self, key, now, RESPONSE};
 use sqlx::postgres::PgPoolOptions;
-
-/// The `stores` bench's answer and raw table.
-const RESPONSE: &str = r#"{"charge_id":"ch_3PqR8sT2uV4wX5yZ6a7b","amount":4200,"currency":"EUR"}"#;
-const RAW_TABLE: &str = "CREATE TABLE raw_records (key BYTEA PRIMARY KEY, tenant TEXT NOT NULL, \
-     tool TEXT NOT NULL, created_at BIGINT NOT NULL, response TEXT)";
-const RAW_INSERT: &str =
-    "INSERT INTO raw_records (key, tenant, tool, created_at) VALUES ($1, $2, $3, $4) \
-     ON CONFLICT (key) DO NOTHING RETURNING key";
-const RAW_UPDATE: &str = "UPDATE raw_records SET response = $2 WHERE key = $1";
 
 /// The store's row inserted bare, with the parameters of the claim a store with a clock offset
 /// runs (`$1`…`$11` as it binds them) and with three.
@@ -50,20 +37,6 @@ const BARE3: &str = "INSERT INTO idempotency_records \
 
 const BLOCK: usize = 25;
 const ROUNDS: usize = 80;
-
-fn key(n: u64) -> Key {
-    Key::for_call(
-        &idempotency::key::Secret::demo(),
-        &Caller::new("acme", "bench"),
-        "charge_card",
-        &n,
-    )
-    .expect("key")
-}
-
-fn now() -> Timestamp {
-    Timestamp::from_millis(1_796_000_000_000)
-}
 
 fn p50_us(mut v: Vec<Duration>) -> f64 {
     v.sort();
@@ -104,7 +77,7 @@ async fn main() {
         .expect("pool");
     let store: Arc<dyn Store> =
         Arc::new(PostgresStore::from_pool(pool.clone()).await.expect("store"));
-    sqlx::query(RAW_TABLE)
+    sqlx::query(raw::TABLE_PG)
         .execute(&pool)
         .await
         .expect("raw table");
@@ -151,7 +124,7 @@ async fn main() {
             let k = key(next());
             let won: Option<Vec<u8>> = timed(
                 &mut t.raw_insert,
-                sqlx::query_scalar(RAW_INSERT)
+                sqlx::query_scalar(raw::CLAIM)
                     .bind(&k.as_bytes()[..])
                     .bind("acme")
                     .bind("charge_card")
@@ -163,7 +136,7 @@ async fn main() {
             assert!(won.is_some(), "raw key was not fresh");
             timed(
                 &mut t.raw_update,
-                sqlx::query(RAW_UPDATE)
+                sqlx::query(raw::COMPLETE)
                     .bind(&k.as_bytes()[..])
                     .bind(RESPONSE)
                     .execute(&pool),

@@ -1,6 +1,6 @@
-//! The stores against the seed's raw SQL: `INSERT … ON CONFLICT (key) DO NOTHING RETURNING` then
-//! `UPDATE … SET response = $2 WHERE key = $1` (a repeat: the insert, then a `SELECT`), on a
-//! comparable raw table through the SAME pool. Figures from an empty table (analysed while empty,
+//! The stores against the seed's raw SQL (`idempotency_tests::raw`): `INSERT … ON CONFLICT (key)
+//! DO NOTHING RETURNING` then `UPDATE … SET response = $2 WHERE key = $1` (a repeat: the insert,
+//! then a `SELECT`), on a comparable raw table through the SAME pool. Figures from an empty table (analysed while empty,
 //! so generic plans are made on it) and from a full one.
 //!
 //! ```text
@@ -22,21 +22,13 @@ use std::time::{Duration, Instant};
 
 use idempotency::store::PostgresStore;
 use idempotency::store::SqliteStore;
-use idempotency::{
-    clock::Timestamp,
-    key::Key,
-    store::{Claim, ClaimRequest, Completion, Store, StoredResponse, Token},
-    Caller,
-};
+use idempotency::store::{Claim, ClaimRequest, Completion, Store, StoredResponse, Token};
 use idempotency_tests::pg::{unique_name, TestSchema};
+use idempotency_tests::raw::{self, key, now, RESPONSE, TENANT, TOOL};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::sqlite::SqlitePoolOptions;
 use sqlx::{PgPool, SqlitePool};
 
-/// A 70-byte JSON answer, like a charge receipt.
-const RESPONSE: &str = r#"{"charge_id":"ch_3PqR8sT2uV4wX5yZ6a7b","amount":4200,"currency":"EUR"}"#;
-const TENANT: &str = "acme";
-const TOOL: &str = "charge_card";
 const WINDOW: Duration = Duration::from_secs(900);
 
 fn env(name: &str, default: u64) -> u64 {
@@ -51,20 +43,6 @@ struct Config {
     samples: usize,
     secs: f64,
     clients: usize,
-}
-
-fn key(n: u64) -> Key {
-    Key::for_call(
-        &idempotency::key::Secret::demo(),
-        &Caller::new(TENANT, "bench"),
-        TOOL,
-        &n,
-    )
-    .expect("key")
-}
-
-fn now() -> Timestamp {
-    Timestamp::from_millis(1_796_000_000_000)
 }
 
 type Op = Arc<dyn Fn(u64) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
@@ -129,18 +107,6 @@ fn store_repeat(store: Arc<dyn Store>) -> Op {
     })
 }
 
-const RAW_PG: &str =
-    "CREATE TABLE raw_records (key BYTEA PRIMARY KEY, tenant TEXT NOT NULL, tool TEXT NOT NULL, \
-                      created_at BIGINT NOT NULL, response TEXT)";
-const RAW_SQLITE: &str =
-    "CREATE TABLE raw_records (key BLOB PRIMARY KEY, tenant TEXT NOT NULL, tool TEXT NOT NULL, \
-                          created_at INTEGER NOT NULL, response TEXT) WITHOUT ROWID";
-const RAW_CLAIM: &str =
-    "INSERT INTO raw_records (key, tenant, tool, created_at) VALUES ($1, $2, $3, $4) \
-                         ON CONFLICT (key) DO NOTHING RETURNING key";
-const RAW_COMPLETE: &str = "UPDATE raw_records SET response = $2 WHERE key = $1";
-const RAW_READ: &str = "SELECT response FROM raw_records WHERE key = $1";
-
 macro_rules! raw_ops {
     ($fresh:ident, $repeat:ident, $pool:ty) => {
         fn $fresh(pool: $pool) -> Op {
@@ -148,7 +114,7 @@ macro_rules! raw_ops {
                 let pool = pool.clone();
                 Box::pin(async move {
                     let k = key(n);
-                    let won: Option<Vec<u8>> = sqlx::query_scalar(RAW_CLAIM)
+                    let won: Option<Vec<u8>> = sqlx::query_scalar(raw::CLAIM)
                         .bind(&k.as_bytes()[..])
                         .bind(TENANT)
                         .bind(TOOL)
@@ -157,7 +123,7 @@ macro_rules! raw_ops {
                         .await
                         .expect("raw claim");
                     assert!(won.is_some(), "key {n} was not fresh");
-                    sqlx::query(RAW_COMPLETE)
+                    sqlx::query(raw::COMPLETE)
                         .bind(&k.as_bytes()[..])
                         .bind(RESPONSE)
                         .execute(&pool)
@@ -172,7 +138,7 @@ macro_rules! raw_ops {
                 let pool = pool.clone();
                 Box::pin(async move {
                     let k = key(n);
-                    let won: Option<Vec<u8>> = sqlx::query_scalar(RAW_CLAIM)
+                    let won: Option<Vec<u8>> = sqlx::query_scalar(raw::CLAIM)
                         .bind(&k.as_bytes()[..])
                         .bind(TENANT)
                         .bind(TOOL)
@@ -181,7 +147,7 @@ macro_rules! raw_ops {
                         .await
                         .expect("raw claim");
                     assert!(won.is_none());
-                    let response: Option<String> = sqlx::query_scalar(RAW_READ)
+                    let response: Option<String> = sqlx::query_scalar(raw::READ)
                         .bind(&k.as_bytes()[..])
                         .fetch_one(&pool)
                         .await
@@ -578,7 +544,10 @@ async fn postgres(cfg: &Config) -> Option<Table> {
         .await
         .expect("pool");
     let store = PostgresStore::from_pool(pool.clone()).await.expect("store");
-    sqlx::query(RAW_PG).execute(&pool).await.expect("raw table");
+    sqlx::query(raw::TABLE_PG)
+        .execute(&pool)
+        .await
+        .expect("raw table");
     for table in [
         "VACUUM ANALYZE idempotency_records",
         "VACUUM ANALYZE raw_records",
@@ -765,7 +734,7 @@ async fn sqlite(cfg: &Config) -> Table {
         .connect_with(SqliteStore::connect_options(&f_raw.0))
         .await
         .expect("raw pool");
-    sqlx::query(RAW_SQLITE)
+    sqlx::query(raw::TABLE_SQLITE)
         .execute(&raw_pool)
         .await
         .expect("raw table");

@@ -3,6 +3,7 @@
 pub mod pg;
 pub mod processes;
 pub mod proxy;
+pub mod raw;
 #[cfg(feature = "redis")]
 pub mod redis_servers;
 pub mod scripted;

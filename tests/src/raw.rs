@@ -1,0 +1,46 @@
+//! The baseline the PostgreSQL benches measure the store against: the naive two statements a
+//! hand-written handler would run on a table of its own (insert the key, then store the answer),
+//! and the calls the benches key.
+
+use idempotency::{clock::Timestamp, key::Key, Caller};
+
+/// A 70-byte JSON answer, like a charge receipt.
+pub const RESPONSE: &str =
+    r#"{"charge_id":"ch_3PqR8sT2uV4wX5yZ6a7b","amount":4200,"currency":"EUR"}"#;
+/// The tenant and tool of every benched call.
+pub const TENANT: &str = "acme";
+/// See [`TENANT`].
+pub const TOOL: &str = "charge_card";
+
+/// The raw table on PostgreSQL.
+pub const TABLE_PG: &str =
+    "CREATE TABLE raw_records (key BYTEA PRIMARY KEY, tenant TEXT NOT NULL, tool TEXT NOT NULL, \
+     created_at BIGINT NOT NULL, response TEXT)";
+/// The raw table on SQLite.
+pub const TABLE_SQLITE: &str =
+    "CREATE TABLE raw_records (key BLOB PRIMARY KEY, tenant TEXT NOT NULL, tool TEXT NOT NULL, \
+     created_at INTEGER NOT NULL, response TEXT) WITHOUT ROWID";
+/// The raw claim: `$1` key, `$2` tenant, `$3` tool, `$4` time; a row back when it won.
+pub const CLAIM: &str =
+    "INSERT INTO raw_records (key, tenant, tool, created_at) VALUES ($1, $2, $3, $4) \
+     ON CONFLICT (key) DO NOTHING RETURNING key";
+/// The raw completion: `$1` key, `$2` answer.
+pub const COMPLETE: &str = "UPDATE raw_records SET response = $2 WHERE key = $1";
+/// The raw repeat's second statement: `$1` key.
+pub const READ: &str = "SELECT response FROM raw_records WHERE key = $1";
+
+/// The key of benched call `n`.
+pub fn key(n: u64) -> Key {
+    Key::for_call(
+        &idempotency::key::Secret::demo(),
+        &Caller::new(TENANT, "bench"),
+        TOOL,
+        &n,
+    )
+    .expect("a number always has a key")
+}
+
+/// The time every benched call is made at (the PostgreSQL store reads the server's clock).
+pub fn now() -> Timestamp {
+    Timestamp::from_millis(1_796_000_000_000)
+}
