@@ -72,7 +72,7 @@ macro_rules! seconds_up {
 }
 
 /// A window's length in ms as the row keeps it, in Rust: whole seconds, rounded up as
-/// [`seconds_up!`] rounds them (dividing towards zero), and at most `i32::MAX`.
+/// [`seconds_up!`] rounds them (dividing towards zero), saturating at the ends of `i32`.
 fn seconds_up(ms: i64) -> i32 {
     i32::try_from(ms.saturating_add(999) / 1000).unwrap_or(if ms < 0 { i32::MIN } else { i32::MAX })
 }
@@ -509,13 +509,17 @@ impl RecordStore for PostgresStore {
             let window_s =
                 i32::try_from(req.window.as_secs() + u64::from(req.window.subsec_nanos() > 0))
                     .unwrap_or(i32::MAX);
-            let bound = |sql: &'static str| {
+            // `$1` … `$5`, the same in every claim statement.
+            let head = |sql: &'static str| {
                 sqlx::query(sql)
                     .bind(ref_of(&req.key))
                     .bind(rest_of(&req.key))
                     .bind(req.tenant)
                     .bind(req.tool)
                     .bind(fingerprint)
+            };
+            let bound = |sql| {
+                head(sql)
                     .bind(req.now.as_millis())
                     .bind(req.lease_expires_at.as_millis())
                     .bind(req.token.0)
@@ -524,12 +528,7 @@ impl RecordStore for PostgresStore {
                     .bind(window_s)
             };
             let claim = || match self.clock_offset {
-                Some(0) => sqlx::query(CLAIM_ON_SERVER_CLOCK)
-                    .bind(ref_of(&req.key))
-                    .bind(rest_of(&req.key))
-                    .bind(req.tenant)
-                    .bind(req.tool)
-                    .bind(fingerprint)
+                Some(0) => head(CLAIM_ON_SERVER_CLOCK)
                     .bind(
                         req.lease_expires_at
                             .as_millis()
