@@ -31,11 +31,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idempotency::key::Key;
-use idempotency::store::PostgresStore;
-use idempotency::store::{Claim, ClaimRequest, Completion, Store, StoredResponse, Token};
+use idempotency::store::{Claim, Store, StoredResponse, Token};
 use idempotency_tests::pg::TestSchema;
 use idempotency_tests::raw::{self, key, now, RESPONSE};
-use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 /// The claim's insert as a store with no clock offset binds it (`$1` ref, `$2` key_rest, `$3`
@@ -106,17 +104,7 @@ impl Bench {
                     .expect("raw update");
             }
             Side::Store => {
-                let req = ClaimRequest {
-                    key: k,
-                    tenant: "acme",
-                    subject: None,
-                    tool: "charge_card",
-                    fingerprint: None,
-                    now: now(),
-                    lease_expires_at: now() + Duration::from_secs(30),
-                    window: Duration::from_secs(900),
-                    token: Token(1),
-                };
+                let req = raw::claim_request(k);
                 let claim = self.store.claim(&req).await;
                 let Ok(Claim::New { token, .. }) = claim else {
                     panic!("not a fresh claim: {claim:?}")
@@ -160,14 +148,7 @@ impl Bench {
     }
 
     async fn complete(&self, key: Key, token: Token) {
-        let c = Completion {
-            key,
-            token,
-            response: &self.response,
-            now: now(),
-            expires_at: now() + Duration::from_secs(900),
-            outbox: &[],
-        };
+        let c = raw::completion(key, token, &self.response);
         self.store.complete(&c).await.expect("complete");
     }
 }
@@ -206,17 +187,7 @@ async fn main() {
     }
     let (rounds, samples, clients) = (env("FLOOR_SECS", 30), env("FLOOR_SAMPLES", 2000), 32);
     let schema = TestSchema::create("floor").await.expect("a schema");
-    let pool = PgPoolOptions::new()
-        .max_connections(clients as u32)
-        .min_connections(clients as u32)
-        .connect_with(PostgresStore::tune(schema.options()))
-        .await
-        .expect("pool");
-    let store = PostgresStore::from_pool(pool.clone()).await.expect("store");
-    sqlx::query(raw::TABLE_PG)
-        .execute(&pool)
-        .await
-        .expect("raw table");
+    let (pool, store) = raw::pg_pool_and_store(&schema, clients as u32).await;
     let bench = Arc::new(Bench {
         pool,
         store: Arc::new(store),

@@ -17,11 +17,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idempotency::store::PostgresStore;
-use idempotency::store::{Claim, ClaimRequest, Completion, Store, StoredResponse, Token};
+use idempotency::store::{Claim, Store, StoredResponse};
 use idempotency_tests::pg::TestSchema;
 use idempotency_tests::raw::{self, key, now, RESPONSE};
-use sqlx::postgres::PgPoolOptions;
 
 /// The store's row inserted bare, with the parameters of the claim a store with a clock offset
 /// runs (`$1`…`$11` as it binds them) and with three.
@@ -69,18 +67,8 @@ async fn main() {
         return;
     }
     let schema = TestSchema::create("statements").await.expect("a schema");
-    let pool = PgPoolOptions::new()
-        .max_connections(2)
-        .min_connections(2)
-        .connect_with(PostgresStore::tune(schema.options()))
-        .await
-        .expect("pool");
-    let store: Arc<dyn Store> =
-        Arc::new(PostgresStore::from_pool(pool.clone()).await.expect("store"));
-    sqlx::query(raw::TABLE_PG)
-        .execute(&pool)
-        .await
-        .expect("raw table");
+    let (pool, store) = raw::pg_pool_and_store(&schema, 2).await;
+    let store: Arc<dyn Store> = Arc::new(store);
     let response = StoredResponse {
         ok: true,
         body: RESPONSE.into(),
@@ -93,29 +81,12 @@ async fn main() {
     };
     for _ in 0..ROUNDS {
         for _ in 0..BLOCK {
-            let req = ClaimRequest {
-                key: key(next()),
-                tenant: "acme",
-                subject: None,
-                tool: "charge_card",
-                fingerprint: None,
-                now: now(),
-                lease_expires_at: now() + Duration::from_secs(30),
-                window: Duration::from_secs(900),
-                token: Token(1),
-            };
+            let req = raw::claim_request(key(next()));
             let claim = timed(&mut t.claim, store.claim(&req)).await;
             let Ok(Claim::New { token, .. }) = claim else {
                 panic!("not a fresh claim: {claim:?}")
             };
-            let c = Completion {
-                key: req.key,
-                token,
-                response: &response,
-                now: now(),
-                expires_at: now() + Duration::from_secs(900),
-                outbox: &[],
-            };
+            let c = raw::completion(req.key, token, &response);
             timed(&mut t.complete, store.complete(&c))
                 .await
                 .expect("complete");

@@ -20,16 +20,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idempotency::store::PostgresStore;
 use idempotency::store::SqliteStore;
-use idempotency::store::{Claim, ClaimRequest, Completion, Store, StoredResponse, Token};
+use idempotency::store::{Claim, Store, StoredResponse};
 use idempotency_tests::pg::{unique_name, TestSchema};
 use idempotency_tests::raw::{self, key, now, RESPONSE, TENANT, TOOL};
-use sqlx::postgres::PgPoolOptions;
 use sqlx::sqlite::SqlitePoolOptions;
 use sqlx::{PgPool, SqlitePool};
-
-const WINDOW: Duration = Duration::from_secs(900);
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -52,17 +48,7 @@ fn store_fresh(store: Arc<dyn Store>) -> Op {
     Arc::new(move |n| {
         let store = store.clone();
         Box::pin(async move {
-            let req = ClaimRequest {
-                key: key(n),
-                tenant: TENANT,
-                subject: None,
-                tool: TOOL,
-                fingerprint: None,
-                now: now(),
-                lease_expires_at: now() + Duration::from_secs(30),
-                window: WINDOW,
-                token: Token(now().as_millis()),
-            };
+            let req = raw::claim_request(key(n));
             let Claim::New { token, .. } = store.claim(&req).await.expect("claim") else {
                 panic!("key {n} was not fresh")
             };
@@ -70,14 +56,7 @@ fn store_fresh(store: Arc<dyn Store>) -> Op {
                 ok: true,
                 body: RESPONSE.into(),
             };
-            let c = Completion {
-                key: req.key,
-                token,
-                response: &response,
-                now: now(),
-                expires_at: now() + WINDOW,
-                outbox: &[],
-            };
+            let c = raw::completion(req.key, token, &response);
             store.complete(&c).await.expect("complete");
         })
     })
@@ -87,17 +66,7 @@ fn store_repeat(store: Arc<dyn Store>) -> Op {
     Arc::new(move |n| {
         let store = store.clone();
         Box::pin(async move {
-            let req = ClaimRequest {
-                key: key(n),
-                tenant: TENANT,
-                subject: None,
-                tool: TOOL,
-                fingerprint: None,
-                now: now(),
-                lease_expires_at: now() + Duration::from_secs(30),
-                window: WINDOW,
-                token: Token(now().as_millis()),
-            };
+            let req = raw::claim_request(key(n));
             let answer = store.claim(&req).await.expect("claim");
             assert!(
                 matches!(answer, Claim::Completed { .. }),
@@ -537,17 +506,7 @@ async fn phase(
 
 async fn postgres(cfg: &Config) -> Option<Table> {
     let schema = TestSchema::create("bench").await?;
-    let pool = PgPoolOptions::new()
-        .max_connections(cfg.clients as u32)
-        .min_connections(cfg.clients as u32)
-        .connect_with(PostgresStore::tune(schema.options()))
-        .await
-        .expect("pool");
-    let store = PostgresStore::from_pool(pool.clone()).await.expect("store");
-    sqlx::query(raw::TABLE_PG)
-        .execute(&pool)
-        .await
-        .expect("raw table");
+    let (pool, store) = raw::pg_pool_and_store(&schema, cfg.clients as u32).await;
     for table in [
         "VACUUM ANALYZE idempotency_records",
         "VACUUM ANALYZE raw_records",

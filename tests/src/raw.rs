@@ -1,8 +1,16 @@
-//! The baseline the PostgreSQL benches measure the store against: the naive two statements a
-//! hand-written handler would run on a table of its own (insert the key, then store the answer),
-//! and the calls the benches key.
+//! The baseline the store benches measure against: the naive two statements a hand-written
+//! handler would run on a table of its own (insert the key, then store the answer); and what
+//! the benches share on the store's side: the calls they key, their claims and completions, and
+//! the PostgreSQL pool with the store and the raw table beside it.
 
+use std::time::Duration;
+
+use idempotency::store::{ClaimRequest, Completion, PostgresStore, StoredResponse, Token};
 use idempotency::{clock::Timestamp, key::Key, Caller};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+use crate::pg::TestSchema;
 
 /// A 70-byte JSON answer, like a charge receipt.
 pub const RESPONSE: &str =
@@ -11,6 +19,8 @@ pub const RESPONSE: &str =
 pub const TENANT: &str = "acme";
 /// See [`TENANT`].
 pub const TOOL: &str = "charge_card";
+/// The benched tool's window.
+pub const WINDOW: Duration = Duration::from_secs(900);
 
 /// The raw table on PostgreSQL.
 pub const TABLE_PG: &str =
@@ -43,4 +53,51 @@ pub fn key(n: u64) -> Key {
 /// The time every benched call is made at (the PostgreSQL store reads the server's clock).
 pub fn now() -> Timestamp {
     Timestamp::from_millis(1_796_000_000_000)
+}
+
+/// The claim of benched call `key`: a 30 s lease, the tool's [`WINDOW`].
+pub fn claim_request(key: Key) -> ClaimRequest<'static> {
+    ClaimRequest {
+        key,
+        tenant: TENANT,
+        subject: None,
+        tool: TOOL,
+        fingerprint: None,
+        now: now(),
+        lease_expires_at: now() + Duration::from_secs(30),
+        window: WINDOW,
+        token: Token(now().as_millis()),
+    }
+}
+
+/// The completion of a benched call's claim, answering `response` for the tool's [`WINDOW`].
+pub fn completion(key: Key, token: Token, response: &StoredResponse) -> Completion<'_> {
+    Completion {
+        key,
+        token,
+        response,
+        now: now(),
+        expires_at: now() + WINDOW,
+        outbox: &[],
+    }
+}
+
+/// A pool of `connections` (all opened at once) to `schema`, tuned for the store, the store on
+/// it, and the raw table beside the store's.
+///
+/// # Panics
+/// If the database cannot be reached or the migrations fail.
+pub async fn pg_pool_and_store(schema: &TestSchema, connections: u32) -> (PgPool, PostgresStore) {
+    let pool = PgPoolOptions::new()
+        .max_connections(connections)
+        .min_connections(connections)
+        .connect_with(PostgresStore::tune(schema.options()))
+        .await
+        .expect("pool");
+    let store = PostgresStore::from_pool(pool.clone()).await.expect("store");
+    sqlx::query(TABLE_PG)
+        .execute(&pool)
+        .await
+        .expect("raw table");
+    (pool, store)
 }
