@@ -1827,7 +1827,7 @@ mod sql {
             generation, state, key_rest, tenant, subject, tool, fingerprint) \
         SELECT 42, 1, t, 900, t, 1, 0, '\\x000000000000000000000000000000000000000000000000', \
             'acme', '', 'charge_card', '' \
-        FROM (SELECT (extract(epoch FROM statement_timestamp()) * 1000)::BIGINT AS t) s";
+        FROM (SELECT (date_part('epoch', statement_timestamp()) * 1000)::BIGINT AS t) s";
 
     /// The database's clock stepping back past the reconciler's mark does not hide the claims
     /// made after the step: the round that finds its clock behind the mark moves the mark back,
@@ -1966,7 +1966,7 @@ mod sql {
             "INSERT INTO idempotency_records (ref, token, claimed_at, window_s, lease_or_settled_at, \
                  generation, state, key_rest, tenant, subject, tool, fingerprint) \
              SELECT $1, 7, t, 900, t + 60000, 1, 0, $2, $3, '', $4, '' \
-             FROM (SELECT (extract(epoch FROM statement_timestamp()) * 1000)::BIGINT AS t) s",
+             FROM (SELECT (date_part('epoch', statement_timestamp()) * 1000)::BIGINT AS t) s",
         )
         .bind(i64::from_be_bytes(k.as_bytes()[..8].try_into().expect("8 bytes")))
         .bind(&k.as_bytes()[8..])

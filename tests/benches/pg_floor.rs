@@ -41,8 +41,8 @@ use sqlx::PgPool;
 /// window), without the part that answers a repeat.
 const BARE_INSERT: &str = "INSERT INTO idempotency_records \
      (ref, token, claimed_at, window_s, lease_or_settled_at, generation, state, key_rest, tenant, subject, tool, fingerprint) \
-     VALUES ($1, $7, (extract(epoch FROM statement_timestamp()) * 1000)::BIGINT, $9, \
-     (extract(epoch FROM statement_timestamp()) * 1000)::BIGINT + $6, 1, 0, $2, $3, $8, $4, $5) \
+     VALUES ($1, $7, (date_part('epoch', statement_timestamp()) * 1000)::BIGINT, $9, \
+     (date_part('epoch', statement_timestamp()) * 1000)::BIGINT + $6, 1, 0, $2, $3, $8, $4, $5) \
      ON CONFLICT (ref) DO NOTHING RETURNING 1";
 /// The store's row with two parameters, and the raw SQL's update of it.
 const ROW_INSERT: &str = "INSERT INTO idempotency_records \

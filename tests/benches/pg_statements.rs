@@ -25,8 +25,8 @@ use idempotency_tests::raw::{self, key, now, RESPONSE};
 /// runs (`$1`…`$11` as it binds them) and with three.
 const BARE11: &str = "INSERT INTO idempotency_records \
      (ref, token, claimed_at, window_s, lease_or_settled_at, generation, state, key_rest, tenant, subject, tool, fingerprint) \
-     VALUES ($1, $8, COALESCE((extract(epoch FROM statement_timestamp()) * 1000)::BIGINT + $10::BIGINT, $6::BIGINT), $11, \
-     COALESCE((extract(epoch FROM statement_timestamp()) * 1000)::BIGINT + $10::BIGINT, $6::BIGINT) + ($7 - $6), \
+     VALUES ($1, $8, COALESCE((date_part('epoch', statement_timestamp()) * 1000)::BIGINT + $10::BIGINT, $6::BIGINT), $11, \
+     COALESCE((date_part('epoch', statement_timestamp()) * 1000)::BIGINT + $10::BIGINT, $6::BIGINT) + ($7 - $6), \
      1, 0, $2, $3, $9, $4, $5) ON CONFLICT (ref) DO NOTHING RETURNING 1";
 const BARE3: &str = "INSERT INTO idempotency_records \
      (ref, token, claimed_at, window_s, lease_or_settled_at, generation, state, key_rest, tenant, subject, tool, fingerprint) \

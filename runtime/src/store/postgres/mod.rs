@@ -35,9 +35,14 @@ mod background;
 
 /// The database server's clock in ms since the epoch (`statement_timestamp()`, one value for the
 /// whole statement): the clock of every statement a store outside tests runs.
+///
+/// `date_part` (a `float8`, which resolves a microsecond of this clock until the 2250s; the cast
+/// rounds to the nearest ms) rather than `extract` (a `numeric`): on PostgreSQL 15 the numeric
+/// form cost about 2 µs more of server time each time a statement evaluated it, 4 µs a claim
+/// (the server's own statement durations, BENCHMARKS.md).
 macro_rules! server_clock {
     () => {
-        "(extract(epoch FROM statement_timestamp()) * 1000)::BIGINT"
+        "(date_part('epoch', statement_timestamp()) * 1000)::BIGINT"
     };
 }
 
