@@ -24,14 +24,26 @@
 //! ```
 //!
 //! Environment: `FLOOR_SECS` (rounds of one-second slices, 30), `FLOOR_SAMPLES` (latency samples
-//! per side, 2000).
+//! per side, 2000), `FLOOR_SERVER_LOG` (see below).
+//!
+//! With `FLOOR_SERVER_LOG` set to the server's log file (readable by this process; the role must
+//! be allowed to set `log_min_duration_statement`, as a superuser is), it also times each
+//! statement as the server does: one connection with `log_min_duration_statement = 0`, the
+//! sides' calls alternating in blocks, and the median of each statement's `bind` and `execute`
+//! durations from the log (µs, the log's resolution; the commit, at the protocol's `Sync`, is in
+//! neither). The server's time is what the store adds beyond the raw SQL's that no client change
+//! can take back. Prints:
+//!
+//! ```text
+//! pg_floor server_us raw_insert=74 raw_update=61 store_claim=100 store_complete=81 bare_insert=86 row_insert=83 row_update=66
+//! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idempotency::key::Key;
-use idempotency::store::{Claim, Store, StoredResponse, Token};
+use idempotency::store::{Claim, PostgresStore, Store, StoredResponse, Token};
 use idempotency_tests::pg::TestSchema;
 use idempotency_tests::raw::{self, key, now, RESPONSE};
 use sqlx::PgPool;
@@ -240,5 +252,101 @@ async fn main() {
         median(ratios[2].clone()),
         median(ratios[3].clone())
     );
+    if let Ok(log) = std::env::var("FLOOR_SERVER_LOG") {
+        server_times(&schema, &log, bench.response.clone(), samples).await;
+    }
     schema.drop_schema().await;
+}
+
+/// The statements of a fresh call on each side, as the server's log names them: the start of
+/// each statement's text (the store's own are private to it; if they change, the phase fails
+/// rather than print nothing).
+const STATEMENTS: [(&str, &str); 7] = [
+    ("raw_insert", "INSERT INTO raw_records"),
+    ("raw_update", "UPDATE raw_records"),
+    ("store_claim", "WITH ins AS ("),
+    ("store_complete", "UPDATE idempotency_records SET state = $4"),
+    ("bare_insert", "INSERT INTO idempotency_records (ref, token, claimed_at, window_s, lease_or_settled_at, generation, state, key_rest, tenant, subject, tool, fingerprint) VALUES ($1, $7,"),
+    ("row_insert", "INSERT INTO idempotency_records (ref, token, claimed_at, window_s, lease_or_settled_at, generation, state, key_rest, tenant, subject, tool, fingerprint) VALUES ($1, 1,"),
+    ("row_update", "UPDATE idempotency_records SET response = $2"),
+];
+
+/// Times every side's statements as the server does (see the module's documentation).
+async fn server_times(schema: &TestSchema, log: &str, response: StoredResponse, calls: usize) {
+    let options =
+        PostgresStore::tune(schema.options()).options([("log_min_duration_statement", "0")]);
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .expect("a logged connection");
+    let store = PostgresStore::from_pool(pool.clone()).await.expect("store");
+    let bench = Bench {
+        pool,
+        store: Arc::new(store),
+        // Keys no earlier phase used.
+        next: AtomicU64::new(1 << 40),
+        response,
+    };
+    let start = std::fs::metadata(log)
+        .unwrap_or_else(|e| panic!("FLOOR_SERVER_LOG {log}: {e}"))
+        .len();
+    let mut done = 0;
+    while done < calls {
+        for &side in &SIDES {
+            for _ in 0..BLOCK {
+                bench.call(side).await;
+            }
+        }
+        done += BLOCK;
+    }
+    bench.pool.close().await;
+    let mut file = std::fs::File::open(log).expect("the server log");
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(start)).expect("seek");
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut file, &mut text).expect("the server log, as text");
+    // [bind, execute] durations of each statement, in µs.
+    let mut times: Vec<[Vec<f64>; 2]> = STATEMENTS
+        .iter()
+        .map(|_| [Vec::new(), Vec::new()])
+        .collect();
+    for line in text.lines() {
+        let Some((_, rest)) = line.split_once("duration: ") else {
+            continue;
+        };
+        let Some((ms, rest)) = rest.split_once(" ms  ") else {
+            continue;
+        };
+        let Some((step, rest)) = rest.split_once(' ') else {
+            continue;
+        };
+        let Some((_, sql)) = rest.split_once(": ") else {
+            continue;
+        };
+        let step = match step {
+            "bind" => 0,
+            "execute" => 1,
+            _ => continue,
+        };
+        if let (Some(i), Ok(ms)) = (
+            STATEMENTS
+                .iter()
+                .position(|(_, head)| sql.starts_with(head)),
+            ms.parse::<f64>(),
+        ) {
+            times[i][step].push(ms * 1000.0);
+        }
+    }
+    let mut line = String::from("pg_floor server_us");
+    for ((name, _), [bind, execute]) in STATEMENTS.iter().zip(times) {
+        assert!(
+            bind.len() >= calls && execute.len() >= calls,
+            "the server log {log} timed {} binds and {} executions of {name}, not {calls}: is it \
+             the server's log, and may this role set log_min_duration_statement?",
+            bind.len(),
+            execute.len()
+        );
+        line += &format!(" {name}={:.0}", median(bind) + median(execute));
+    }
+    println!("{line}");
 }
