@@ -35,7 +35,7 @@
 //! can take back. Prints:
 //!
 //! ```text
-//! pg_floor server_us raw_insert=74 raw_update=61 store_claim=100 store_complete=81 bare_insert=86 row_insert=83 row_update=66
+//! pg_floor server_us raw_insert=55 raw_update=49 store_claim=78 store_complete=58 bare_insert=65 row_insert=62 row_update=49
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
