@@ -259,16 +259,20 @@ async fn main() {
 }
 
 /// The statements of a fresh call on each side, as the server's log names them: the start of
-/// each statement's text (the store's own are private to it; if they change, the phase fails
-/// rather than print nothing).
+/// each statement's text. This bench's own statements are one line each, logged whole; the
+/// store's are private to it, so they are named by how they begin (if that changes, the phase
+/// fails rather than print nothing).
 const STATEMENTS: [(&str, &str); 7] = [
-    ("raw_insert", "INSERT INTO raw_records"),
-    ("raw_update", "UPDATE raw_records"),
+    ("raw_insert", raw::CLAIM),
+    ("raw_update", raw::COMPLETE),
     ("store_claim", "WITH ins AS ("),
-    ("store_complete", "UPDATE idempotency_records SET state = $4"),
-    ("bare_insert", "INSERT INTO idempotency_records (ref, token, claimed_at, window_s, lease_or_settled_at, generation, state, key_rest, tenant, subject, tool, fingerprint) VALUES ($1, $7,"),
-    ("row_insert", "INSERT INTO idempotency_records (ref, token, claimed_at, window_s, lease_or_settled_at, generation, state, key_rest, tenant, subject, tool, fingerprint) VALUES ($1, 1,"),
-    ("row_update", "UPDATE idempotency_records SET response = $2"),
+    (
+        "store_complete",
+        "UPDATE idempotency_records SET state = $4",
+    ),
+    ("bare_insert", BARE_INSERT),
+    ("row_insert", ROW_INSERT),
+    ("row_update", ROW_UPDATE),
 ];
 
 /// Times every side's statements as the server does (see the module's documentation).
