@@ -22,11 +22,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     let processor = Arc::new(Processor::new(Duration::from_millis(delay)));
-    let (engine, store) = idempotency_examples::engine_from_env(
-        charge::reconciler(processor.clone()),
-        charge::CHARGE_WINDOW,
-    )
-    .await?;
+    let (engine, store) =
+        idempotency_examples::engine_from_env(charge::reconciler(processor.clone())).await?;
     tracing::info!("charge_card server on {store}");
     let identity = Identity::stdio(idempotency_examples::stdio_caller());
     idempotency_examples::serve(

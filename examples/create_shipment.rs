@@ -16,11 +16,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     idempotency_examples::init_logging();
     let transport = Transport::from_args()?;
     let carrier = Arc::new(Carrier::default());
-    let (engine, store) = idempotency_examples::engine_from_env(
-        shipment::reconciler(carrier.clone()),
-        shipment::SHIPMENT_WINDOW,
-    )
-    .await?;
+    let (engine, store) =
+        idempotency_examples::engine_from_env(shipment::reconciler(carrier.clone())).await?;
     tracing::info!("create_shipment server on {store}");
     let identity = Identity::stdio(idempotency_examples::stdio_caller());
     idempotency_examples::serve(

@@ -45,7 +45,7 @@ async fn run() -> Result<(), BoxError> {
     println!("store: SQLite file {}", path.display());
     let processor = Arc::new(Processor::new(Duration::from_millis(1500)));
     let engine = Idempotency::builder(store)
-        .reconcile(charge::reconciler(processor.clone()), charge::CHARGE_WINDOW)
+        .reconcile(charge::reconciler(processor.clone()))
         .build();
     let server = Payments::new(
         engine,

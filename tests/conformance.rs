@@ -69,6 +69,16 @@ fn answer(body: &str) -> StoredResponse {
 }
 
 fn req(key: Key, fingerprint: Option<Fingerprint>, now: i64) -> ClaimRequest<'static> {
+    req_window(key, fingerprint, now, WINDOW)
+}
+
+/// [`req`] for a tool whose window is `window` ms.
+fn req_window(
+    key: Key,
+    fingerprint: Option<Fingerprint>,
+    now: i64,
+    window: i64,
+) -> ClaimRequest<'static> {
     ClaimRequest {
         key,
         tenant: TENANT,
@@ -77,7 +87,7 @@ fn req(key: Key, fingerprint: Option<Fingerprint>, now: i64) -> ClaimRequest<'st
         fingerprint,
         now: at(now),
         lease_expires_at: at(now + LEASE),
-        window: std::time::Duration::from_millis(WINDOW as u64),
+        window: dur(window),
         token: first_token(now),
     }
 }
@@ -144,7 +154,23 @@ impl Backend {
     }
 
     async fn new_claim(&self, key: Key, fingerprint: Option<Fingerprint>, now: i64) -> Token {
-        match self.claim(key, fingerprint, now).await {
+        self.new_claim_window(key, fingerprint, now, WINDOW).await
+    }
+
+    /// [`Backend::new_claim`] for a tool whose window is `window` ms.
+    async fn new_claim_window(
+        &self,
+        key: Key,
+        fingerprint: Option<Fingerprint>,
+        now: i64,
+        window: i64,
+    ) -> Token {
+        let claim = self
+            .store
+            .claim(&req_window(key, fingerprint, now, window))
+            .await
+            .expect("claim");
+        match claim {
             Claim::New { token, .. } => token,
             other => panic!("expected a new claim, got {other:?}"),
         }
@@ -155,7 +181,6 @@ impl Backend {
         key: Key,
         token: Token,
         now: i64,
-        window: i64,
         response: &StoredResponse,
         outbox: &[OutboxMessage],
     ) -> Result<(), StoreError> {
@@ -164,7 +189,6 @@ impl Backend {
             token,
             response,
             now: at(now),
-            expires_at: at(now + window),
             outbox,
         };
         self.store.complete(&c).await
@@ -175,10 +199,9 @@ impl Backend {
         key: Key,
         token: Token,
         now: i64,
-        window: i64,
         body: &str,
     ) -> Result<(), StoreError> {
-        self.complete_with(key, token, now, window, &answer(body), &[])
+        self.complete_with(key, token, now, &answer(body), &[])
             .await
     }
 
@@ -207,9 +230,7 @@ impl Backend {
         s: &Settlement,
         now: i64,
     ) -> Result<(), StoreError> {
-        self.store
-            .settle(key, token, s, at(now), at(now) + dur(WINDOW))
-            .await
+        self.store.settle(key, token, s, at(now)).await
     }
 }
 
@@ -270,7 +291,7 @@ async fn in_flight_stays_in_flight_after_its_lease(b: &Backend) {
 async fn completed_replays_within_its_window(b: &Backend) {
     let k = key("a");
     let t = b.new_claim(k, None, 0).await;
-    b.complete(k, t, S, WINDOW, r#"{"charge":1}"#)
+    b.complete(k, t, S, r#"{"charge":1}"#)
         .await
         .expect("complete");
     assert_eq!(
@@ -288,7 +309,7 @@ async fn completed_replays_within_its_window(b: &Backend) {
         ok: false,
         body: r#""declined""#.into(),
     };
-    b.complete_with(k2, t2, S, WINDOW, &declined, &[])
+    b.complete_with(k2, t2, S, &declined, &[])
         .await
         .expect("complete");
     assert_eq!(
@@ -306,9 +327,7 @@ async fn window_edges(b: &Backend) {
     let t = S;
     let k = key("edge");
     let token = b.new_claim(k, None, 0).await;
-    b.complete(k, token, t, WINDOW, "first")
-        .await
-        .expect("complete");
+    b.complete(k, token, t, "first").await.expect("complete");
     assert!(
         matches!(
             b.claim(k, None, t + WINDOW - S).await,
@@ -327,9 +346,7 @@ async fn window_edges(b: &Backend) {
 
     let k = key("after");
     let token = b.new_claim(k, None, 0).await;
-    b.complete(k, token, t, WINDOW, "first")
-        .await
-        .expect("complete");
+    b.complete(k, token, t, "first").await.expect("complete");
     let fresh = b.claim(k, None, t + WINDOW + S).await;
     assert_eq!(
         fresh,
@@ -357,9 +374,7 @@ async fn window_edges(b: &Backend) {
 async fn slow_completion_counts_the_window_from_completion(b: &Backend) {
     let k = key("slow");
     let t = b.new_claim(k, None, 0).await;
-    b.complete(k, t, 20 * M, WINDOW, "slow")
-        .await
-        .expect("complete");
+    b.complete(k, t, 20 * M, "slow").await.expect("complete");
     assert_eq!(
         b.claim(k, None, 30 * M).await,
         Claim::Completed {
@@ -391,9 +406,7 @@ async fn fingerprint_mismatch(b: &Backend) {
         "no fingerprint never mismatches"
     );
     assert!(matches!(b.claim(k, args, S).await, Claim::InFlight { .. }));
-    b.complete(k, t, 2 * S, WINDOW, "shipped")
-        .await
-        .expect("complete");
+    b.complete(k, t, 2 * S, "shipped").await.expect("complete");
     assert_eq!(
         b.claim(k, other, 3 * S).await,
         Claim::Mismatch {
@@ -477,11 +490,8 @@ async fn released_is_taken_over_under_the_same_reference(b: &Backend) {
         (taken.state, taken.claimed_at, taken.completed_at),
         (RecordState::InFlight, at(2 * S), None)
     );
-    assert_fenced(
-        b.complete(k, t1, 3 * S, WINDOW, "stale").await,
-        k.reference(1),
-    );
-    b.complete(k, first_token(2 * S), 3 * S, WINDOW, "done")
+    assert_fenced(b.complete(k, t1, 3 * S, "stale").await, k.reference(1));
+    b.complete(k, first_token(2 * S), 3 * S, "done")
         .await
         .expect("complete");
     assert!(
@@ -533,10 +543,7 @@ async fn tokens_are_not_reused_after_a_purge(b: &Backend) {
     let new = b.new_claim(k, None, later).await;
     assert_eq!(new, first_token(later));
     assert_ne!(new, old);
-    assert_fenced(
-        b.complete(k, old, later + S, WINDOW, "stale").await,
-        k.reference(1),
-    );
+    assert_fenced(b.complete(k, old, later + S, "stale").await, k.reference(1));
     assert!(
         matches!(b.claim(k, None, later + S).await, Claim::InFlight { .. }),
         "the new claim is untouched"
@@ -550,7 +557,7 @@ async fn stale_tokens_are_fenced(b: &Backend) {
     let t2 = b.new_claim(k, None, 2 * S).await;
     assert_eq!(t2, first_token(2 * S), "the taking-over claim's own token");
     let r = k.reference(1);
-    assert_fenced(b.complete(k, t1, 3 * S, WINDOW, "stale").await, r);
+    assert_fenced(b.complete(k, t1, 3 * S, "stale").await, r);
     assert_fenced(b.store.release(k, t1, at(3 * S)).await, r);
     assert_fenced(b.store.renew(k, t1, at(0), at(3 * LEASE)).await, r);
     assert_fenced(b.store.mark_unknown(k, t1).await, r);
@@ -560,9 +567,7 @@ async fn stale_tokens_are_fenced(b: &Backend) {
         "nothing changed"
     );
 
-    b.complete(k, t2, 3 * S, WINDOW, "done")
-        .await
-        .expect("complete");
+    b.complete(k, t2, 3 * S, "done").await.expect("complete");
     assert_wrong_state(b.store.release(k, t2, at(4 * S)).await, r, "completed");
     assert_wrong_state(
         b.store.renew(k, t2, at(0), at(3 * LEASE)).await,
@@ -570,11 +575,7 @@ async fn stale_tokens_are_fenced(b: &Backend) {
         "completed",
     );
     assert_wrong_state(b.store.mark_unknown(k, t2).await, r, "completed");
-    assert_wrong_state(
-        b.complete(k, t2, 4 * S, WINDOW, "again").await,
-        r,
-        "completed",
-    );
+    assert_wrong_state(b.complete(k, t2, 4 * S, "again").await, r, "completed");
     assert_wrong_state(
         b.settle(k, t2, &Settlement::Unknown, 4 * S).await,
         r,
@@ -592,7 +593,7 @@ async fn stale_tokens_are_fenced(b: &Backend) {
         ok: false,
         body: "declined".to_owned(),
     };
-    b.complete_with(e, te, S, WINDOW, &declined, &[])
+    b.complete_with(e, te, S, &declined, &[])
         .await
         .expect("complete with an error answer");
     let re = e.reference(1);
@@ -603,11 +604,7 @@ async fn stale_tokens_are_fenced(b: &Backend) {
         "completed",
     );
     assert_wrong_state(b.store.mark_unknown(e, te).await, re, "completed");
-    assert_wrong_state(
-        b.complete(e, te, 2 * S, WINDOW, "again").await,
-        re,
-        "completed",
-    );
+    assert_wrong_state(b.complete(e, te, 2 * S, "again").await, re, "completed");
     assert_wrong_state(
         b.settle(e, te, &Settlement::Unknown, 2 * S).await,
         re,
@@ -618,7 +615,7 @@ async fn stale_tokens_are_fenced(b: &Backend) {
     );
 
     let missing = key("missing");
-    assert_not_found(b.complete(missing, t1, 0, WINDOW, "x").await);
+    assert_not_found(b.complete(missing, t1, 0, "x").await);
     assert_not_found(b.store.release(missing, t1, at(0)).await);
     assert_not_found(b.store.renew(missing, t1, at(0), at(0)).await);
     assert_not_found(b.store.mark_unknown(missing, t1).await);
@@ -637,7 +634,7 @@ async fn late_completion_after_settle_is_fenced(b: &Backend) {
         .await
         .expect("settle");
     assert_fenced(
-        b.complete(k, t, LEASE + 2 * S, WINDOW, "late").await,
+        b.complete(k, t, LEASE + 2 * S, "late").await,
         k.reference(1),
     );
     assert_eq!(
@@ -686,7 +683,7 @@ async fn renew_extends_the_lease(b: &Backend) {
             lease_expires_at: at(3 * LEASE)
         }
     );
-    b.complete(k, t, 2 * S, WINDOW, "done")
+    b.complete(k, t, 2 * S, "done")
         .await
         .expect("a renewal keeps the token");
 }
@@ -698,7 +695,7 @@ async fn renew_extends_the_lease(b: &Backend) {
 async fn status_is_tenant_scoped_and_generation_exact(b: &Backend) {
     let k = key("status");
     let t = b.new_claim(k, None, 0).await;
-    b.complete(k, t, S, WINDOW, "done").await.expect("complete");
+    b.complete(k, t, S, "done").await.expect("complete");
     assert_eq!(
         b.status(TENANT, k.reference(1)).await,
         Some(RecordStatus {
@@ -766,9 +763,7 @@ async fn status_is_tenant_scoped_and_generation_exact(b: &Backend) {
             .await,
     );
     assert_eq!(in_flight, ka.reference(1));
-    b.complete(ka, ta, S, WINDOW, "done")
-        .await
-        .expect("complete");
+    b.complete(ka, ta, S, "done").await.expect("complete");
     taken(
         b.store
             .claim(&claim(kb, "acme", "charge_card", 2 * S))
@@ -819,8 +814,8 @@ async fn purge_deletes_only_settled_records_past_the_cutoff(b: &Backend) {
     let cutoff = 30 * M;
     let completed = |name: &'static str, window: i64| async move {
         let k = key(name);
-        let t = b.new_claim(k, None, 0).await;
-        b.complete(k, t, 0, window, name).await.expect("complete");
+        let t = b.new_claim_window(k, None, 0, window).await;
+        b.complete(k, t, 0, name).await.expect("complete");
         k
     };
     let gone = completed("expired", WINDOW).await;
@@ -911,9 +906,7 @@ async fn unsettled_lists_expired_leases_and_unknowns(b: &Backend) {
     let t3 = b.new_claim(k3, None, 5 * S).await;
     b.store.mark_unknown(k3, t3).await.expect("mark unknown");
     let t4 = b.new_claim(k4, None, S).await;
-    b.complete(k4, t4, 2 * S, WINDOW, "done")
-        .await
-        .expect("complete");
+    b.complete(k4, t4, 2 * S, "done").await.expect("complete");
     let t5 = b.new_claim(k5, None, 2 * S).await;
     b.store.release(k5, t5, at(3 * S)).await.expect("release");
 
@@ -930,6 +923,7 @@ async fn unsettled_lists_expired_leases_and_unknowns(b: &Backend) {
                 state: RecordState::InFlight,
                 token: first_token(0),
                 claimed_at: at(0),
+                window: dur(WINDOW),
             },
             Unsettled {
                 key: k3,
@@ -940,6 +934,7 @@ async fn unsettled_lists_expired_leases_and_unknowns(b: &Backend) {
                 state: RecordState::Unknown,
                 token: t3,
                 claimed_at: at(5 * S),
+                window: dur(WINDOW),
             },
         ]
     );
@@ -1025,10 +1020,7 @@ async fn settle_unknown_keeps_it_unknown_and_fences_the_worker(b: &Backend) {
             since: at(0)
         }
     );
-    assert_fenced(
-        b.complete(k, t, LEASE + S, WINDOW, "late").await,
-        k.reference(1),
-    );
+    assert_fenced(b.complete(k, t, LEASE + S, "late").await, k.reference(1));
     let due = b.unsettled(LEASE + S, 10).await;
     assert_eq!(
         due.iter().map(|u| (u.state, u.token)).collect::<Vec<_>>(),
@@ -1065,7 +1057,7 @@ async fn outbox_is_written_with_the_completion(b: &Backend) {
         message("receipt_email", r#"{"to":"alice@example.com"}"#),
         message("ledger", "{}"),
     ];
-    b.complete_with(k, t, S, WINDOW, &answer("charged"), &msgs)
+    b.complete_with(k, t, S, &answer("charged"), &msgs)
         .await
         .expect("complete");
 
@@ -1126,16 +1118,13 @@ async fn outbox_is_written_with_the_completion(b: &Backend) {
     // Nothing for a completion without messages, nor for a fenced one.
     let k2 = key("no-receipt");
     let t2 = b.new_claim(k2, None, 0).await;
-    b.complete(k2, t2, S, WINDOW, "plain")
-        .await
-        .expect("complete");
+    b.complete(k2, t2, S, "plain").await.expect("complete");
     let k3 = key("fenced-receipt");
     let t3 = b.new_claim(k3, None, 0).await;
     b.store.release(k3, t3, at(S)).await.expect("release");
     b.new_claim(k3, None, 2 * S).await;
     assert_fenced(
-        b.complete_with(k3, t3, 3 * S, WINDOW, &answer("late"), &msgs)
-            .await,
+        b.complete_with(k3, t3, 3 * S, &answer("late"), &msgs).await,
         k3.reference(1),
     );
     assert!(fetch(20 * M, 10).await.is_empty());
@@ -1144,7 +1133,7 @@ async fn outbox_is_written_with_the_completion(b: &Backend) {
     let k4 = key("three");
     let t4 = b.new_claim(k4, None, 0).await;
     let three = [message("a", "1"), message("b", "2"), message("c", "3")];
-    b.complete_with(k4, t4, 30 * M, WINDOW, &answer("ok"), &three)
+    b.complete_with(k4, t4, 30 * M, &answer("ok"), &three)
         .await
         .expect("complete");
     let two = fetch(30 * M, 2).await;
@@ -1214,8 +1203,8 @@ async fn concurrent_takeovers_have_one_winner(b: &Backend) {
     );
 
     let k = key("expired-crowd");
-    let t = b.new_claim(k, None, 0).await;
-    b.complete(k, t, 0, S, "old").await.expect("complete");
+    let t = b.new_claim_window(k, None, 0, S).await;
+    b.complete(k, t, 0, "old").await.expect("complete");
     one_winner(
         &crowd(b, k, 2 * S).await,
         Claim::New {
@@ -1459,8 +1448,8 @@ mod sql {
         let k = key("odd");
         // State 9 on the key's own row; a key_rest of 2 bytes on an unknown one.
         sqlx::query(
-            "INSERT INTO idempotency_records (ref, key_rest, tenant, subject, tool, generation, state, token, claimed_at, ends_at, fingerprint) \
-             VALUES ($1, $2, 'acme', '', 'charge_card', 1, 9, 1, 0, 0, x''), (7, x'0102', 'acme', '', 'charge_card', 1, 2, 1, 0, 0, x'')",
+            "INSERT INTO idempotency_records (ref, key_rest, tenant, subject, tool, generation, state, token, claimed_at, ends_at, window_ms, fingerprint) \
+             VALUES ($1, $2, 'acme', '', 'charge_card', 1, 9, 1, 0, 0, 0, x''), (7, x'0102', 'acme', '', 'charge_card', 1, 2, 1, 0, 0, 0, x'')",
         )
         .bind(i64::from_be_bytes(k.reference(1).prefix().to_owned()))
         .bind(&k.as_bytes()[8..])
@@ -1566,7 +1555,6 @@ mod sql {
             token: ta,
             response: &done,
             now: at(S),
-            expires_at: at(WINDOW),
             outbox: &outbox,
         };
         store
@@ -1587,7 +1575,6 @@ mod sql {
             token: tb,
             response: &done,
             now: at(S),
-            expires_at: at(WINDOW),
             outbox: &[],
         };
         store.complete(&plain).await.expect("complete");
@@ -1601,7 +1588,7 @@ mod sql {
         };
         store.mark_unknown(c, tc).await.expect("mark unknown");
         store
-            .settle(c, tc, &Settlement::Released, at(S), at(S) + dur(WINDOW))
+            .settle(c, tc, &Settlement::Released, at(S))
             .await
             .expect("settle");
         assert!(
@@ -1667,9 +1654,9 @@ mod sql {
     /// flight with the lease ended, or unknown) and 20 in flight with a live lease. Times are
     /// `T0`-relative, as `at()`; the same rows on both backends (`$1` rows, `$2` T0).
     const STEADY_STATE: &str = "\
-        INSERT INTO idempotency_records (ref, token, claimed_at, ends_at, completed_at, generation, \
+        INSERT INTO idempotency_records (ref, token, claimed_at, ends_at, window_ms, completed_at, generation, \
             state, key_rest, tenant, subject, tool, fingerprint, response) \
-        SELECT i * 7919, 1, c, CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c + 900000 END, \
+        SELECT i * 7919, 1, c, CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c + 900000 END, 900000, \
             CASE WHEN st IN (0, 2) THEN NULL ELSE c END, 1, st, zeroblob24, 'acme', '', 'charge_card', \
             zeroblob0, CASE WHEN st IN (0, 2) THEN NULL ELSE 'x' END \
         FROM (SELECT i, \
@@ -1687,9 +1674,12 @@ mod sql {
     /// or the completion's (see its migration): the same records in its columns.
     fn pg_steady_state(series: &str, zeroblob24: &str, zeroblob0: &str) -> String {
         steady_state(series, zeroblob24, zeroblob0)
-            .replace("ends_at, completed_at", "window_s, lease_or_settled_at")
             .replace(
-                "CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c + 900000 END, \
+                "ends_at, window_ms, completed_at",
+                "window_s, lease_or_settled_at",
+            )
+            .replace(
+                "CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c + 900000 END, 900000, \
             CASE WHEN st IN (0, 2) THEN NULL ELSE c END",
                 "900, CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c END",
             )
@@ -1871,7 +1861,8 @@ mod sql {
         };
         let store = schema.store().await;
         let k = key("sub-second window");
-        let Claim::New { token, .. } = store.claim(&req(k, None, 0)).await.expect("claim") else {
+        let claim = req_window(k, None, 0, 1_500);
+        let Claim::New { token, .. } = store.claim(&claim).await.expect("claim") else {
             panic!("not new")
         };
         let done = answer("done");
@@ -1881,7 +1872,6 @@ mod sql {
                 token,
                 response: &done,
                 now: at(0),
-                expires_at: at(1_500),
                 outbox: &[],
             })
             .await
@@ -1932,7 +1922,6 @@ mod sql {
                 token,
                 response: &done,
                 now: at(0),
-                expires_at: at(2_000),
                 outbox: &[],
             })
             .await

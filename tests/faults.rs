@@ -352,7 +352,6 @@ async fn kill9_scenario(target: String) {
                 })
             }
         })
-        .window(WINDOW)
     };
     let report = make_reconciler(&engine).run_once().await.expect("round");
     assert_eq!(report.examined, 0, "a live lease is not reconciled");
@@ -630,7 +629,6 @@ async fn contention_after_release(store: Arc<dyn Store>) {
         Reconciler::new(&engine, |_c: idempotency::store::Unsettled| async {
             Ok(Settlement::Released)
         })
-        .window(WINDOW)
     };
     clock.advance(Duration::from_secs(29));
     assert_eq!(
@@ -763,7 +761,6 @@ async fn a_panic_before_the_side_effect_is_unknown_until_reconciled_then_runs_on
     let report = Reconciler::new(&engine, |_c: idempotency::store::Unsettled| async {
         Ok(Settlement::Released)
     })
-    .window(WINDOW)
     .run_once()
     .await
     .expect("round");
@@ -824,7 +821,6 @@ async fn a_late_completion_after_settlement_is_rejected() {
         let s = settled.clone();
         async move { Ok(Settlement::Completed(s)) }
     })
-    .window(WINDOW)
     .run_once()
     .await
     .expect("round");

@@ -58,7 +58,6 @@ async fn complete(store: &Scripted, k: Key, token: Token, now: i64) {
             token,
             response: &response,
             now: Timestamp::from_millis(now),
-            expires_at: Timestamp::from_millis(now + WINDOW.as_millis() as i64),
             outbox: &[],
         })
         .await

@@ -280,7 +280,6 @@ async fn the_server_clock_stepping_back_does_not_shorten_the_window() {
             token,
             response: &answer,
             now,
-            expires_at: now + WINDOW,
             outbox: &[],
         })
         .await

@@ -327,13 +327,7 @@ async fn a_lost_lease_is_acted_on() {
         let unsettled = store.unsettled(clock.now(), 10).await.expect("unsettled");
         let claim = &unsettled[0];
         store
-            .settle(
-                claim.key,
-                claim.token,
-                &Settlement::Released,
-                clock.now(),
-                clock.now(),
-            )
+            .settle(claim.key, claim.token, &Settlement::Released, clock.now())
             .await
             .expect("settled");
         tokio::time::sleep(LEASE).await; // the next renewals run, and are refused
@@ -480,21 +474,18 @@ async fn with_a_reconcile_function_the_processor_settles_it() {
     let asked = Arc::new(AtomicUsize::new(0));
     let seen = asked.clone();
     let w = world_with(move |b| {
-        b.reconcile(
-            move |claim: Unsettled| {
-                let seen = seen.clone();
-                async move {
-                    seen.fetch_add(1, Ordering::SeqCst);
-                    assert_eq!(claim.state, RecordState::InFlight);
-                    // The processor's record of this reference: it charged 13.
-                    Ok(Settlement::Completed(StoredResponse {
-                        ok: true,
-                        body: "13".into(),
-                    }))
-                }
-            },
-            WINDOW,
-        )
+        b.reconcile(move |claim: Unsettled| {
+            let seen = seen.clone();
+            async move {
+                seen.fetch_add(1, Ordering::SeqCst);
+                assert_eq!(claim.state, RecordState::InFlight);
+                // The processor's record of this reference: it charged 13.
+                Ok(Settlement::Completed(StoredResponse {
+                    ok: true,
+                    body: "13".into(),
+                }))
+            }
+        })
         .reconcile_every(Duration::from_secs(10))
     });
     let r = reference(&w, 13);

@@ -64,7 +64,8 @@ enum Command {
         limit: u32,
     },
     /// Settles an unsettled claim, fenced like the reconciler (a worker that reports late is
-    /// refused).
+    /// refused). A completed answer is replayed for the tool's own window (the one its claim
+    /// recorded) from now.
     Settle {
         /// The claim's reference.
         reference: String,
@@ -77,9 +78,6 @@ enum Command {
         /// Still cannot tell.
         #[arg(long, group = "how")]
         unknown: bool,
-        /// How long a completed answer is replayed.
-        #[arg(long, value_parser = duration, default_value = "15m")]
-        window: Duration,
     },
     /// Deletes completed and released records past their window plus the retention. On Redis
     /// they expire by themselves at window end + the store's retention: this deletes earlier
@@ -233,7 +231,6 @@ async fn run(args: &Args) -> Result<Output, BoxError> {
             completed,
             released,
             unknown,
-            window,
         } => {
             let reference = parse_reference(reference)?;
             let settlement = match (completed, released, unknown) {
@@ -261,7 +258,7 @@ async fn run(args: &Args) -> Result<Output, BoxError> {
                     format!("{reference} is not an unsettled claim (in flight past its lease, or unknown): nothing settled")
                 })?;
             db.store()
-                .settle(claim.key, claim.token, &settlement, now, now + *window)
+                .settle(claim.key, claim.token, &settlement, now)
                 .await?;
             let how = match settlement {
                 Settlement::Completed(_) => "completed",

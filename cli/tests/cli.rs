@@ -54,11 +54,15 @@ fn key(n: u64) -> Key {
     .expect("key")
 }
 
-/// One claim whose lease ended a minute ago (unsettled) and one completed an hour ago with a
-/// window that ended then (purgeable after a 30 m retention). Returns their references.
+/// The stuck claim's tool's window.
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// One claim of a 24 h tool whose lease ended a minute ago (unsettled) and one of a 15 m tool
+/// completed an hour ago, whose window ended 45 m ago (purgeable after a 30 m retention). Returns
+/// their references.
 async fn seed(store: &Arc<dyn Store>) -> (String, String) {
     let now = SystemClock.now();
-    let claim = |k: Key, at: idempotency::clock::Timestamp| {
+    let claim = |k: Key, at: idempotency::clock::Timestamp, window: Duration| {
         let store = store.clone();
         async move {
             let req = ClaimRequest {
@@ -69,7 +73,7 @@ async fn seed(store: &Arc<dyn Store>) -> (String, String) {
                 fingerprint: None,
                 now: at,
                 lease_expires_at: at + Duration::from_secs(30),
-                window: Duration::from_secs(900),
+                window,
                 token: Token(at.as_millis()),
             };
             match store.claim(&req).await.expect("claim") {
@@ -79,8 +83,8 @@ async fn seed(store: &Arc<dyn Store>) -> (String, String) {
         }
     };
     let hour_ago = now - Duration::from_secs(3600);
-    let (stuck, _) = claim(key(1), now - Duration::from_secs(90)).await;
-    let (done, token) = claim(key(2), hour_ago).await;
+    let (stuck, _) = claim(key(1), now - Duration::from_secs(90), DAY).await;
+    let (done, token) = claim(key(2), hour_ago, Duration::from_secs(900)).await;
     let answer = StoredResponse {
         ok: true,
         body: "{\"charge\":2}".into(),
@@ -91,7 +95,6 @@ async fn seed(store: &Arc<dyn Store>) -> (String, String) {
             token,
             response: &answer,
             now: hour_ago,
-            expires_at: hour_ago,
             outbox: &[],
         })
         .await
@@ -139,6 +142,16 @@ async fn scenario(url: Target<'_>, store: Arc<dyn Store>) {
     assert!(String::from_utf8_lossy(&again.stderr).contains("is not an unsettled claim"));
     std::fs::remove_file(&answer).ok();
     assert_eq!(json(url, &["inspect", &stuck])["answer"], "{\"charge\":1}");
+    // Replayed for its tool's own window (24 h, from its claim), not a window given here.
+    let status = store
+        .status("acme", "alice", stuck.parse().expect("a reference"))
+        .await
+        .expect("status")
+        .expect("found");
+    let (Some(completed), Some(ends)) = (status.completed_at, status.expires_at) else {
+        panic!("settled without times: {status:?}")
+    };
+    assert_eq!(ends.since(completed), DAY, "{status:?}");
 
     // Purge: the record whose window ended an hour ago, past a 30 m retention.
     assert_eq!(

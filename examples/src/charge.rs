@@ -116,7 +116,7 @@ impl Payments {
 /// Settles a `charge_card` claim whose worker never reported, from the processor's own record of
 /// its reference: charged → that receipt is the answer; no charge → released (a repeat charges,
 /// under the same reference). For the engine's builder:
-/// `Idempotency::builder(store).reconcile(charge::reconciler(processor), CHARGE_WINDOW)`.
+/// `Idempotency::builder(store).reconcile(charge::reconciler(processor))`.
 pub fn reconciler(processor: Arc<Processor>) -> impl Reconcile {
     move |claim: Unsettled| {
         let processor = processor.clone();
@@ -131,9 +131,6 @@ pub fn reconciler(processor: Arc<Processor>) -> impl Reconcile {
         }
     }
 }
-
-/// How long a `charge_card` answer is replayed (its attribute's `window`).
-pub const CHARGE_WINDOW: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
 impl IdempotencyContext<RequestContext<RoleServer>> for Payments {
     fn idempotency(&self) -> &Idempotency {

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use idempotency::key::Secret;
 use idempotency::mcp::CallerBoundSessions;
@@ -30,11 +29,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The engine on the store the environment asks for: PostgreSQL when `DATABASE_URL` is set (many
 /// replicas share it), otherwise the SQLite file `IDEMPOTENCY_SQLITE` (default `idempotency.db`).
 /// Claims whose worker never reported are settled by `reconcile` (asking the downstream stub by
-/// reference); its answers are replayed for `window`.
-pub async fn engine_from_env(
-    reconcile: impl Reconcile,
-    window: Duration,
-) -> Result<(Idempotency, String), BoxError> {
+/// reference); its answers are replayed for each tool's own window.
+pub async fn engine_from_env(reconcile: impl Reconcile) -> Result<(Idempotency, String), BoxError> {
     let secret = secret_from_env()?;
     if let Ok(url) = std::env::var("DATABASE_URL") {
         let store = PostgresStore::connect(&url).await.map_err(|e| {
@@ -46,7 +42,7 @@ pub async fn engine_from_env(
         })?;
         let engine = Idempotency::builder(store)
             .secret(secret)
-            .reconcile(reconcile, window)
+            .reconcile(reconcile)
             .build();
         return Ok((engine, "PostgreSQL (DATABASE_URL)".into()));
     }
@@ -56,7 +52,7 @@ pub async fn engine_from_env(
         .map_err(|e| format!("cannot open the SQLite store {path}: {}", chain(&e)))?;
     let engine = Idempotency::builder(store)
         .secret(secret)
-        .reconcile(reconcile, window)
+        .reconcile(reconcile)
         .build();
     Ok((engine, format!("SQLite file {path}")))
 }

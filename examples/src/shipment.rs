@@ -113,9 +113,6 @@ pub fn reconciler(carrier: Arc<Carrier>) -> impl Reconcile {
     }
 }
 
-/// How long a `create_shipment` answer is replayed (its attribute's `window`).
-pub const SHIPMENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
-
 impl IdempotencyContext<RequestContext<RoleServer>> for Shipping {
     fn idempotency(&self) -> &Idempotency {
         &self.engine

@@ -970,6 +970,7 @@ async fn the_example_reconcilers_ask_the_stub_by_reference() {
         state: idempotency::store::RecordState::InFlight,
         token: idempotency::store::Token(1),
         claimed_at: idempotency::clock::Timestamp::from_millis(0),
+        window: Duration::from_secs(15 * 60),
     };
     let processor = Arc::new(Processor::default());
     let charged = unsettled(1);
@@ -1016,7 +1017,8 @@ async fn the_status_of_a_superseded_reference_says_it_completed() {
     let alice = connect(payments(&engine, Caller::new("acme", "alice"), &processor)).await;
     let first = call(&alice, "charge_card", charge_args()).await;
     let r1 = meta_str(&first, META_REF).unwrap();
-    clock.advance(idempotency_examples::charge::CHARGE_WINDOW + Duration::from_secs(1));
+    // charge_card's window (15 min) and a second.
+    clock.advance(Duration::from_secs(15 * 60 + 1));
     let later = call(&alice, "charge_card", charge_args()).await;
     let r2 = meta_str(&later, META_REF).unwrap();
     assert_ne!(r1, r2);

@@ -117,12 +117,8 @@ impl RecordStore for Metered {
         token: Token,
         settlement: &'a Settlement,
         at: Timestamp,
-        expires_at: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        timed(
-            "settle",
-            self.0.settle(key, token, settlement, at, expires_at),
-        )
+        timed("settle", self.0.settle(key, token, settlement, at))
     }
     fn status<'a>(
         &'a self,

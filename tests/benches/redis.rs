@@ -109,7 +109,6 @@ impl Bench {
             token,
             response: &response,
             now: SystemClock.now(),
-            expires_at: SystemClock.now() + WINDOW,
             outbox: &[],
         };
         self.store.complete(&c).await.expect("complete");

@@ -79,10 +79,10 @@ const CLAIM_SAMPLES: usize = 2_000;
 /// 24 bytes, `EMPTY` an empty blob. Classes by a multiplicative hash of `i`: 200 in 100,000
 /// expired, `$3` in the reserve band, every `$1 / 100`-th row (exactly 100) unsettled.
 const STEADY_STATE: &str = "\
-INSERT INTO idempotency_records (ref, token, claimed_at, ends_at, completed_at, generation, state,
+INSERT INTO idempotency_records (ref, token, claimed_at, ends_at, window_ms, completed_at, generation, state,
     key_rest, tenant, subject, tool, fingerprint, response)
 SELECT (h - 2147483648) * 4294967296 + i, 1, c,
-    CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c + 900000 END,
+    CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c + 900000 END, 900000,
     CASE WHEN st IN (0, 2) THEN NULL ELSE c END,
     1, st, KEY_REST, 'acme', '', 'charge_card', EMPTY,
     CASE WHEN st IN (0, 2) THEN NULL ELSE $4 END
@@ -177,7 +177,6 @@ async fn complete(store: &dyn Store, k: Key, token: Token) {
         token,
         response: &response,
         now,
-        expires_at: now + WINDOW,
         outbox: &[],
     };
     store.complete(&c).await.expect("complete");
@@ -470,9 +469,9 @@ async fn build_postgres(cfg: &Config, rows: u64) -> Option<Built> {
     // PostgreSQL's row keeps the window's length and one time (the lease's end while
     // unsettled, else the completion's): the same records in its columns.
     let fill = STEADY_STATE
-        .replace("ends_at, completed_at", "window_s, lease_or_settled_at")
+        .replace("ends_at, window_ms, completed_at", "window_s, lease_or_settled_at")
         .replace(
-            "    CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c + 900000 END,\n    CASE WHEN st IN (0, 2) THEN NULL ELSE c END,",
+            "    CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c + 900000 END, 900000,\n    CASE WHEN st IN (0, 2) THEN NULL ELSE c END,",
             "    900, CASE WHEN st IN (0, 2) THEN c + 30000 ELSE c END,",
         )
         .replace("FROM SERIES", "FROM generate_series(1, $1::BIGINT) AS g(i)")

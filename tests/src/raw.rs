@@ -77,7 +77,6 @@ pub fn completion(key: Key, token: Token, response: &StoredResponse) -> Completi
         token,
         response,
         now: now(),
-        expires_at: now() + WINDOW,
         outbox: &[],
     }
 }

@@ -191,10 +191,9 @@ impl RecordStore for Scripted {
         token: Token,
         settlement: &'a Settlement,
         at: Timestamp,
-        expires_at: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.run(Op::Settle, move || {
-            self.inner.settle(key, token, settlement, at, expires_at)
+            self.inner.settle(key, token, settlement, at)
         })
     }
     fn status<'a>(

@@ -15,6 +15,8 @@
 --   198 interior pages against 19); 193 for the earlier row keyed by the 32-byte key.)
 -- * `ends_at` is the lease's end while in flight or unknown, and the end of the replay window
 --   once completed or released (a settled record's lease ended when it settled: `completed_at`).
+-- * `window_ms` is the tool's replay window, from the claim: a completion or a settlement as
+--   completed at `t` answers repeats until `t + window_ms`, whoever settles it.
 -- * `state`: 0 in flight, 1 completed with an Ok answer, 2 unknown, 3 released, 4 completed with
 --   a definitive error (the answer's `ok` folded into the state).
 -- * `fingerprint` is empty, not NULL, for call keys.
@@ -28,6 +30,7 @@ CREATE TABLE idempotency_records (
     token        INTEGER NOT NULL,
     claimed_at   INTEGER NOT NULL,
     ends_at      INTEGER NOT NULL,
+    window_ms    INTEGER NOT NULL,
     completed_at INTEGER,
     generation   INTEGER NOT NULL,
     state        INTEGER NOT NULL,

@@ -276,7 +276,6 @@ impl Attempt {
             response,
             outbox: call.outbox.take(),
             now,
-            expires_at: now + self.spec.window,
         }));
         let OnDrop::Complete(answer) = &self.guard.on_drop else {
             unreachable!("set on the line above")

@@ -75,12 +75,12 @@ pub(crate) struct Rounds {
     clock: Arc<dyn Clock>,
     /// `None`: the default handling (expired in-flight claims become unknown).
     reconcile: Option<Arc<dyn Reconcile>>,
-    pub(crate) window: Duration,
     pub(crate) batch: u32,
 }
 
 impl Rounds {
-    /// Rounds that settle through `reconcile`: 100 claims a round, answers replayed 15 minutes.
+    /// Rounds that settle through `reconcile`: 100 claims a round (a settled answer is replayed
+    /// for its record's own window).
     pub(crate) fn new(
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
@@ -90,7 +90,6 @@ impl Rounds {
             store,
             clock,
             reconcile: Some(reconcile),
-            window: Duration::from_secs(900),
             batch: 100,
         }
     }
@@ -126,7 +125,7 @@ impl Rounds {
             let at = self.clock.now();
             match self
                 .store
-                .settle(claim.key, claim.token, &settlement, at, at + self.window)
+                .settle(claim.key, claim.token, &settlement, at)
                 .await
             {
                 Ok(()) => {
@@ -166,14 +165,12 @@ impl Background {
         clock: Arc<dyn Clock>,
         reconcile: Option<Arc<dyn Reconcile>>,
         every: Duration,
-        window: Duration,
     ) -> Self {
         Background {
             rounds: Arc::new(Rounds {
                 store,
                 clock,
                 reconcile,
-                window,
                 batch: 100,
             }),
             every,

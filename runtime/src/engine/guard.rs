@@ -63,7 +63,6 @@ pub(super) struct Answer {
     pub(super) response: StoredResponse,
     pub(super) outbox: Vec<OutboxMessage>,
     pub(super) now: Timestamp,
-    pub(super) expires_at: Timestamp,
 }
 
 impl Answer {
@@ -73,7 +72,6 @@ impl Answer {
             token,
             response: &self.response,
             now: self.now,
-            expires_at: self.expires_at,
             outbox: &self.outbox,
         }
     }

@@ -78,7 +78,6 @@ enum Expiry {
     On {
         reconcile: Option<Arc<dyn Reconcile>>,
         every: Option<Duration>,
-        window: Duration,
     },
 }
 
@@ -127,10 +126,11 @@ impl IdempotencyBuilder {
     }
 
     /// Settles claims whose lease passed (a worker that crashed, was cut off, or could not
-    /// record) through `reconcile`, which asks your processor by reference; answers it settles
-    /// are replayed for `window`. Without this, such a claim becomes "outcome unknown" (its
-    /// worker has not reported), which is true, and stays so until someone reconciles it.
-    pub fn reconcile(mut self, reconcile: impl Reconcile, window: Duration) -> Self {
+    /// record) through `reconcile`, which asks your processor by reference; an answer it settles
+    /// is replayed for its tool's window (the one the claim recorded). Without this, such a
+    /// claim becomes "outcome unknown" (its worker has not reported), which is true, and stays
+    /// so until someone reconciles it.
+    pub fn reconcile(mut self, reconcile: impl Reconcile) -> Self {
         let every = match &self.expiry {
             Expiry::On { every, .. } => *every,
             Expiry::Off => None,
@@ -138,7 +138,6 @@ impl IdempotencyBuilder {
         self.expiry = Expiry::On {
             reconcile: Some(Arc::new(reconcile)),
             every,
-            window,
         };
         self
     }
@@ -165,16 +164,11 @@ impl IdempotencyBuilder {
     pub fn build(self) -> Idempotency {
         let background = match self.expiry {
             Expiry::Off => None,
-            Expiry::On {
-                reconcile,
-                every,
-                window,
-            } => Some(Arc::new(Background::new(
+            Expiry::On { reconcile, every } => Some(Arc::new(Background::new(
                 self.store.clone(),
                 self.clock.clone(),
                 reconcile,
                 every.unwrap_or(self.lease),
-                window,
             ))),
         };
         let secret = self.secret.unwrap_or_else(|| {
@@ -220,7 +214,6 @@ impl Idempotency {
             expiry: Expiry::On {
                 reconcile: None,
                 every: None,
-                window: Duration::from_secs(900),
             },
             secret: None,
             previous: Vec::new(),

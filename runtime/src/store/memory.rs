@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use super::{
     BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
@@ -23,6 +24,8 @@ struct Row {
     token: i64,
     claimed_at: Timestamp,
     lease_expires_at: Timestamp,
+    /// The tool's replay window, from the claim: every completion and settlement uses it.
+    window: Duration,
     completed_at: Option<Timestamp>,
     expires_at: Option<Timestamp>,
     response: Option<StoredResponse>,
@@ -141,6 +144,7 @@ impl RecordStore for MemoryStore {
                 token,
                 claimed_at: req.now,
                 lease_expires_at: req.lease_expires_at,
+                window: req.window,
                 completed_at: None,
                 expires_at: None,
                 response: None,
@@ -220,7 +224,7 @@ impl RecordStore for MemoryStore {
             row.state = RecordState::Completed;
             row.response = Some(c.response.clone());
             row.completed_at = Some(c.now);
-            row.expires_at = Some(c.expires_at);
+            row.expires_at = Some(c.now + row.window);
             let reference = c.key.reference(row.generation);
             for m in c.outbox {
                 *rest.next_outbox_id += 1;
@@ -304,7 +308,6 @@ impl RecordStore for MemoryStore {
         token: Token,
         settlement: &'a Settlement,
         now: Timestamp,
-        expires_at: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let out = (|| {
             let mut inner = self.lock();
@@ -325,7 +328,7 @@ impl RecordStore for MemoryStore {
                     row.state = RecordState::Completed;
                     row.response = Some(resp.clone());
                     row.completed_at = Some(now);
-                    row.expires_at = Some(expires_at);
+                    row.expires_at = Some(now + row.window);
                 }
                 Settlement::Released => {
                     row.state = RecordState::Released;
@@ -390,6 +393,7 @@ impl Maintenance for MemoryStore {
                     state: r.state,
                     token: Token(r.token),
                     claimed_at: r.claimed_at,
+                    window: r.window,
                 })
                 .collect();
             v.sort_by_key(|u| (u.claimed_at, u.key));

@@ -22,8 +22,10 @@
 //! ## Time
 //!
 //! Every method that needs a time is passed the engine's `now` (from its
-//! [`Clock`](crate::clock::Clock)) and, where it needs more, other absolute times *relative to
-//! that `now`* (a lease end is `now + lease`, a window end `now + window`). A store on one
+//! [`Clock`](crate::clock::Clock)) and, where it needs more, a lease end *relative to that
+//! `now`* (`now + lease`). The replay window is a property of the record: the claim gives its
+//! length ([`ClaimRequest::window`]) and the store keeps it, so a completion or settlement at
+//! `at` answers repeats until `at + window` whoever settles it. A store on one
 //! machine (memory, SQLite) uses them as given. A store shared by replicas whose clocks may
 //! disagree (PostgreSQL) decides by its own server clock instead: it reads `server_now` in the
 //! statement and shifts every time of the call by `server_now - now`, so the durations the
@@ -92,11 +94,11 @@
 //! | method | allowed states | effect |
 //! |---|---|---|
 //! | [`RecordStore::claim`] | any | the table above; atomic: of concurrent claims of one key exactly one gets [`Claim::New`] |
-//! | [`RecordStore::complete`] | in flight | completed with the answer, replayed until `expires_at`; the outbox messages written in the same transaction |
+//! | [`RecordStore::complete`] | in flight | completed with the answer, replayed for the record's window from `now`; the outbox messages written in the same transaction |
 //! | [`RecordStore::release`] | in flight | released at `at` (a repeat takes it over under the same reference) |
 //! | [`RecordStore::mark_unknown`] | in flight | unknown (never re-run; only a settlement ends it) |
 //! | [`RecordStore::renew`] | in flight | the lease ends at `lease_expires_at` |
-//! | [`RecordStore::settle`] | in flight, unknown | the [`Settlement`]; the token goes up by one, so the original worker's late completion is fenced |
+//! | [`RecordStore::settle`] | in flight, unknown | the [`Settlement`] (completed: replayed for the record's window from `at`); the token goes up by one, so the original worker's late completion is fenced |
 //! | [`RecordStore::status`] | any | the record of the reference's key, if the tenant (and, for a subject-scoped record, the subject) may see it (anyone else's is `None`, like one that does not exist); for a superseded generation, the key's current record, whose `reference` names the newer generation |
 //! | [`Maintenance::purge`] | completed, released | deletes up to `limit` records whose window ended before `older_than` |
 //! | [`Maintenance::unsettled`] | in flight (lease ended at or before `now`), unknown | up to `limit`, oldest claim first |
@@ -175,9 +177,10 @@ pub struct ClaimRequest<'a> {
     pub now: Timestamp,
     /// When the claim's lease ends unless renewed.
     pub lease_expires_at: Timestamp,
-    /// The tool's replay window: how long after its completion a record answers repeats (the
-    /// completion's `expires_at` is its end). A store may keep it from the claim on, so that
-    /// a completion changes nothing it indexes (the PostgreSQL store does).
+    /// The tool's replay window: how long after its completion (or a settlement as completed) a
+    /// record answers repeats. The store keeps it on the record from the claim on; completions,
+    /// settlements and takeovers use the record's window, never one given later, so one engine
+    /// (or an admin tool) settling records of tools with different windows settles each right.
     pub window: Duration,
     /// The fencing token this attempt proposes: a new or taken-over record gets it. The engine
     /// makes one per attempt (unique, and growing with its claim time), so when the claim's reply
@@ -236,10 +239,8 @@ pub struct Completion<'a> {
     pub token: Token,
     /// The answer to store.
     pub response: &'a StoredResponse,
-    /// When it completed.
+    /// When it completed: the answer is replayed for the record's window from then.
     pub now: Timestamp,
-    /// Until when the answer is replayed.
-    pub expires_at: Timestamp,
     /// Follow-on messages to write in the same transaction.
     pub outbox: &'a [OutboxMessage],
 }
@@ -263,6 +264,9 @@ pub struct Unsettled {
     pub token: Token,
     /// When it was claimed.
     pub claimed_at: Timestamp,
+    /// The tool's replay window, as the claim recorded it: a settlement as completed is replayed
+    /// for this long.
+    pub window: Duration,
 }
 
 /// How a reconciler settles an unsettled claim.
@@ -308,14 +312,13 @@ pub trait RecordStore: Send + Sync + 'static {
 
     /// Settles an in-flight or unknown claim at `at` (fenced by `token`, which it then bumps, so
     /// the original worker's late completion is rejected). A `Completed` settlement answers
-    /// repeats until `expires_at`.
+    /// repeats for the record's own window (the one its claim recorded) from `at`.
     fn settle<'a>(
         &'a self,
         key: Key,
         token: Token,
         settlement: &'a Settlement,
         at: Timestamp,
-        expires_at: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// The operation named by `reference`, if `tenant` and `subject` may see it: the record's

@@ -23,7 +23,6 @@ use crate::store::StoreError;
 ///     // ask the processor about claim.reference
 ///     Ok(Settlement::Released)
 /// })
-/// .window(Duration::from_secs(900))
 /// .every(Duration::from_secs(30))
 /// .spawn();
 /// # reconciler.abort();
@@ -36,8 +35,7 @@ pub struct Reconciler {
 
 impl Reconciler {
     /// A reconciler over the engine's store and clock: a round every 30 s, at most 100 claims a
-    /// round, a settled answer replayed for 15 minutes (set [`Reconciler::window`] to your
-    /// tools' window).
+    /// round. A settled answer is replayed for its tool's window, which the claim recorded.
     pub fn new(engine: &Idempotency, reconcile: impl Reconcile) -> Self {
         Reconciler {
             rounds: Rounds::new(
@@ -52,12 +50,6 @@ impl Reconciler {
     /// How often a round runs when spawned.
     pub fn every(mut self, every: Duration) -> Self {
         self.every = every;
-        self
-    }
-
-    /// How long a settled answer is replayed, from the settlement.
-    pub fn window(mut self, window: Duration) -> Self {
-        self.rounds.window = window;
         self
     }
 

@@ -90,7 +90,7 @@ pub(super) const UNSETTLED: &str = concat!(
            AND datname = current_database()) AS oldest), \
      moved AS (UPDATE idempotency_reconciler SET mark = CASE WHEN n.t < mark THEN n.t - 3600000 \
          ELSE GREATEST(mark, GREATEST(n.t - 300000, LEAST(n.t, n.oldest)) - 5000) END FROM now_ n) \
-     SELECT r.ref, r.key_rest, r.generation, r.tenant, r.subject, r.tool, r.state, r.token, r.claimed_at \
+     SELECT r.ref, r.key_rest, r.generation, r.tenant, r.subject, r.tool, r.state, r.token, r.claimed_at, 1000::BIGINT * r.window_s \
      FROM (SELECT ref FROM idempotency_watch UNION SELECT ref FROM fresh) ids CROSS JOIN LATERAL \
          (SELECT * FROM idempotency_records WHERE ref = ids.ref OFFSET 0) r \
      WHERE r.state IN (0, 2) AND (r.state = 2 OR r.lease_or_settled_at <= (SELECT t FROM now_)     ) ORDER BY r.claimed_at, r.ref < 0, r.ref LIMIT $2"

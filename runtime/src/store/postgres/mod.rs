@@ -68,20 +68,6 @@ macro_rules! clock {
 }
 pub(super) use {clock, server_clock};
 
-/// A window's length in ms (an SQL expression) as the row keeps it: whole seconds, rounded up,
-/// as the claim rounds the tool's window.
-macro_rules! seconds_up {
-    ($ms:literal) => {
-        concat!("((", $ms, " + 999) / 1000)::INTEGER")
-    };
-}
-
-/// A window's length in ms as the row keeps it, in Rust: whole seconds, rounded up as
-/// [`seconds_up!`] rounds them (dividing towards zero), saturating at the ends of `i32`.
-fn seconds_up(ms: i64) -> i32 {
-    i32::try_from(ms.saturating_add(999) / 1000).unwrap_or(if ms < 0 { i32::MIN } else { i32::MAX })
-}
-
 /// The row's times as the other stores keep them (`RecordRow` reads these): the lease's end
 /// while in flight or unknown, else the window's end; and the completion (settlement) time,
 /// NULL while in flight or unknown. See the migration for the columns behind them.
@@ -243,14 +229,14 @@ WHERE ref = $1 AND key_rest = $2 AND (state = 3 OR (state IN (1, 4) AND lease_or
 RETURNING generation, token"
 );
 
-/// `$1` ref, `$2` key_rest, `$3` token, `$4` state, `$5` response, `$6` the window's length in
-/// seconds (the claim's, so `window_s` keeps its value and no indexed column changes: a HOT
-/// update), `$7` now, `$8` clock offset. The completion time is never earlier than the claim's,
-/// so a clock that stepped back cannot end the window early.
-const COMPLETE: &str = complete_sql!(clock!("$7", "$8"));
+/// `$1` ref, `$2` key_rest, `$3` token, `$4` state, `$5` response, `$6` now, `$7` clock offset.
+/// The window is the record's own (`window_s`, from the claim), untouched, so no indexed column
+/// changes: a HOT update. The completion time is never earlier than the claim's, so a clock that
+/// stepped back cannot end the window early.
+const COMPLETE: &str = complete_sql!(clock!("$6", "$7"));
 
 /// [`COMPLETE`] on the server's clock alone ([`server_clock!`]), for a store with no clock
-/// offset: `$1` … `$6` as [`COMPLETE`].
+/// offset: `$1` … `$5` as [`COMPLETE`].
 const COMPLETE_ON_SERVER_CLOCK: &str = complete_sql!(server_clock!());
 
 /// The text of [`COMPLETE`] and [`COMPLETE_ON_SERVER_CLOCK`].
@@ -259,7 +245,7 @@ macro_rules! complete_sql {
         concat!(
             "UPDATE idempotency_records SET state = $4, response = $5, lease_or_settled_at = GREATEST(",
             $clock,
-            ", claimed_at), window_s = $6 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
+            ", claimed_at) WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
         )
     };
 }
@@ -267,21 +253,20 @@ use complete_sql;
 
 /// A completion with outbox messages: one statement, so one transaction and one round trip. It
 /// inserts as many rows as there are messages, or none when the update was fenced. Parameters
-/// as [`COMPLETE`], then `$9` topics and `$10` payloads.
+/// as [`COMPLETE`], then `$8` topics and `$9` payloads.
 const COMPLETE_WITH_OUTBOX: &str = concat!(
     "\
 WITH done AS (
     UPDATE idempotency_records SET state = $4, response = $5,
         lease_or_settled_at = GREATEST(",
-    clock!("$7", "$8"),
-    ", claimed_at),
-        window_s = $6
+    clock!("$6", "$7"),
+    ", claimed_at)
     WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0
     RETURNING generation, lease_or_settled_at
 )
 INSERT INTO idempotency_outbox (visible_at, generation, key, topic, payload)
 SELECT done.lease_or_settled_at, done.generation, int8send($1) || $2, m.topic, m.payload
-FROM done CROSS JOIN unnest($9::TEXT[], $10::TEXT[]) WITH ORDINALITY AS m(topic, payload, n)
+FROM done CROSS JOIN unnest($8::TEXT[], $9::TEXT[]) WITH ORDINALITY AS m(topic, payload, n)
 ORDER BY m.n"
 );
 
@@ -591,7 +576,6 @@ impl RecordStore for PostgresStore {
             let topics: Vec<&str> = c.outbox.iter().map(|m| m.topic.as_str()).collect();
             let payloads: Vec<&str> = c.outbox.iter().map(|m| m.payload.as_str()).collect();
             let state = state_code(RecordState::Completed, Some(c.response.ok));
-            let window_s = seconds_up(c.expires_at.as_millis().saturating_sub(c.now.as_millis()));
             self.fenced(
                 c.key,
                 c.token,
@@ -602,7 +586,6 @@ impl RecordStore for PostgresStore {
                         fenced_query(sql, &c.key, c.token)
                             .bind(state)
                             .bind(c.response.body.as_str())
-                            .bind(window_s)
                     };
                     match (c.outbox.is_empty(), self.clock_offset) {
                         (true, Some(0)) => head(COMPLETE_ON_SERVER_CLOCK),
@@ -721,22 +704,20 @@ impl RecordStore for PostgresStore {
         token: Token,
         settlement: &'a Settlement,
         at: Timestamp,
-        expires_at: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let (code, body, _, expires) = sql::settlement_columns(settlement, at, expires_at);
+        let (code, body, _) = sql::settlement_columns(settlement, at);
         let allowed = &[RecordState::InFlight, RecordState::Unknown];
-        // Settled at the statement's clock (never before the claim); the window, if any, keeps
-        // its length. Unknown keeps its lease end in `lease_or_settled_at`.
+        // Settled at the statement's clock (never before the claim). Completed keeps the
+        // record's own window (the claim's); released stops answering at once, as a release
+        // does; unknown keeps its lease end in `lease_or_settled_at`.
         Box::pin(self.fenced(key, token, allowed, "the settlement", move || {
             fenced_query(
                 concat!(
                     "UPDATE idempotency_records SET token = token + 1, state = $4, response = $5, \
-                     lease_or_settled_at = CASE WHEN $7::BIGINT IS NULL THEN lease_or_settled_at ELSE GREATEST(",
-                    clock!("$6", "$8"),
+                     lease_or_settled_at = CASE WHEN $4 = 2 THEN lease_or_settled_at ELSE GREATEST(",
+                    clock!("$6", "$7"),
                     ", claimed_at) END, \
-                     window_s = CASE WHEN $7::BIGINT IS NULL THEN window_s ELSE ",
-                    seconds_up!("$7 - $6"),
-                    " END \
+                     window_s = CASE WHEN $4 = 3 THEN 0 ELSE window_s END \
                      WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2)"
                 ),
                 &key,
@@ -745,29 +726,7 @@ impl RecordStore for PostgresStore {
             .bind(code)
             .bind(body)
             .bind(at.as_millis())
-            .bind(expires)
             .bind(self.clock_offset)
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::seconds_up;
-
-    /// The completion's window length, worked out in Rust, rounds as the claim's SQL does
-    /// (`((ms + 999) / 1000)::INTEGER`, dividing towards zero) and saturates instead of failing.
-    #[test]
-    fn window_seconds_round_up_as_the_sql_does() {
-        assert_eq!(seconds_up(0), 0);
-        assert_eq!(seconds_up(1), 1);
-        assert_eq!(seconds_up(1_000), 1);
-        assert_eq!(seconds_up(1_500), 2);
-        assert_eq!(seconds_up(900_000), 900);
-        assert_eq!(seconds_up(-1), 0);
-        assert_eq!(seconds_up(-1_001), 0);
-        assert_eq!(seconds_up(-2_000), -1);
-        assert_eq!(seconds_up(i64::MAX), i32::MAX);
-        assert_eq!(seconds_up(i64::MIN), i32::MIN);
     }
 }

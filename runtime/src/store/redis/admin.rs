@@ -35,6 +35,8 @@ pub struct RedisRecord {
     pub ends_at: Timestamp,
     /// When it was settled.
     pub completed_at: Option<Timestamp>,
+    /// The tool's replay window, as its claim recorded it.
+    pub window: std::time::Duration,
     /// The stored answer.
     pub answer: Option<String>,
     /// The bytes of the stored record (Redis adds its own per-key overhead).
@@ -67,6 +69,10 @@ impl RedisRecord {
             claimed_at: Timestamp::from_millis(r.claimed),
             ends_at: Timestamp::from_millis(r.ends),
             completed_at: settled.then(|| Timestamp::from_millis(r.completed)),
+            window: std::time::Duration::from_millis(
+                u64::try_from(r.window)
+                    .map_err(|_| StoreError::corrupt("a record's window is below zero"))?,
+            ),
             answer: ok.map(|_| utf8(r.response, "answer")).transpose()?,
             bytes: blob.len(),
         })

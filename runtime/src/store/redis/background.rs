@@ -94,7 +94,7 @@ impl Maintenance for RedisStore {
 
 fn unsettled_row(row: Value) -> Result<Unsettled, StoreError> {
     let f = array(row)?;
-    if f.len() != 9 {
+    if f.len() != 10 {
         return Err(bad("an unsettled row has the wrong length"));
     }
     let mut f = f.into_iter();
@@ -126,6 +126,8 @@ fn unsettled_row(row: Value) -> Result<Unsettled, StoreError> {
     let tenant = text(next()?)?;
     let subject = text(next()?)?;
     let tool = text(next()?)?;
+    let window = u64::try_from(int(&next()?)?)
+        .map_err(|_| StoreError::corrupt("a record's window is below zero"))?;
     Ok(Unsettled {
         key,
         reference: key.reference(generation),
@@ -135,6 +137,7 @@ fn unsettled_row(row: Value) -> Result<Unsettled, StoreError> {
         state,
         token: Token(token),
         claimed_at,
+        window: std::time::Duration::from_millis(window),
     })
 }
 

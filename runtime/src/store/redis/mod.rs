@@ -427,7 +427,7 @@ enum Op<'a> {
     Release(Timestamp),
     Unknown,
     Renew(Timestamp, Timestamp),
-    Settle(&'a Settlement, Timestamp, Timestamp),
+    Settle(&'a Settlement, Timestamp),
 }
 
 impl RedisStore {
@@ -463,7 +463,7 @@ impl RedisStore {
             Op::Release(at) => (b"r", ms(*at)),
             Op::Unknown => (b"u", b"0".to_vec()),
             Op::Renew(now, _) => (b"n", ms(*now)),
-            Op::Settle(_, at, _) => (b"s", ms(*at)),
+            Op::Settle(_, at) => (b"s", ms(*at)),
         };
         let mut args: Vec<Vec<u8>> = vec![
             code.to_vec(),
@@ -483,7 +483,6 @@ impl RedisStore {
                 };
                 args.push(code.to_string().into_bytes());
                 args.push(c.response.body.as_bytes().to_vec());
-                args.push(ms(c.expires_at));
                 args.push(c.outbox.len().to_string().into_bytes());
                 for m in c.outbox {
                     args.push(m.topic.as_bytes().to_vec());
@@ -492,7 +491,7 @@ impl RedisStore {
                 wait = inner.wait;
             }
             Op::Renew(_, lease) => args.push(ms(*lease)),
-            Op::Settle(s, _, expires_at) => {
+            Op::Settle(s, _) => {
                 args.push((token.0 + 1).to_be_bytes().to_vec());
                 let (code, body) = match s {
                     Settlement::Completed(r) if r.ok => (COMPLETED_OK, r.body.as_str()),
@@ -502,7 +501,6 @@ impl RedisStore {
                 };
                 args.push(code.to_string().into_bytes());
                 args.push(body.as_bytes().to_vec());
-                args.push(ms(*expires_at));
                 wait = inner.wait;
             }
             Op::Release(_) | Op::Unknown => {}
@@ -545,8 +543,11 @@ impl RecordStore for RedisStore {
             let prefix = *req.key.reference(1).prefix();
             let k = inner.keys(&prefix);
             let (now, lease) = (ms(req.now), ms(req.lease_expires_at));
+            let window = u64::try_from(req.window.as_millis())
+                .unwrap_or(u64::MAX)
+                .to_string();
             let tail = Record::tail(req)?;
-            let args: [&[u8]; 4] = [&now, &lease, inner.trusted, &tail];
+            let args: [&[u8]; 5] = [&now, &lease, inner.trusted, &tail, window.as_bytes()];
             let keys = [k.record.as_str(), k.index.as_str()];
             let (reply, acked) = inner
                 .conn_for(inner.wait)
@@ -636,9 +637,8 @@ impl RecordStore for RedisStore {
         token: Token,
         settlement: &'a Settlement,
         at: Timestamp,
-        expires_at: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.fenced(key, token, Op::Settle(settlement, at, expires_at)))
+        Box::pin(self.fenced(key, token, Op::Settle(settlement, at)))
     }
 
     /// One `GET` of the record the reference names (its times as the server recorded them).
@@ -694,8 +694,9 @@ impl RecordStore for RedisStore {
     }
 }
 
-/// A record as the scripts store it: one string. A 29-byte head `>BI4ddd` (state, generation,
-/// claim time, lease or window end, completion time; doubles hold milliseconds exactly), then
+/// A record as the scripts store it: one string. A 37-byte head `>BI4dddd` (state, generation,
+/// claim time, lease or window end, completion time, the tool's window from the claim; doubles
+/// hold milliseconds exactly), then
 /// the key rest (24 bytes) and the token (8 bytes, big-endian) at fixed places, so a fenced
 /// script compares them without unpacking the rest; then the fingerprint (after a 1-byte
 /// length), tenant, subject and tool (2-byte lengths) and the answer (4-byte length, empty
@@ -709,6 +710,8 @@ struct Record<'a> {
     claimed: i64,
     ends: i64,
     completed: i64,
+    /// The tool's window in ms, as the claim recorded it.
+    window: i64,
     tenant: &'a [u8],
     subject: &'a [u8],
     tool: &'a [u8],
@@ -769,7 +772,7 @@ impl<'a> Record<'a> {
         let mut time = || -> Result<i64, StoreError> {
             Ok(f64::from_be_bytes(take(8)?.try_into().map_err(|_| short())?) as i64)
         };
-        let (claimed, ends, completed) = (time()?, time()?, time()?);
+        let (claimed, ends, completed, window) = (time()?, time()?, time()?, time()?);
         let (key_rest, _token) = (take(24)?, take(8)?);
         let mut string = |len_bytes: usize| -> Result<&'a [u8], StoreError> {
             let mut n = 0usize;
@@ -791,6 +794,7 @@ impl<'a> Record<'a> {
             claimed,
             ends,
             completed,
+            window,
             tenant,
             subject,
             tool,

@@ -273,12 +273,28 @@ pub(crate) fn why_fenced(
 }
 
 /// An unsettled row as read: ref, key_rest, generation, tenant, subject, tool, state, token,
-/// claimed_at.
-pub(crate) type UnsettledRow = (i64, Vec<u8>, i32, String, String, String, i16, i64, i64);
+/// claimed_at, the window in ms.
+pub(crate) type UnsettledRow = (
+    i64,
+    Vec<u8>,
+    i32,
+    String,
+    String,
+    String,
+    i16,
+    i64,
+    i64,
+    i64,
+);
 
 /// An unsettled row read back.
 pub(crate) fn unsettled(row: UnsettledRow) -> Result<Unsettled, StoreError> {
-    let (r, rest, generation, tenant, subject, tool, code, token, claimed_at) = row;
+    let (r, rest, generation, tenant, subject, tool, code, token, claimed_at, window_ms) = row;
+    let window = u64::try_from(window_ms).map_err(|_| {
+        StoreError::corrupt(format!(
+            "the window of ref {r:016x} is {window_ms} ms, below zero"
+        ))
+    })?;
     let key = key_from(r, &rest)?;
     Ok(Unsettled {
         key,
@@ -289,6 +305,7 @@ pub(crate) fn unsettled(row: UnsettledRow) -> Result<Unsettled, StoreError> {
         state: split_state(code)?.0,
         token: Token(token),
         claimed_at: Timestamp::from_millis(claimed_at),
+        window: std::time::Duration::from_millis(window),
     })
 }
 
@@ -324,28 +341,22 @@ pub(crate) fn outbox_entries<G: Into<i64>>(
         .collect()
 }
 
-/// The columns a settlement writes: state (its [`state_code`]), response, completed_at,
-/// ends_at (`None`: keep the lease's end). A completed answer is replayed until `expires_at`; a
-/// released record stops answering at once.
+/// The columns a settlement writes: state (its [`state_code`]), response, completed_at (`None`
+/// for unknown). The window's end follows from the state in each backend's statement: a
+/// completed answer is replayed for the record's own window, a released record stops answering
+/// at once, an unknown one keeps its lease's end.
 pub(crate) fn settlement_columns(
     settlement: &Settlement,
     now: Timestamp,
-    expires_at: Timestamp,
-) -> (i16, Option<&str>, Option<i64>, Option<i64>) {
+) -> (i16, Option<&str>, Option<i64>) {
     match settlement {
         Settlement::Completed(r) => (
             state_code(RecordState::Completed, Some(r.ok)),
             Some(r.body.as_str()),
             Some(now.as_millis()),
-            Some(expires_at.as_millis()),
         ),
-        Settlement::Released => (
-            RecordState::Released.code(),
-            None,
-            Some(now.as_millis()),
-            Some(now.as_millis()),
-        ),
-        Settlement::Unknown => (RecordState::Unknown.code(), None, None, None),
+        Settlement::Released => (RecordState::Released.code(), None, Some(now.as_millis())),
+        Settlement::Unknown => (RecordState::Unknown.code(), None, None),
     }
 }
 

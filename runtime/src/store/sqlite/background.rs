@@ -19,7 +19,7 @@ DELETE FROM idempotency_records WHERE ref IN
 /// unknown records only, by claim time). Ties in the keys' byte order, as the memory store:
 /// `ref` compared unsigned.
 pub(super) const UNSETTLED: &str = "\
-SELECT ref, key_rest, generation, tenant, subject, tool, state, token, claimed_at
+SELECT ref, key_rest, generation, tenant, subject, tool, state, token, claimed_at, window_ms
 FROM idempotency_records WHERE state IN (0, 2) AND (state = 2 OR ends_at <= $1)
 ORDER BY claimed_at, ref < 0, ref LIMIT $2";
 

@@ -61,15 +61,17 @@ const BOOKKEEPING: Bookkeeping = Bookkeeping {
 /// key's when its `key_rest` differs).
 ///
 /// Parameters: `$1` ref, `$2` key_rest, `$3` tenant, `$4` tool, `$5` fingerprint, `$6` now,
-/// `$7` lease end, `$8` token, `$9` subject (`''` for a tenant-scoped record) (as PostgreSQL's claim).
+/// `$7` lease end, `$8` token, `$9` subject (`''` for a tenant-scoped record) (as PostgreSQL's
+/// claim), `$10` the tool's window in ms (kept on the record for its completion and settlements).
 const CLAIM: &str = "\
 INSERT INTO idempotency_records
-    (ref, token, claimed_at, ends_at, generation, state, key_rest, tenant, subject, tool, fingerprint)
-VALUES ($1, $8, $6, $7, 1, 0, $2, $3, $9, $4, $5)
+    (ref, token, claimed_at, ends_at, window_ms, generation, state, key_rest, tenant, subject, tool, fingerprint)
+VALUES ($1, $8, $6, $7, $10, 1, 0, $2, $3, $9, $4, $5)
 ON CONFLICT (ref) DO UPDATE SET
     token = excluded.token,
     claimed_at = excluded.claimed_at,
     ends_at = excluded.ends_at,
+    window_ms = excluded.window_ms,
     generation = CASE WHEN state = 3 THEN generation ELSE generation + 1 END,
     state = 0,
     tenant = excluded.tenant,
@@ -83,14 +85,15 @@ RETURNING 1, generation, token;
 SELECT 0, key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at, response
 FROM idempotency_records WHERE ref = $1 AND changes() = 0";
 
-/// `$1` ref, `$2` key_rest, `$3` token, then the new values.
+/// `$1` ref, `$2` key_rest, `$3` token, `$4` state, `$5` response, `$6` now: replayed for the
+/// record's own window (the claim's) from then.
 const COMPLETE: &str = "\
-UPDATE idempotency_records SET state = $4, response = $5, completed_at = $6, ends_at = $7
+UPDATE idempotency_records SET state = $4, response = $5, completed_at = $6, ends_at = $6 + window_ms
 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0";
 
 /// [`COMPLETE`], for a completion that writes outbox messages with the row's generation.
 const COMPLETE_RETURNING: &str = "\
-UPDATE idempotency_records SET state = $4, response = $5, completed_at = $6, ends_at = $7
+UPDATE idempotency_records SET state = $4, response = $5, completed_at = $6, ends_at = $6 + window_ms
 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0 RETURNING generation";
 
 const ROW_NOW: &str =
@@ -248,7 +251,6 @@ impl SqliteStore {
             .bind(state_code(RecordState::Completed, Some(c.response.ok)))
             .bind(c.response.body.as_str())
             .bind(c.now.as_millis())
-            .bind(c.expires_at.as_millis())
             .fetch_optional(&mut *tx)
             .await
             .map_err(db_error)?;
@@ -269,6 +271,11 @@ impl SqliteStore {
         tx.commit().await.map_err(db_error)?;
         Ok(true)
     }
+}
+
+/// A window's length as the row keeps it: whole milliseconds, saturating.
+fn window_ms(window: Duration) -> i64 {
+    i64::try_from(window.as_millis()).unwrap_or(i64::MAX)
 }
 
 fn bytes(key: &Key) -> &[u8] {
@@ -306,6 +313,7 @@ impl RecordStore for SqliteStore {
                     .bind(req.lease_expires_at.as_millis())
                     .bind(req.token.0)
                     .bind(req.subject.unwrap_or(""))
+                    .bind(window_ms(req.window))
                     .fetch_all(&self.pool)
                     .await
                     .map_err(db_error)?;
@@ -354,7 +362,6 @@ impl RecordStore for SqliteStore {
                                 .bind(state)
                                 .bind(c.response.body.as_str())
                                 .bind(c.now.as_millis())
-                                .bind(c.expires_at.as_millis())
                         },
                     )
                     .await;
@@ -459,15 +466,16 @@ impl RecordStore for SqliteStore {
         token: Token,
         settlement: &'a Settlement,
         at: Timestamp,
-        expires_at: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let (code, body, completed, expires) = sql::settlement_columns(settlement, at, expires_at);
+        let (code, body, completed) = sql::settlement_columns(settlement, at);
         let allowed = &[RecordState::InFlight, RecordState::Unknown];
-        // Unknown keeps its lease end in `ends_at`.
+        // Unknown keeps its lease end in `ends_at`; released stops answering at once; completed
+        // answers for the record's own window from the settlement.
         Box::pin(self.fenced(key, token, allowed, "the settlement", move || {
             fenced_query(
                 "UPDATE idempotency_records SET token = token + 1, state = $4, response = $5, \
-                 completed_at = $6, ends_at = coalesce($7, ends_at) \
+                 completed_at = $6, \
+                 ends_at = CASE $4 WHEN 2 THEN ends_at WHEN 3 THEN $6 ELSE $6 + window_ms END \
                  WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2)",
                 &key,
                 token,
@@ -475,7 +483,6 @@ impl RecordStore for SqliteStore {
             .bind(code)
             .bind(body)
             .bind(completed)
-            .bind(expires)
         }))
     }
 }

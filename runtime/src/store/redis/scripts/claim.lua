@@ -1,6 +1,7 @@
 -- The claim, in one round trip: create, take over, or report the record under the reference.
 -- KEYS: 1 record, 2 the shard's index (one hash slot: the shard's hash tag).
--- ARGV: 1 now, 2 lease end, 3 '1' to trust the caller's times, 4 the record's tail as packed
+-- ARGV: 1 now, 2 lease end, 3 '1' to trust the caller's times, 5 the tool's window (ms, kept
+-- on the record for its completion and settlements), 4 the record's tail as packed
 -- by the client: key_rest (24 bytes), token (8), fingerprint (1-byte length, '' for none),
 -- tenant, subject ('' for a tenant-scoped record), tool (2-byte lengths each), an empty answer
 -- (4-byte length 0).
@@ -9,8 +10,8 @@
 -- Returns {0, gen} new | {1, gen, claimed, lease} in flight | {2, gen, state, completed, body}
 -- completed | {3, gen, claimed} unknown | {4, gen} mismatch | {5, gen} reference taken.
 --
--- A record (see mod.rs, `Record`) is one string: a 29-byte head (state, generation, claimed,
--- lease or window end, completed; doubles are exact for milliseconds), then the tail above with
+-- A record (see mod.rs, `Record`) is one string: a 37-byte head (state, generation, claimed,
+-- lease or window end, completed, window; doubles are exact for milliseconds), then the tail above with
 -- the answer in place of the empty one. The index member is the record key's last 16 bytes.
 local now = tonumber(ARGV[1])
 local off = 0
@@ -26,7 +27,7 @@ local blob = redis.call('GET', rec)
 -- A plain SET also ends the expiry of a settled record it takes over; ZADD moves its index
 -- entry from the settled band into the unsettled one (scored by lease end).
 local function take(g)
-  redis.call('SET', rec, struct.pack('>BI4ddd', 0, g, now, lease, 0) .. tail)
+  redis.call('SET', rec, struct.pack('>BI4dddd', 0, g, now, lease, 0, tonumber(ARGV[5])) .. tail)
   redis.call('ZADD', KEYS[2], lease, string.sub(rec, -16))
   return {0, g}
 end
@@ -34,8 +35,8 @@ end
 if not blob then
   return take(1)
 end
-local s, g, c, e, d = struct.unpack('>BI4ddd', blob)
-if string.sub(blob, 30, 53) ~= string.sub(tail, 1, 24) then
+local s, g, c, e, d = struct.unpack('>BI4dddd', blob)
+if string.sub(blob, 38, 61) ~= string.sub(tail, 1, 24) then
   return {5, g}
 end
 if s == 3 then
@@ -44,7 +45,7 @@ end
 if (s == 1 or s == 4) and now >= e then
   return take(g + 1)
 end
-local f, tn, sb, tl, r = struct.unpack('>I1c0I2c0I2c0I2c0I4c0', blob, 62)
+local f, tn, sb, tl, r = struct.unpack('>I1c0I2c0I2c0I2c0I4c0', blob, 70)
 local asked = struct.unpack('>I1c0', tail, 33)
 if f ~= '' and asked ~= '' and f ~= asked then
   return {4, g}

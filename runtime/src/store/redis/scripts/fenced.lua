@@ -4,9 +4,10 @@
 -- ARGV: 1 op ('c' complete, 'r' release, 'u' unknown, 'n' renew, 's' settle), 2 key_rest
 -- (24 bytes), 3 token (8 bytes), 4 '1' to trust the caller's times, 5 now ('0' for 'u'),
 -- 6 retention ms, then per op:
---   c: 7 state code (1 ok, 4 error), 8 body, 9 window end, 10 message count, then topic, payload...
+--   c: 7 state code (1 ok, 4 error), 8 body, 9 message count, then topic, payload...
 --   n: 7 lease end
---   s: 7 new token (8 bytes), 8 state code (1, 4, 3 released, 2 unknown), 9 body, 10 window end
+--   s: 7 new token (8 bytes), 8 state code (1, 4, 3 released, 2 unknown), 9 body
+-- A completed answer is replayed for the record's own window (the claim's, in its head).
 -- Returns {0, gen} done | {-1} no record of this key | {-2, gen} fenced | {-3, gen, state}.
 --
 -- The index holds every record of the shard once: unsettled ones scored by lease end (unknown
@@ -18,11 +19,11 @@ local blob = redis.call('GET', rec)
 if not blob then
   return {-1}
 end
-local s, g, c, e, d = struct.unpack('>BI4ddd', blob)
-if string.sub(blob, 30, 53) ~= ARGV[2] then
+local s, g, c, e, d, w = struct.unpack('>BI4dddd', blob)
+if string.sub(blob, 38, 61) ~= ARGV[2] then
   return {-1}
 end
-if string.sub(blob, 54, 61) ~= ARGV[3] then
+if string.sub(blob, 62, 69) ~= ARGV[3] then
   return {-2, g}
 end
 if not (s == 0 or (op == 's' and s == 2)) then
@@ -32,12 +33,12 @@ end
 if string.sub(blob, -4) ~= '\0\0\0\0' then
   return redis.error_reply('the unsettled record ' .. rec .. ' holds an answer')
 end
-local mid = string.sub(blob, 30, -5)
+local mid = string.sub(blob, 38, -5)
 local member = string.sub(rec, -16)
 local EMPTY = '\0\0\0\0'
 
 local function unknown()
-  redis.call('SET', rec, struct.pack('>BI4ddd', 2, g, c, e, d) .. mid .. EMPTY)
+  redis.call('SET', rec, struct.pack('>BI4dddd', 2, g, c, e, d, w) .. mid .. EMPTY)
   redis.call('ZADD', KEYS[2], 0, member)
   return {0, g}
 end
@@ -57,7 +58,7 @@ local off = now - given
 
 if op == 'n' then
   e = tonumber(ARGV[7]) + off
-  redis.call('SET', rec, struct.pack('>BI4ddd', s, g, c, e, d) .. string.sub(blob, 30))
+  redis.call('SET', rec, struct.pack('>BI4dddd', s, g, c, e, d, w) .. string.sub(blob, 38))
   redis.call('ZADD', KEYS[2], e, member)
   return {0, g}
 end
@@ -66,7 +67,7 @@ end
 local at = math.max(now, c)
 local function settled(state, body, ends)
   -- Native retention: gone at window end + retention (on the server's own clock).
-  redis.call('SET', rec, struct.pack('>BI4ddd', state, g, c, ends, at) .. mid ..
+  redis.call('SET', rec, struct.pack('>BI4dddd', state, g, c, ends, at, w) .. mid ..
     struct.pack('>I4', #body) .. body, 'PXAT', ends + tonumber(ARGV[6]) + (real - now))
   redis.call('ZADD', KEYS[2], ends - BAND, member)
 end
@@ -76,14 +77,14 @@ if op == 'r' then
   return {0, g}
 end
 if op == 'c' then
-  settled(tonumber(ARGV[7]), ARGV[8], at + tonumber(ARGV[9]) - given)
-  local n = tonumber(ARGV[10])
+  settled(tonumber(ARGV[7]), ARGV[8], at + w)
+  local n = tonumber(ARGV[9])
   if n > 0 and redis.call('EXISTS', KEYS[3]) == 0 then
     redis.call('XGROUP', 'CREATE', KEYS[3], 'g', '$', 'MKSTREAM')
   end
   for i = 0, n - 1 do
-    redis.call('XADD', KEYS[3], '*', 'p', member, 'g', g, 'tp', ARGV[11 + 2 * i],
-      'pl', ARGV[12 + 2 * i])
+    redis.call('XADD', KEYS[3], '*', 'p', member, 'g', g, 'tp', ARGV[10 + 2 * i],
+      'pl', ARGV[11 + 2 * i])
   end
   return {0, g}
 end
@@ -95,7 +96,7 @@ if op == 's' then
   elseif code == 3 then
     settled(3, '', at)
   else
-    settled(code, ARGV[9], at + tonumber(ARGV[10]) - given)
+    settled(code, ARGV[9], at + w)
   end
   return {0, g}
 end

@@ -3,8 +3,8 @@
 -- many, 4 the shard's record key prefix (records are under it + index member).
 -- Reads the index's unsettled band only (scores from -2^49: settled records sit below, at
 -- window end - 2^50). Returns {member, key_rest, gen, state, token (8 bytes), claimed, tenant,
--- subject, tool} per claim; entries whose record is gone are dropped on the way.
-local HEAD = '>BI4dddc24c8I1c0I2c0I2c0I2c0'
+-- subject, tool, window (ms)} per claim; entries whose record is gone are dropped on the way.
+local HEAD = '>BI4ddddc24c8I1c0I2c0I2c0I2c0'
 local now = tonumber(ARGV[1])
 local off = 0
 if ARGV[2] ~= '1' then
@@ -20,9 +20,9 @@ for _, m in ipairs(due) do
   if not blob then
     redis.call('ZREM', KEYS[1], m)
   else
-    local s, g, c, e, _, k, t, _, tn, sb, tl = struct.unpack(HEAD, blob)
+    local s, g, c, e, _, w, k, t, _, tn, sb, tl = struct.unpack(HEAD, blob)
     if s == 2 or (s == 0 and e <= now) then
-      out[#out + 1] = {m, k, g, s, t, c - off, tn, sb, tl}
+      out[#out + 1] = {m, k, g, s, t, c - off, tn, sb, tl, w}
     end
   end
 end

@@ -1,0 +1,318 @@
+//! Recovery on every store (memory, a SQLite file, PostgreSQL, Redis): what a call whose worker
+//! lost its outcome becomes, and for how long its settled answer is replayed.
+//!
+//! The window is a property of the record: a call of a 24 h tool whose outcome was lost (its
+//! body panicked after the side effect) and that is settled as completed — by the engine's own
+//! rounds, or by a [`Reconciler`] run apart — replays at +20 min and at +23 h 59 min after the
+//! settlement and runs fresh after 24 h; a 2 s tool the same at its scale. Side effects are
+//! counted at the far side (the body's counter); time moves on a `ManualClock`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use idempotency::clock::{ManualClock, Timestamp};
+use idempotency::outcome::{ErrorPolicy, Failure, Outcome};
+use idempotency::store::{
+    MemoryStore, RecordState, RedisStore, Settlement, SqliteStore, Store, StoredResponse, Unsettled,
+};
+use idempotency::tasks::Reconciler;
+use idempotency::tool::{Prepared, ToolSpec};
+use idempotency::{Caller, Error, Idempotency, IdempotencyBuilder, Reference};
+use idempotency_tests::pg::{unique_name, TestSchema};
+use idempotency_tests::redis_servers::shared_server;
+
+const T0: i64 = 1_796_000_000_000;
+const DAY: Duration = Duration::from_secs(24 * 3600);
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// A 24 h tool and a 2 s one, served by one engine, with their windows.
+const SHIPMENT: (ToolSpec, Duration) = (ToolSpec::new("create_shipment", DAY), DAY);
+const PING: (ToolSpec, Duration) = (
+    ToolSpec::new("ping_carrier", Duration::from_secs(2)),
+    Duration::from_secs(2),
+);
+
+#[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
+enum ToolError {
+    #[error("{0}")]
+    Wrapper(String),
+}
+
+impl From<Error> for ToolError {
+    fn from(e: Error) -> Self {
+        ToolError::Wrapper(e.advice())
+    }
+}
+
+/// A store under test; PostgreSQL's schema is dropped when the case ends.
+struct Backend {
+    store: Arc<dyn Store>,
+    schema: Option<TestSchema>,
+    file: Option<std::path::PathBuf>,
+}
+
+impl Backend {
+    async fn memory() -> Backend {
+        Backend {
+            store: Arc::new(MemoryStore::new()),
+            schema: None,
+            file: None,
+        }
+    }
+
+    async fn sqlite() -> Backend {
+        let path = std::env::temp_dir().join(format!("{}.db", unique_name("recovery")));
+        Backend {
+            store: Arc::new(SqliteStore::open(&path).await.expect("open sqlite")),
+            schema: None,
+            file: Some(path),
+        }
+    }
+
+    /// `None` without `DATABASE_URL` (the test is then marked ignored by the build script).
+    async fn postgres() -> Option<Backend> {
+        let schema = TestSchema::create("recovery").await?;
+        Some(Backend {
+            // Takes the engine's times, so the ManualClock moves the window.
+            store: Arc::new(schema.store().await),
+            schema: Some(schema),
+            file: None,
+        })
+    }
+
+    async fn redis() -> Backend {
+        let store = RedisStore::builder()
+            .namespace(unique_name("recovery"))
+            .trust_engine_clock()
+            .connect(&shared_server().url())
+            .await
+            .expect("redis");
+        Backend {
+            store: Arc::new(store),
+            schema: None,
+            file: None,
+        }
+    }
+
+    async fn finish(self) {
+        if let Some(schema) = self.schema {
+            schema.drop_schema().await;
+        }
+        if let Some(path) = self.file {
+            for suffix in ["", "-wal", "-shm"] {
+                let mut p = path.clone().into_os_string();
+                p.push(suffix);
+                std::fs::remove_file(p).ok();
+            }
+        }
+    }
+}
+
+/// An engine over `store` on a `ManualClock`, and the far side's count of side effects.
+struct World {
+    engine: Idempotency,
+    clock: ManualClock,
+    effects: Arc<AtomicUsize>,
+    caller: Caller,
+}
+
+impl World {
+    fn new(
+        store: &Arc<dyn Store>,
+        start: Timestamp,
+        configure: impl FnOnce(IdempotencyBuilder) -> IdempotencyBuilder,
+    ) -> World {
+        let clock = ManualClock::new(start);
+        World {
+            engine: configure(Idempotency::builder_shared(store.clone()).clock(clock.clone()))
+                .build(),
+            clock,
+            effects: Arc::default(),
+            caller: Caller::new("acme", "alice"),
+        }
+    }
+
+    fn reference(&self, spec: &ToolSpec, n: u64) -> Reference {
+        Prepared::call(&self.caller, spec, &n)
+            .expect("key")
+            .key
+            .key(&idempotency::key::Secret::demo())
+            .reference(1)
+    }
+
+    /// Calls `spec` with argument `n`: the body counts a side effect, then panics when `lose`
+    /// (the outcome is lost after the side effect), else answers `n`.
+    async fn call(&self, spec: &ToolSpec, n: u64, lose: bool) -> Outcome<u64, Failure<ToolError>> {
+        let effects = self.effects.clone();
+        self.engine
+            .execute_raw(
+                spec,
+                &self.caller,
+                Prepared::call(&self.caller, spec, &n).expect("key"),
+                ErrorPolicy::<ToolError>::retryable(),
+                async move {
+                    effects.fetch_add(1, Ordering::SeqCst);
+                    if lose {
+                        panic!("the worker lost the outcome after the side effect");
+                    }
+                    Ok(n)
+                },
+            )
+            .await
+    }
+
+    async fn state(&self, r: Reference) -> Option<RecordState> {
+        self.engine
+            .status(&self.caller, r)
+            .await
+            .expect("status")
+            .map(|s| s.state)
+    }
+}
+
+/// What the processor says about a lost call: it happened, and its answer was `n * 10`.
+fn processor_says_done(claim: &Unsettled) -> Settlement {
+    let n: u64 = if claim.tool == "create_shipment" {
+        240
+    } else {
+        20
+    };
+    Settlement::Completed(StoredResponse {
+        ok: true,
+        body: n.to_string(),
+    })
+}
+
+#[derive(Clone, Copy, Debug)]
+enum SettledBy {
+    /// The engine's own lease-expiry rounds, with a `Reconcile`.
+    Rounds,
+    /// A `Reconciler` run apart (`run_once`).
+    Reconciler,
+}
+
+/// One tool's call is lost, settled completed, then repeated across its window: replayed at
+/// `early` and `late` after the settlement, run fresh at the window's end.
+async fn window_kept(
+    store: Arc<dyn Store>,
+    start: Timestamp,
+    by: SettledBy,
+    (spec, window): (ToolSpec, Duration),
+    n: u64,
+) {
+    let (early, late) = if window == DAY {
+        (20 * MINUTE, DAY - MINUTE)
+    } else {
+        (Duration::from_secs(1), Duration::from_millis(1_900))
+    };
+    let w = World::new(&store, start, |b| match by {
+        SettledBy::Rounds => b
+            .reconcile(|claim: Unsettled| async move { Ok(processor_says_done(&claim)) })
+            .reconcile_every(Duration::from_millis(10)),
+        SettledBy::Reconciler => b.without_reconciler(),
+    });
+    let r = w.reference(&spec, n);
+    let lost = w.call(&spec, n, true).await;
+    assert!(
+        matches!(
+            lost.result,
+            Err(Failure::Wrapper(Error::OutcomeUnknown { .. }))
+        ),
+        "{:?}",
+        lost.result
+    );
+    assert_eq!(w.effects.load(Ordering::SeqCst), 1);
+    w.clock.advance(MINUTE);
+    match by {
+        SettledBy::Reconciler => {
+            let report = Reconciler::new(&w.engine, |claim: Unsettled| async move {
+                Ok(processor_says_done(&claim))
+            })
+            .run_once()
+            .await
+            .expect("round");
+            assert_eq!(report.completed, 1, "{report:?}");
+        }
+        SettledBy::Rounds => {
+            // The rounds run in the background every 10 ms (real time); the record's state is
+            // what they change, so the test waits on that, with a bound.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            while w.state(r).await != Some(RecordState::Completed) {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the rounds never settled {r}"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    }
+    // The settlement's own time: the window runs from it.
+    let settled_at = w
+        .engine
+        .status(&w.caller, r)
+        .await
+        .expect("status")
+        .and_then(|s| s.completed_at)
+        .expect("settled");
+    let expected = if window == DAY { 240 } else { 20 };
+    for after in [early, late] {
+        w.clock.set(settled_at + after);
+        let again = w.call(&spec, n, false).await;
+        assert!(again.replayed, "{spec:?} at +{after:?}: {:?}", again.result);
+        assert_eq!(again.result.ok(), Some(expected), "{spec:?} at +{after:?}");
+    }
+    assert_eq!(
+        w.effects.load(Ordering::SeqCst),
+        1,
+        "{spec:?}: nothing ran twice within the window"
+    );
+    w.clock.set(settled_at + window);
+    let fresh = w.call(&spec, n, false).await;
+    assert!(!fresh.replayed, "{spec:?}: {:?}", fresh.result);
+    assert_eq!(fresh.result.ok(), Some(n));
+    assert_eq!(w.effects.load(Ordering::SeqCst), 2, "{spec:?}");
+}
+
+/// Both tools on one engine (each settled as its own window says), both ways of settling.
+async fn windows_live_on_the_record(b: Backend) {
+    let mut start = Timestamp::from_millis(T0);
+    for by in [SettledBy::Rounds, SettledBy::Reconciler] {
+        for (tool, n) in [(SHIPMENT, 24), (PING, 2)] {
+            // A distinct argument per case, so each case's record is its own; each case starts
+            // after the last one's times (time does not run back between them).
+            let n = n + if matches!(by, SettledBy::Rounds) {
+                0
+            } else {
+                100
+            };
+            window_kept(b.store.clone(), start, by, tool, n).await;
+            start = start + 3 * DAY;
+        }
+    }
+    b.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_answer_keeps_its_tools_window_memory() {
+    windows_live_on_the_record(Backend::memory().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_answer_keeps_its_tools_window_sqlite() {
+    windows_live_on_the_record(Backend::sqlite().await).await;
+}
+
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_answer_keeps_its_tools_window_postgres() {
+    let Some(b) = Backend::postgres().await else {
+        return;
+    };
+    windows_live_on_the_record(b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_answer_keeps_its_tools_window_redis() {
+    windows_live_on_the_record(Backend::redis().await).await;
+}
