@@ -316,3 +316,132 @@ async fn a_settled_answer_keeps_its_tools_window_postgres() {
 async fn a_settled_answer_keeps_its_tools_window_redis() {
     windows_live_on_the_record(Backend::redis().await).await;
 }
+
+/// A sweep of 300 calls over 100 keys, each given up by its caller after a random 0–4 ms (so
+/// futures are dropped while claiming, before the body, in it and while recording), on an engine
+/// as users run it (the system clock; PostgreSQL on its server's clock). Once the background
+/// settlements have run, every key whose body never started is released or absent — never in
+/// flight, never "outcome unknown" — and no body ran twice. Body starts are counted at the far
+/// side.
+async fn cancelled_calls_that_never_ran_end_released(store: Arc<dyn Store>, lease: Duration) {
+    let engine = Idempotency::builder_shared(store).lease(lease).build();
+    let caller = Caller::new("acme", "alice");
+    let spec = ToolSpec::new("charge_card", Duration::from_secs(900));
+    let runs: Arc<std::sync::Mutex<std::collections::HashMap<u64, usize>>> = Arc::default();
+    let mut calls = tokio::task::JoinSet::new();
+    // Warm the store's pool first (ten calls of other keys at once), so the sweep's claims are
+    // not all still waiting for a connection when their callers give up.
+    for n in 1_000..1_010u64 {
+        let (engine, caller) = (engine.clone(), caller.clone());
+        calls.spawn(async move {
+            let prepared = Prepared::call(&caller, &spec, &n).expect("key");
+            let done = engine
+                .execute_raw(
+                    &spec,
+                    &caller,
+                    prepared,
+                    ErrorPolicy::<ToolError>::retryable(),
+                    async move { Ok::<u64, ToolError>(n) },
+                )
+                .await;
+            assert!(done.result.is_ok(), "{:?}", done.result);
+        });
+    }
+    while calls.join_next().await.is_some() {}
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    for n in 0..300u64 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let budget = Duration::from_micros(seed % 4_000);
+        let (engine, caller, runs) = (engine.clone(), caller.clone(), runs.clone());
+        calls.spawn(async move {
+            let prepared = Prepared::call(&caller, &spec, &(n % 100)).expect("key");
+            let call = engine.execute_raw(
+                &spec,
+                &caller,
+                prepared,
+                ErrorPolicy::<ToolError>::retryable(),
+                async move {
+                    *runs.lock().unwrap().entry(n % 100).or_default() += 1;
+                    tokio::task::yield_now().await;
+                    Ok::<u64, ToolError>(n)
+                },
+            );
+            let _ = tokio::time::timeout(budget, call).await;
+        });
+        // Ten at a time, so claims reach the store (not only a pool's queue) before their
+        // callers give up.
+        if calls.len() == 10 {
+            while calls.join_next().await.is_some() {}
+        }
+    }
+    while calls.join_next().await.is_some() {}
+    let runs = runs.lock().unwrap().clone();
+    assert!(runs.values().all(|n| *n == 1), "a body ran twice: {runs:?}");
+    let never_ran: Vec<Reference> = (0..100u64)
+        .filter(|n| !runs.contains_key(n))
+        .map(|n| {
+            Prepared::call(&caller, &spec, &n)
+                .expect("key")
+                .key
+                .key(&idempotency::key::Secret::demo())
+                .reference(1)
+        })
+        .collect();
+    // The settlements of dropped calls run in the background: wait on the records themselves
+    // (bounded) until none of the never-run ones is left claimed.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut left = Vec::new();
+        for r in &never_ran {
+            let state = engine
+                .status(&caller, *r)
+                .await
+                .expect("status")
+                .map(|s| s.state);
+            if !matches!(state, None | Some(RecordState::Released)) {
+                left.push((*r, state));
+            }
+        }
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {} calls whose body never ran are not released: {left:?}",
+            left.len(),
+            never_ran.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_calls_that_never_ran_end_released_postgres_30s_lease() {
+    let Some(schema) = TestSchema::create("cancel30").await else {
+        return;
+    };
+    let store = Arc::new(schema.server_clock_store().await);
+    cancelled_calls_that_never_ran_end_released(store, Duration::from_secs(30)).await;
+    schema.drop_schema().await;
+}
+
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_calls_that_never_ran_end_released_postgres_2s_lease() {
+    let Some(schema) = TestSchema::create("cancel2").await else {
+        return;
+    };
+    let store = Arc::new(schema.server_clock_store().await);
+    cancelled_calls_that_never_ran_end_released(store, Duration::from_secs(2)).await;
+    schema.drop_schema().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_calls_that_never_ran_end_released_sqlite() {
+    let b = Backend::sqlite().await;
+    cancelled_calls_that_never_ran_end_released(b.store.clone(), Duration::from_secs(30)).await;
+    b.finish().await;
+}

@@ -132,6 +132,12 @@ impl Drop for Guard {
 /// dropped while armed, it releases the claim this attempt may hold — fenced by the attempt's own
 /// token, so it never touches anyone else's — in the background, retrying a few times. Nothing
 /// ran, so released is the truth.
+///
+/// A claim dropped mid-statement may still land after the release first looks for it (the
+/// database finishes a statement its client stopped waiting for; sqlx's SQLite worker runs a
+/// queued one): "no such record" is therefore tried again too, for a few seconds, before the
+/// guard concludes the claim was never made. Without that, such a claim stayed in flight and its
+/// repeats were told "outcome unknown" although nothing ran.
 pub(super) struct ClaimGuard {
     pub(super) store: Arc<dyn Store>,
     pub(super) clock: Arc<dyn Clock>,
@@ -141,9 +147,10 @@ pub(super) struct ClaimGuard {
     pub(super) armed: bool,
 }
 
-/// How often a lost claim's release is tried, and the first pause between tries (doubling).
-const RELEASE_TRIES: u32 = 5;
-const RELEASE_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+/// How often a lost claim's release is tried, and the first pause between tries (doubling): the
+/// last try comes about 6 s after the first.
+const RELEASE_TRIES: u32 = 9;
+const RELEASE_PAUSE: std::time::Duration = std::time::Duration::from_millis(25);
 
 impl ClaimGuard {
     /// An armed guard over the claim `engine` may be making of `key` with `token`.
@@ -183,12 +190,16 @@ impl Drop for ClaimGuard {
                         tracing::info!(tool, reference = %key.reference(1), "idempotency released a claim nothing ran under (its answer was lost, or the call was answered another way)");
                         return;
                     }
-                    // Never made, or not ours: nothing to give back.
-                    Err(
-                        StoreError::Fenced { .. }
-                        | StoreError::WrongState { .. }
-                        | StoreError::NotFound,
-                    ) => return,
+                    // Not ours (another attempt's token, or settled): nothing to give back.
+                    Err(StoreError::Fenced { .. } | StoreError::WrongState { .. }) => return,
+                    // Not there yet, or never made: a dropped claim may still land.
+                    Err(StoreError::NotFound) if attempt + 1 == RELEASE_TRIES => {
+                        tracing::debug!(tool, reference = %key.reference(1), "idempotency: a claim whose answer was lost was never made");
+                        return;
+                    }
+                    Err(StoreError::NotFound) => {
+                        tokio::time::sleep(RELEASE_PAUSE * 2u32.pow(attempt)).await;
+                    }
                     Err(e) => {
                         tracing::warn!(tool, error = %e, attempt, "idempotency could not release a claim nothing ran under; retrying");
                         tokio::time::sleep(RELEASE_PAUSE * 2u32.pow(attempt)).await;
