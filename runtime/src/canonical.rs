@@ -1064,7 +1064,7 @@ mod raw {
 
 /// Map keys: strings and chars as they are; integers as their decimal digits and unit variants
 /// as their names (as serde_json does); anything else is refused.
-struct KeySer;
+pub(crate) struct KeySer;
 
 fn bad_key(found: &'static str) -> CanonicalError {
     CanonicalError::NonStringKey { found }
