@@ -171,10 +171,13 @@ fn raw(text: &str) -> Forward {
     }
 }
 
+/// A `RawValue` is keyed by its text as the handler reads it: numbers keep every digit, so two
+/// decimals one `f64` would merge are two calls; only what no JSON reader sees (whitespace,
+/// member order, escapes) is one call; duplicate members, which readers disagree on, are refused.
 #[tokio::test]
-async fn raw_json_that_would_merge_is_refused_and_the_rest_is_keyed_by_meaning() {
+async fn raw_json_is_keyed_by_the_text_the_handler_reads() {
     let ctx = ctx();
-    // Duplicate members: serde_json's Value keeps the last, so these two would share a key.
+    // Duplicate members: readers disagree on which counts.
     for text in [r#"{"a":1,"a":2}"#, r#"{"a":2,"a":1}"#] {
         match forward(&ctx, raw(text)).await {
             Err(e @ Error::Arguments { .. }) => {
@@ -183,22 +186,28 @@ async fn raw_json_that_would_merge_is_refused_and_the_rest_is_keyed_by_meaning()
             other => panic!("expected a refusal, got {other:?}"),
         }
     }
-    // Integers beyond 64 bits would be rounded to the same float.
-    for text in ["18446744073709551616", "18446744073709551617"] {
-        match forward(&ctx, raw(text)).await {
-            Err(e @ Error::Arguments { .. }) => {
-                assert!(e.advice().contains("beyond 64 bits"), "{}", e.advice());
-            }
-            other => panic!("expected a refusal, got {other:?}"),
-        }
-    }
     assert_eq!(ctx.runs.runs(), 0);
+    // One f64, two decimals the handler reads apart: two calls, each replaying its own text.
+    for text in [
+        "0.1",
+        "0.10000000000000000001",
+        "0.1",
+        "0.10000000000000000001",
+    ] {
+        assert_eq!(forward(&ctx, raw(text)).await.unwrap(), text);
+    }
+    assert_eq!(ctx.runs.runs(), 2);
+    // Integers beyond 64 bits are accepted and kept apart.
+    for text in ["18446744073709551616", "18446744073709551617"] {
+        assert_eq!(forward(&ctx, raw(text)).await.unwrap(), text);
+    }
+    assert_eq!(ctx.runs.runs(), 4);
     // One meaning, two spellings: one call. An integer and a float: two.
     forward(&ctx, raw(r#"{"a": 1, "b": "x"}"#)).await.unwrap();
     forward(&ctx, raw(r#"{"b":"x","a":1}"#)).await.unwrap();
-    assert_eq!(ctx.runs.runs(), 1);
+    assert_eq!(ctx.runs.runs(), 5);
     forward(&ctx, raw(r#"{"a": 1.0, "b": "x"}"#)).await.unwrap();
-    assert_eq!(ctx.runs.runs(), 2);
+    assert_eq!(ctx.runs.runs(), 6);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -495,6 +504,25 @@ mod mcp {
         note: Option<String>,
     }
 
+    /// Members a client may send explicitly or under another name, read exactly as the key
+    /// sees them.
+    #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+    struct ChargeArgs {
+        #[serde(alias = "amt")]
+        amount: u64,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        dry_run: bool,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        note: String,
+    }
+
+    /// A payload passed on as the text the client sent (as rmcp hands it over).
+    #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+    struct ForwardArgs {
+        #[schemars(with = "serde_json::Value")]
+        payload: Box<serde_json::value::RawValue>,
+    }
+
     #[derive(Clone)]
     struct Refunds {
         engine: Idempotency,
@@ -527,6 +555,28 @@ mod mcp {
                 args.amount, args.dry_run
             ))
         }
+
+        /// Charge an amount; each run's answer carries its number.
+        #[idempotent(window = "15m", on_error = "retryable")]
+        #[tool]
+        async fn charge(&self, Parameters(args): Parameters<ChargeArgs>) -> Result<String, Error> {
+            let run = self.runs.hit();
+            Ok(format!(
+                "run {run}: charged {} (dry run: {}, note: {:?})",
+                args.amount, args.dry_run, args.note
+            ))
+        }
+
+        /// Forward a payload; answers with the text the handler read.
+        #[idempotent(window = "15m", on_error = "retryable")]
+        #[tool]
+        async fn forward(
+            &self,
+            Parameters(args): Parameters<ForwardArgs>,
+        ) -> Result<String, Error> {
+            self.runs.hit();
+            Ok(args.payload.get().to_owned())
+        }
     }
 
     type Client = RunningService<RoleClient, ()>;
@@ -542,11 +592,22 @@ mod mcp {
     }
 
     async fn call(client: &Client, args: Value) -> CallToolResult {
+        call_tool(client, "refund", args).await
+    }
+
+    async fn call_tool(client: &Client, tool: &'static str, args: Value) -> CallToolResult {
         let args = args.as_object().cloned().unwrap_or_default();
         client
-            .call_tool(CallToolRequestParams::new("refund").with_arguments(args))
+            .call_tool(CallToolRequestParams::new(tool).with_arguments(args))
             .await
             .expect("call_tool")
+    }
+
+    /// The answer to a call that must not be refused (the `String` the tool returned).
+    async fn answered(client: &Client, tool: &'static str, args: Value) -> String {
+        let r = call_tool(client, tool, args.clone()).await;
+        assert_eq!(r.is_error, Some(false), "{args}: {}", text(&r));
+        serde_json::from_str(&text(&r)).expect("a String answer")
     }
 
     fn text(r: &CallToolResult) -> String {
@@ -611,6 +672,103 @@ mod mcp {
         assert_eq!(status(&extra), Some(json!("invalid")));
         assert!(text(&extra).contains("`currency`"), "{}", text(&extra));
         assert_eq!(refunds.runs.runs(), 1);
+        client.cancel().await.ok();
+    }
+
+    /// `false` for a flag and `""` for a note are what `skip_serializing_if` drops: the handler
+    /// reads the same as when they are omitted, so they are accepted and replay that call.
+    /// Values the key sees are other calls; a `skip_serializing` field stays refused even at its
+    /// default.
+    #[tokio::test]
+    async fn explicit_defaults_under_skip_serializing_if_are_the_call_without_them() {
+        let refunds = server();
+        let client = connect(refunds.clone()).await;
+        let first = answered(&client, "charge", json!({"amount": 5})).await;
+        assert_eq!(first, r#"run 1: charged 5 (dry run: false, note: "")"#);
+        for explicit in [
+            json!({"amount": 5, "dry_run": false}),
+            json!({"amount": 5, "note": ""}),
+            json!({"note": "", "dry_run": false, "amount": 5}),
+        ] {
+            assert_eq!(answered(&client, "charge", explicit).await, first);
+        }
+        assert_eq!(refunds.runs.runs(), 1);
+        let dry = answered(&client, "charge", json!({"amount": 5, "dry_run": true})).await;
+        assert_eq!(dry, r#"run 2: charged 5 (dry run: true, note: "")"#);
+        let noted = answered(&client, "charge", json!({"amount": 5, "note": "gift"})).await;
+        assert_eq!(noted, r#"run 3: charged 5 (dry run: false, note: "gift")"#);
+        assert_eq!(refunds.runs.runs(), 3);
+
+        let never_keyed = call(&client, json!({"amount": 5, "dry_run": false})).await;
+        assert_eq!(status(&never_keyed), Some(json!("invalid")));
+        assert!(
+            text(&never_keyed).contains("`dry_run`"),
+            "{}",
+            text(&never_keyed)
+        );
+        assert_eq!(refunds.runs.runs(), 3);
+        client.cancel().await.ok();
+    }
+
+    /// A serde alias is the field it names: `{"amt": 5}` replays `{"amount": 5}`. A member that
+    /// names no field is still refused.
+    #[tokio::test]
+    async fn an_alias_is_the_call_with_the_field_it_names() {
+        let refunds = server();
+        let client = connect(refunds.clone()).await;
+        let first = answered(&client, "charge", json!({"amount": 5})).await;
+        assert_eq!(answered(&client, "charge", json!({"amt": 5})).await, first);
+        assert_eq!(refunds.runs.runs(), 1);
+        let six = answered(&client, "charge", json!({"amt": 6, "dry_run": false})).await;
+        assert_eq!(six, r#"run 2: charged 6 (dry run: false, note: "")"#);
+        assert_eq!(answered(&client, "charge", json!({"amount": 6})).await, six);
+
+        let unknown = call_tool(&client, "charge", json!({"amount": 5, "amount_cents": 500})).await;
+        assert_eq!(status(&unknown), Some(json!("invalid")));
+        assert!(
+            text(&unknown).contains("`amount_cents`"),
+            "{}",
+            text(&unknown)
+        );
+        assert_eq!(refunds.runs.runs(), 2);
+        client.cancel().await.ok();
+    }
+
+    /// A `RawValue` is keyed by the text its handler reads: as many runs as distinct texts, and
+    /// each repeat replays its own. rmcp hands the handler serde_json's rendering of the parsed
+    /// arguments, so whether `0.1` and `0.10000000000000000001` read alike depends on
+    /// serde_json's `arbitrary_precision` (off here: one `f64`, one text); `1` and `1.0` read
+    /// apart either way, and member order or whitespace never.
+    #[tokio::test]
+    async fn a_raw_value_is_keyed_by_the_text_its_handler_reads() {
+        let refunds = server();
+        let client = connect(refunds.clone()).await;
+        let payloads = [
+            "0.1",
+            "0.10000000000000000001",
+            "1",
+            "1.0",
+            r#"{"b": [1, 2.5], "a": "x"}"#,
+            r#"{ "a":"x","b":[1,2.5] }"#,
+        ];
+        let mut read = Vec::new();
+        for payload in payloads {
+            let payload: Value = serde_json::from_str(payload).unwrap();
+            read.push(answered(&client, "forward", json!({"payload": payload})).await);
+        }
+        let distinct: std::collections::BTreeSet<&String> = read.iter().collect();
+        assert_eq!(refunds.runs.runs(), distinct.len(), "{read:?}");
+        assert_ne!(read[2], read[3], "1 and 1.0 read apart");
+        assert_eq!(read[4], read[5], "member order and whitespace read alike");
+        // Repeats replay the text their own first call read.
+        for (payload, first) in payloads.iter().zip(&read) {
+            let payload: Value = serde_json::from_str(payload).unwrap();
+            assert_eq!(
+                &answered(&client, "forward", json!({"payload": payload})).await,
+                first
+            );
+        }
+        assert_eq!(refunds.runs.runs(), distinct.len());
         client.cancel().await.ok();
     }
 }

@@ -144,8 +144,10 @@ pub fn canonical_json<T: Serialize + ?Sized>(value: &T) -> Result<String, Canoni
 ///   (within 64 bits an integer, beyond them a float, as serde_json reads them back); a number
 ///   written with a fraction or exponent whose value is a whole number is written out exactly
 ///   (`1e21` and `1000000000000000000000` are one number); other fractions go through an `f64`.
-/// * serde_json's `RawValue` is parsed strictly: a duplicate member name, or an integer beyond
-///   64 bits (serde_json would round it to a float, merging neighbours), is refused.
+/// * serde_json's `RawValue` is keyed by its text as the handler reads it: numbers keep their
+///   digits exactly as written (`0.1` and `0.10000000000000000001` are two keys); only
+///   whitespace, member order and string escapes are normalised, and a member name twice in one
+///   object is refused (see the `raw` module).
 pub(crate) fn typed_canonical<T: Serialize + ?Sized>(
     value: &T,
     skip: &'static [&'static str],
@@ -273,49 +275,6 @@ fn write_number_text_typed(out: &mut String, text: &str) -> Result<(), Canonical
     write_f64(out, f)?;
     mark_float(out, start, f.is_sign_negative());
     Ok(())
-}
-
-/// The first integer literal in JSON `text` (outside strings) that does not fit 64 bits.
-fn integer_beyond_64_bits(text: &str) -> Option<&str> {
-    let bytes = text.as_bytes();
-    let (mut i, mut in_string) = (0, false);
-    while i < bytes.len() {
-        let b = bytes[i];
-        if in_string {
-            match b {
-                b'\\' => i += 1,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            i += 1;
-            continue;
-        }
-        if b == b'"' {
-            in_string = true;
-            i += 1;
-            continue;
-        }
-        if b == b'-' || b.is_ascii_digit() {
-            let start = i;
-            i += 1;
-            while i < bytes.len()
-                && (bytes[i].is_ascii_alphanumeric() || matches!(bytes[i], b'.' | b'+' | b'-'))
-            {
-                i += 1;
-            }
-            let token = &text[start..i];
-            let integer = token
-                .bytes()
-                .skip(usize::from(b == b'-'))
-                .all(|c| c.is_ascii_digit());
-            if integer && token.parse::<i64>().is_err() && token.parse::<u64>().is_err() {
-                return Some(token);
-            }
-            continue;
-        }
-        i += 1;
-    }
-    None
 }
 
 /// `s` as a JSON string with RFC 8785's minimal escaping.
@@ -834,19 +793,7 @@ impl ser::SerializeStruct for Struct<'_> {
             Struct::Number(out, _) => write_number_text(out, &token_text(value)?),
             Struct::Raw(ser) if ser.mode.typed => {
                 let text = token_text(value)?;
-                if let Some(big) = integer_beyond_64_bits(&text) {
-                    return Err(CanonicalError::Custom(format!(
-                        "a raw JSON value holds the integer {big}, beyond 64 bits, which would be \
-                         rounded; use a typed integer field (u128/i128) or a string"
-                    )));
-                }
-                let raw: strict::Value = serde_json::from_str(&text)
-                    .map_err(|e| CanonicalError::Custom(format!("invalid raw JSON value: {e}")))?;
-                raw.serialize(Ser {
-                    out: &mut *ser.out,
-                    depth: ser.depth,
-                    mode: ser.mode,
-                })
+                raw::write_keyed(ser.out, &text, ser.depth)
             }
             Struct::Raw(ser) => {
                 let raw: serde_json::Value = serde_json::from_str(&token_text(value)?)
@@ -874,107 +821,238 @@ fn token_text<T: Serialize + ?Sized>(value: &T) -> Result<String, CanonicalError
         .map_err(|_| CanonicalError::Custom("malformed serde_json number or raw value".into()))
 }
 
-/// A JSON value read strictly, for a raw value inside a key: duplicate member names are refused
-/// (serde_json's own `Value` keeps the last, so two raw texts a handler can tell apart would
-/// share a key) and numbers keep whether they were written as integers or floats.
-mod strict {
-    use std::fmt;
+/// A `RawValue` inside a key: keyed by its text as the handler reads it, less only what no JSON
+/// reader can see.
+///
+/// A handler holds a `RawValue` to read the text itself, or to pass it on to a reader of its
+/// own choosing, so the key may merge two texts only where every JSON reader reads them alike:
+///
+/// * whitespace between tokens is dropped and object members are sorted (RFC 8259 gives neither
+///   a meaning); strings are decoded and written with RFC 8785's minimal escaping, so `"\u0041"`
+///   and `"A"` are one string (a string whose escapes do not decode, such as a lone surrogate,
+///   is kept as written);
+/// * **numbers keep their text exactly as written**: RFC 8259 leaves their precision to the
+///   reader, so `0.1` and `0.10000000000000000001` (one `f64`, two decimals), `1e2` and `100`,
+///   or two integers beyond 64 bits that an `f64` would merge, are different keys. No number is
+///   refused for its size;
+/// * a member name twice in one object is refused: readers disagree on which one counts.
+///
+/// Through rmcp the handler's raw text is serde_json's compact rendering of the parsed
+/// arguments, so its numbers are what `serde_json::Number` kept of the client's (every digit
+/// under `arbitrary_precision`, an `f64` otherwise): the key follows that text either way.
+mod raw {
+    use super::{write_str, CanonicalError, MAX_DEPTH};
 
-    use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-    use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
-
-    pub(super) enum Value {
-        Null,
-        Bool(bool),
-        I64(i64),
-        U64(u64),
-        F64(f64),
-        Str(String),
-        Arr(Vec<Value>),
-        Obj(Vec<(String, Value)>),
+    /// Writes the key's form of the raw JSON `text`, nested `depth` levels deep, into `out`.
+    pub(super) fn write_keyed(
+        out: &mut String,
+        text: &str,
+        depth: usize,
+    ) -> Result<(), CanonicalError> {
+        let mut reader = Reader { text, at: 0 };
+        reader.value(out, depth)?;
+        reader.skip_whitespace();
+        if reader.at != text.len() {
+            return Err(invalid("text after the value"));
+        }
+        Ok(())
     }
 
-    impl<'de> Deserialize<'de> for Value {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            d.deserialize_any(ValueVisitor)
-        }
+    fn invalid(what: &str) -> CanonicalError {
+        CanonicalError::Custom(format!("invalid raw JSON value: {what}"))
     }
 
-    struct ValueVisitor;
+    struct Reader<'t> {
+        text: &'t str,
+        /// Byte offset of the next unread character.
+        at: usize,
+    }
 
-    impl<'de> Visitor<'de> for ValueVisitor {
-        type Value = Value;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a JSON value")
+    impl<'t> Reader<'t> {
+        fn peek(&self) -> Option<u8> {
+            self.text.as_bytes().get(self.at).copied()
         }
-        fn visit_unit<E>(self) -> Result<Value, E> {
-            Ok(Value::Null)
-        }
-        fn visit_none<E>(self) -> Result<Value, E> {
-            Ok(Value::Null)
-        }
-        fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-            Ok(Value::Bool(v))
-        }
-        fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-            Ok(Value::I64(v))
-        }
-        fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-            Ok(Value::U64(v))
-        }
-        fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-            Ok(Value::F64(v))
-        }
-        fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-            Ok(Value::Str(v.to_owned()))
-        }
-        fn visit_string<E>(self, v: String) -> Result<Value, E> {
-            Ok(Value::Str(v))
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-            let mut items = Vec::new();
-            while let Some(item) = seq.next_element()? {
-                items.push(item);
+
+        fn skip_whitespace(&mut self) {
+            while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+                self.at += 1;
             }
-            Ok(Value::Arr(items))
         }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-            let mut members: Vec<(String, Value)> = Vec::new();
-            while let Some((k, v)) = map.next_entry::<String, Value>()? {
-                if members.iter().any(|(name, _)| *name == k) {
-                    return Err(de::Error::custom(format!(
-                        "the member {k:?} appears twice; a handler reading the raw text could see either"
-                    )));
-                }
-                members.push((k, v));
+
+        fn expect(&mut self, byte: u8) -> Result<(), CanonicalError> {
+            self.skip_whitespace();
+            if self.peek() == Some(byte) {
+                self.at += 1;
+                Ok(())
+            } else {
+                Err(invalid(&format!("expected `{}`", char::from(byte))))
             }
-            Ok(Value::Obj(members))
+        }
+
+        /// The bytes from `self.at` while `keep` holds; ASCII only, so a char boundary.
+        fn take_while(&mut self, keep: impl Fn(u8) -> bool) -> &'t str {
+            let start = self.at;
+            while self.peek().is_some_and(&keep) {
+                self.at += 1;
+            }
+            &self.text[start..self.at]
+        }
+
+        fn value(&mut self, out: &mut String, depth: usize) -> Result<(), CanonicalError> {
+            self.skip_whitespace();
+            match self.peek() {
+                Some(b'{') => self.object(out, depth),
+                Some(b'[') => self.array(out, depth),
+                Some(b'"') => {
+                    let token = self.string_token()?;
+                    write_string_token(out, token);
+                    Ok(())
+                }
+                Some(b'-' | b'0'..=b'9') => {
+                    let number = self.take_while(|b| {
+                        matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+                    });
+                    out.push_str(number);
+                    Ok(())
+                }
+                Some(b'a'..=b'z') => {
+                    let word = self.take_while(|b| b.is_ascii_lowercase());
+                    match word {
+                        "true" | "false" | "null" => {
+                            out.push_str(word);
+                            Ok(())
+                        }
+                        _ => Err(invalid(&format!("unexpected `{word}`"))),
+                    }
+                }
+                _ => Err(invalid("expected a value")),
+            }
+        }
+
+        /// A string token, quotes included.
+        fn string_token(&mut self) -> Result<&'t str, CanonicalError> {
+            let start = self.at;
+            self.at += 1;
+            loop {
+                match self.peek() {
+                    None => return Err(invalid("unterminated string")),
+                    Some(b'"') => {
+                        self.at += 1;
+                        return Ok(&self.text[start..self.at]);
+                    }
+                    Some(b'\\') => self.at += 2,
+                    Some(_) => self.at += 1,
+                }
+            }
+        }
+
+        fn array(&mut self, out: &mut String, depth: usize) -> Result<(), CanonicalError> {
+            let inner = nested(depth)?;
+            self.at += 1;
+            out.push('[');
+            self.skip_whitespace();
+            if self.peek() == Some(b']') {
+                self.at += 1;
+                out.push(']');
+                return Ok(());
+            }
+            loop {
+                self.value(out, inner)?;
+                self.skip_whitespace();
+                match self.peek() {
+                    Some(b',') => {
+                        self.at += 1;
+                        out.push(',');
+                    }
+                    Some(b']') => {
+                        self.at += 1;
+                        out.push(']');
+                        return Ok(());
+                    }
+                    _ => return Err(invalid("expected `,` or `]`")),
+                }
+            }
+        }
+
+        fn object(&mut self, out: &mut String, depth: usize) -> Result<(), CanonicalError> {
+            let inner = nested(depth)?;
+            self.at += 1;
+            // (decoded name, length of the written name, the member's text `"name":value`)
+            let mut members: Vec<(String, usize, String)> = Vec::new();
+            self.skip_whitespace();
+            if self.peek() == Some(b'}') {
+                self.at += 1;
+            } else {
+                loop {
+                    self.skip_whitespace();
+                    if self.peek() != Some(b'"') {
+                        return Err(invalid("expected a member name"));
+                    }
+                    let token = self.string_token()?;
+                    let mut member = String::new();
+                    let name = write_string_token(&mut member, token);
+                    let written = member.len();
+                    self.expect(b':')?;
+                    member.push(':');
+                    self.value(&mut member, inner)?;
+                    members.push((name, written, member));
+                    self.skip_whitespace();
+                    match self.peek() {
+                        Some(b',') => self.at += 1,
+                        Some(b'}') => {
+                            self.at += 1;
+                            break;
+                        }
+                        _ => return Err(invalid("expected `,` or `}`")),
+                    }
+                }
+            }
+            members.sort_unstable_by(|a, b| {
+                (a.0.encode_utf16().cmp(b.0.encode_utf16()))
+                    .then_with(|| a.2[..a.1].cmp(&b.2[..b.1]))
+            });
+            let same =
+                |a: &(String, usize, String), b: &(String, usize, String)| a.2[..a.1] == b.2[..b.1];
+            if let Some(pair) = members.windows(2).find(|pair| same(&pair[0], &pair[1])) {
+                return Err(CanonicalError::Custom(format!(
+                    "a raw JSON value has the member {:?} twice in one object; a handler reading \
+                     the raw text could see either, so the call cannot be keyed",
+                    pair[0].0
+                )));
+            }
+            out.push('{');
+            for (i, (_, _, member)) in members.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(member);
+            }
+            out.push('}');
+            Ok(())
         }
     }
 
-    impl Serialize for Value {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            match self {
-                Value::Null => s.serialize_unit(),
-                Value::Bool(b) => s.serialize_bool(*b),
-                Value::I64(v) => s.serialize_i64(*v),
-                Value::U64(v) => s.serialize_u64(*v),
-                Value::F64(v) => s.serialize_f64(*v),
-                Value::Str(v) => s.serialize_str(v),
-                Value::Arr(items) => {
-                    let mut seq = s.serialize_seq(Some(items.len()))?;
-                    for item in items {
-                        seq.serialize_element(item)?;
-                    }
-                    seq.end()
-                }
-                Value::Obj(members) => {
-                    let mut map = s.serialize_map(Some(members.len()))?;
-                    for (k, v) in members {
-                        map.serialize_entry(k, v)?;
-                    }
-                    map.end()
-                }
+    fn nested(depth: usize) -> Result<usize, CanonicalError> {
+        if depth >= MAX_DEPTH {
+            Err(CanonicalError::TooDeep { limit: MAX_DEPTH })
+        } else {
+            Ok(depth + 1)
+        }
+    }
+
+    /// Writes a string token with minimal escaping and returns its decoded text (the order of
+    /// member names); a token whose escapes do not decode (a lone surrogate) is written as it
+    /// is. A minimally escaped string never holds `\u` but for a control character, so the
+    /// written forms of two different strings never meet.
+    fn write_string_token(out: &mut String, token: &str) -> String {
+        match serde_json::from_str::<String>(token) {
+            Ok(decoded) => {
+                write_str(out, &decoded);
+                decoded
+            }
+            Err(_) => {
+                out.push_str(token);
+                token.to_owned()
             }
         }
     }
@@ -986,7 +1064,7 @@ mod strict {
 
 /// Map keys: strings and chars as they are; integers as their decimal digits and unit variants
 /// as their names (as serde_json does); anything else is refused.
-struct KeySer;
+pub(crate) struct KeySer;
 
 fn bad_key(found: &'static str) -> CanonicalError {
     CanonicalError::NonStringKey { found }
@@ -1508,11 +1586,57 @@ mod tests {
     }
 
     #[test]
-    fn keys_read_raw_values_strictly() {
-        assert!(typed_canonical(&Raw(r#"{"a":1,"a":2}"#), &[]).is_err());
-        assert!(typed_canonical(&Raw("[18446744073709551616]"), &[]).is_err());
-        assert!(typed_canonical(&Raw(r#"["18446744073709551616"]"#), &[]).is_ok());
-        assert_eq!(keyed(&Raw(r#"{"b":1.0, "a":[2]}"#)), r#"{"a":[2],"b":1.0}"#);
+    fn keys_read_raw_values_by_their_text() {
+        // Numbers keep the digits the handler reads, whatever an f64 would make of them.
+        assert_eq!(
+            keyed(&Raw("0.10000000000000000001")),
+            "0.10000000000000000001"
+        );
+        assert_ne!(keyed(&Raw("0.1")), keyed(&Raw("0.10000000000000000001")));
+        assert_ne!(keyed(&Raw("1e2")), keyed(&Raw("100")));
+        assert_ne!(keyed(&Raw("1.0")), keyed(&Raw("1")));
+        assert_ne!(keyed(&Raw("-0")), keyed(&Raw("0")));
+        assert_ne!(
+            keyed(&Raw("[18446744073709551616]")),
+            keyed(&Raw("[18446744073709551617]"))
+        );
+        // What no JSON reader sees: whitespace, member order, escapes.
+        assert_eq!(
+            keyed(&Raw(" { \"b\" : 1.0 ,\n \"a\" : [ 2 , {} , [ ] ] } ")),
+            r#"{"a":[2,{},[]],"b":1.0}"#
+        );
+        assert_eq!(keyed(&Raw(r#""\u0041\/\u00e9""#)), r#""A/é""#);
+        assert_eq!(
+            keyed(&Raw(r#"["\u001F",true,false,null]"#)),
+            r#"["\u001f",true,false,null]"#
+        );
+        assert_eq!(
+            keyed(&Raw(r#"{"\u0061":1,"b":2}"#)),
+            keyed(&Raw(r#"{"b":2,"a":1}"#))
+        );
+        // A lone surrogate is kept as written, apart from any decodable string.
+        assert_eq!(keyed(&Raw(r#""\ud800""#)), r#""\ud800""#);
+        assert_ne!(keyed(&Raw(r#""\ud800""#)), keyed(&Raw(r#""\\ud800""#)));
+        // Duplicate members (whatever their spelling) are refused; so is text that is not JSON.
+        for dup in [
+            r#"{"a":1,"a":2}"#,
+            r#"{"a":1,"\u0061":1}"#,
+            r#"[{"b":{"a":1,"a":1}}]"#,
+        ] {
+            let e = typed_canonical(&Raw(dup), &[]).unwrap_err();
+            assert!(e.to_string().contains("twice"), "{dup}: {e}");
+        }
+        for bad in ["", "[1,]", "{\"a\" 1}", "tru", "[1] 2", "\"open"] {
+            assert!(typed_canonical(&Raw(bad), &[]).is_err(), "{bad:?}");
+        }
+        // Nesting counts against the same limit as typed values.
+        let deep = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
+        assert_eq!(
+            typed_canonical(&Raw(Box::leak(deep.into_boxed_str())), &[]),
+            Err(CanonicalError::TooDeep { limit: MAX_DEPTH })
+        );
+        // RFC 8785 output is unchanged: a raw value there is read as a value.
+        assert_eq!(canonical_json(&Raw("1.0")).unwrap(), "1");
     }
 
     #[test]
