@@ -9,7 +9,9 @@ use idempotency::clock::Timestamp;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use idempotency::store::{PostgresStore, RedisRecord, RedisStore, SqliteStore, Store};
+use idempotency::store::{
+    PostgresStore, RecordState, RedisRecord, RedisStore, SqliteStore, Standing, Store,
+};
 use idempotency::Reference;
 use serde_json::{json, Value};
 use sqlx::Row;
@@ -30,8 +32,14 @@ pub struct RedisOptions<'a> {
 
 const RECORD: &str = "SELECT tenant, subject, tool, CAST(generation AS BIGINT), CAST(state AS BIGINT), \
                       claimed_at, ends_at, completed_at, response FROM idempotency_records WHERE ref = $1";
-const BY_STATE: &str = "SELECT CAST(state AS BIGINT), tool, COUNT(*) FROM idempotency_records \
-                        GROUP BY state, tool ORDER BY tool, state";
+/// Records by state, tool and whether their time (`ends_at`: the lease's end while unsettled,
+/// the window's end once settled) has passed at `$1`: what [`Standing::of`] needs.
+const BY_STATE: &str =
+    "SELECT CAST(state AS BIGINT), tool, CAST(ends_at <= $1 AS BIGINT), COUNT(*) \
+                        FROM idempotency_records GROUP BY 1, 2, 3";
+const PG_BY_STATE: &str = "SELECT CAST(state AS BIGINT), tool, \
+                           CAST(CASE WHEN state IN (0, 2) THEN lease_or_settled_at ELSE lease_or_settled_at + 1000::BIGINT * window_s END <= $1 AS INTEGER)::BIGINT, \
+                           COUNT(*) FROM idempotency_records GROUP BY 1, 2, 3";
 const OLDEST_IN_FLIGHT: &str = "SELECT MIN(claimed_at) FROM idempotency_records WHERE state = 0";
 const PURGEABLE: &str =
     "SELECT COUNT(*) FROM idempotency_records WHERE state IN (1, 3, 4) AND ends_at < $1";
@@ -45,13 +53,26 @@ const PG_RECORD: &str = "SELECT tenant, subject, tool, CAST(generation AS BIGINT
 const PG_PURGEABLE: &str = "SELECT COUNT(*) FROM idempotency_records \
                             WHERE state IN (1, 3, 4) AND lease_or_settled_at + 1000::BIGINT * window_s < $1";
 
-fn state_name(code: i64) -> &'static str {
-    match code {
-        0 => "in_flight",
-        1 | 4 => "completed",
-        2 => "unknown",
-        3 => "released",
-        _ => "unreadable",
+/// A `state` column value: the state and, for a completed record, whether its answer is `Ok`
+/// (the codes the migrations document); `None` for a value this version does not know.
+fn state_of(code: i64) -> Option<(RecordState, Option<bool>)> {
+    Some(match code {
+        0 => (RecordState::InFlight, None),
+        1 => (RecordState::Completed, Some(true)),
+        2 => (RecordState::Unknown, None),
+        3 => (RecordState::Released, None),
+        4 => (RecordState::Completed, Some(false)),
+        _ => return None,
+    })
+}
+
+/// What a record in state `code` whose time (lease end, or window end once settled) has or has
+/// not `passed` means: the library's own reading ([`Standing::of`]), so the CLI, a repeat and the
+/// status tool say the same.
+fn standing_name(code: i64, passed: bool) -> &'static str {
+    match state_of(code) {
+        Some((state, ok)) => Standing::of(state, ok, passed, passed).as_str(),
+        None => "unreadable",
     }
 }
 
@@ -128,6 +149,7 @@ impl Db {
         &self,
         reference: Reference,
         tenant: Option<&str>,
+        now: Timestamp,
     ) -> Result<Option<Value>, BoxError> {
         let key = i64::from_be_bytes(*reference.prefix());
         let row = match self {
@@ -135,15 +157,15 @@ impl Db {
                 .bind(key)
                 .fetch_optional(s.pool())
                 .await?
-                .map(|r| record(&r))
+                .map(|r| record(&r, now))
                 .transpose()?,
             Db::Postgres(s) => sqlx::query(PG_RECORD)
                 .bind(key)
                 .fetch_optional(s.pool())
                 .await?
-                .map(|r| record(&r))
+                .map(|r| record(&r, now))
                 .transpose()?,
-            Db::Redis(s) => s.record(reference).await?.map(|r| redis_record(&r)),
+            Db::Redis(s) => s.record(reference).await?.map(|r| redis_record(&r, now)),
         };
         let Some(mut row) = row else { return Ok(None) };
         if tenant.is_some_and(|t| row["tenant"] != t) {
@@ -156,18 +178,23 @@ impl Db {
         row["reference"] = json!(format!("{}-{generation}", &reference.to_string()[..16]));
         if generation > u64::from(reference.generation()) {
             row["superseded"] = json!(reference.to_string());
+            row["standing"] = json!(Standing::Superseded.as_str());
         }
         Ok(Some(row))
     }
 
     /// Records by state and tool, the oldest claim in flight, the table's size.
-    pub async fn stats(&self) -> Result<Value, BoxError> {
+    pub async fn stats(&self, now: Timestamp) -> Result<Value, BoxError> {
         if let Db::Redis(s) = self {
-            return redis_stats(s).await;
+            return redis_stats(s, now).await;
         }
-        let (groups, oldest, bytes): (Vec<(i64, String, i64)>, Option<i64>, i64) = match self {
+        type Groups = Vec<(i64, String, i64, i64)>;
+        let (groups, oldest, bytes): (Groups, Option<i64>, i64) = match self {
             Db::Sqlite(s) => (
-                sqlx::query_as(BY_STATE).fetch_all(s.pool()).await?,
+                sqlx::query_as(BY_STATE)
+                    .bind(now.as_millis())
+                    .fetch_all(s.pool())
+                    .await?,
                 sqlx::query_scalar(OLDEST_IN_FLIGHT)
                     .fetch_one(s.pool())
                     .await?,
@@ -178,7 +205,10 @@ impl Db {
                 .await?,
             ),
             Db::Postgres(s) => (
-                sqlx::query_as(BY_STATE).fetch_all(s.pool()).await?,
+                sqlx::query_as(PG_BY_STATE)
+                    .bind(now.as_millis())
+                    .fetch_all(s.pool())
+                    .await?,
                 sqlx::query_scalar(OLDEST_IN_FLIGHT)
                     .fetch_one(s.pool())
                     .await?,
@@ -188,14 +218,18 @@ impl Db {
             ),
             Db::Redis(_) => unreachable!("answered above"),
         };
-        let by_state: Vec<Value> = groups
+        let mut by_standing: BTreeMap<(String, &'static str), i64> = BTreeMap::new();
+        for (code, tool, passed, n) in &groups {
+            *by_standing
+                .entry((tool.clone(), standing_name(*code, *passed != 0)))
+                .or_default() += n;
+        }
+        let by_state: Vec<Value> = by_standing
             .iter()
-            .map(
-                |(state, tool, n)| json!({"tool": tool, "state": state_name(*state), "records": n}),
-            )
+            .map(|((tool, state), n)| json!({"tool": tool, "state": state, "records": n}))
             .collect();
         Ok(json!({
-            "records": groups.iter().map(|g| g.2).sum::<i64>(),
+            "records": groups.iter().map(|g| g.3).sum::<i64>(),
             "by_tool_and_state": by_state,
             "oldest_in_flight": oldest.map(time),
             "bytes": bytes,
@@ -224,7 +258,7 @@ impl Db {
     }
 }
 
-fn record<R: Row>(r: &R) -> Result<Value, sqlx::Error>
+fn record<R: Row>(r: &R, now: Timestamp) -> Result<Value, sqlx::Error>
 where
     for<'a> &'a str: sqlx::ColumnIndex<R>,
     usize: sqlx::ColumnIndex<R>,
@@ -237,28 +271,33 @@ where
     let state: i64 = r.try_get(4)?;
     let completed_at: Option<i64> = r.try_get(7)?;
     let response: Option<String> = r.try_get(8)?;
+    let ends_at: i64 = r.try_get(6)?;
     Ok(json!({
         "tenant": r.try_get::<String, _>(0)?,
         "subject": (!subject.is_empty()).then_some(subject),
         "tool": r.try_get::<String, _>(2)?,
         "generation": r.try_get::<i64, _>(3)?,
-        "state": state_name(state),
+        "state": state_of(state).map_or("unreadable", |(s, _)| s.as_str()),
+        "standing": standing_name(state, now.as_millis() >= ends_at),
         "error_answer": state == 4,
         "claimed_at": time(r.try_get(5)?),
-        "ends_at": time(r.try_get(6)?),
+        "ends_at": time(ends_at),
         "completed_at": completed_at.map(time),
         "answer": response,
     }))
 }
 
 /// A Redis record as [`record`] shapes a table row.
-fn redis_record(r: &RedisRecord) -> Value {
+fn redis_record(r: &RedisRecord, now: Timestamp) -> Value {
+    let ok = (r.state == RecordState::Completed).then_some(!r.error_answer);
+    let passed = now >= r.ends_at;
     json!({
         "tenant": r.tenant,
         "subject": r.subject,
         "tool": r.tool,
         "generation": r.reference.generation(),
         "state": r.state.as_str(),
+        "standing": Standing::of(r.state, ok, passed, passed).as_str(),
         "error_answer": r.error_answer,
         "claimed_at": r.claimed_at.to_string(),
         "ends_at": r.ends_at.to_string(),
@@ -268,7 +307,7 @@ fn redis_record(r: &RedisRecord) -> Value {
 }
 
 /// Counts over every record of the namespace, read through the store's shard indexes.
-async fn redis_stats(store: &RedisStore) -> Result<Value, BoxError> {
+async fn redis_stats(store: &RedisStore, now: Timestamp) -> Result<Value, BoxError> {
     let mut groups: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
     let (mut oldest, mut bytes, mut records) = (None::<Timestamp>, 0usize, 0u64);
     store
@@ -278,7 +317,10 @@ async fn redis_stats(store: &RedisStore) -> Result<Value, BoxError> {
             if r.state == idempotency::store::RecordState::InFlight {
                 oldest = Some(oldest.map_or(r.claimed_at, |o| o.min(r.claimed_at)));
             }
-            *groups.entry((r.tool, r.state.as_str())).or_default() += 1;
+            let ok = (r.state == RecordState::Completed).then_some(!r.error_answer);
+            let passed = now >= r.ends_at;
+            let standing = Standing::of(r.state, ok, passed, passed);
+            *groups.entry((r.tool, standing.as_str())).or_default() += 1;
         })
         .await?;
     let by_state: Vec<Value> = groups
@@ -301,9 +343,10 @@ pub fn describe(record: &Value) -> String {
         other => other.to_string(),
     };
     let mut out = format!(
-        "ref        {}\nstate      {}\ntenant     {}\nsubject    {}\ntool       {}\nclaimed    {}\nends       {}\ncompleted  {}\nanswer     {}",
+        "ref        {}\nstate      {}\nstanding   {}\ntenant     {}\nsubject    {}\ntool       {}\nclaimed    {}\nends       {}\ncompleted  {}\nanswer     {}",
         field("reference"),
         field("state"),
+        field("standing"),
         field("tenant"),
         field("subject"),
         field("tool"),
@@ -339,4 +382,41 @@ pub fn describe_stats(stats: &Value) -> String {
         stats["bytes"]
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::standing_name;
+
+    /// Stats group by what a record means: a stored error is its own group, never a second
+    /// "completed" row of the same tool.
+    #[test]
+    fn every_state_code_has_its_own_standing() {
+        let names: Vec<_> = [
+            (0, false),
+            (0, true),
+            (1, false),
+            (1, true),
+            (2, false),
+            (3, false),
+            (4, false),
+            (9, false),
+        ]
+        .iter()
+        .map(|(code, passed)| standing_name(*code, *passed))
+        .collect();
+        assert_eq!(
+            names,
+            [
+                "in_flight",
+                "lease_passed",
+                "completed",
+                "expired",
+                "unknown",
+                "released",
+                "failed",
+                "unreadable"
+            ]
+        );
+    }
 }

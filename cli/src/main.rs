@@ -176,7 +176,7 @@ async fn run(args: &Args) -> Result<Output, BoxError> {
         },
         Command::Inspect { reference, tenant } => {
             let reference = parse_reference(reference)?;
-            match db.inspect(reference, tenant.as_deref()).await? {
+            match db.inspect(reference, tenant.as_deref(), now).await? {
                 Some(record) => Output {
                     text: db::describe(&record),
                     json: record,
@@ -291,7 +291,7 @@ async fn run(args: &Args) -> Result<Output, BoxError> {
             }
         }
         Command::Stats => {
-            let stats = db.stats().await?;
+            let stats = db.stats(now).await?;
             Output {
                 text: db::describe_stats(&stats),
                 json: stats,

@@ -111,6 +111,22 @@ async fn scenario(url: Target<'_>, store: Arc<dyn Store>) {
 
     let record = json(url, &["inspect", &done]);
     assert_eq!(record["state"], "completed", "{record}");
+    // Its window ended 45 m ago: what a repeat would find, in the library's own words.
+    assert_eq!(record["standing"], "expired", "{record}");
+    assert_eq!(
+        json(url, &["inspect", &stuck])["standing"],
+        "lease_passed",
+        "a claim whose lease passed unrenewed"
+    );
+    let groups = stats["by_tool_and_state"].clone();
+    assert_eq!(
+        groups,
+        serde_json::json!([
+            {"tool": "charge_card", "state": "expired", "records": 1},
+            {"tool": "charge_card", "state": "lease_passed", "records": 1},
+        ]),
+        "{stats}"
+    );
     assert_eq!(record["answer"], "{\"charge\":2}");
     assert_eq!(record["subject"], "alice");
     let foreign = json(url, &["inspect", &done, "--tenant", "globex"]);
@@ -142,6 +158,7 @@ async fn scenario(url: Target<'_>, store: Arc<dyn Store>) {
     assert!(String::from_utf8_lossy(&again.stderr).contains("is not an unsettled claim"));
     std::fs::remove_file(&answer).ok();
     assert_eq!(json(url, &["inspect", &stuck])["answer"], "{\"charge\":1}");
+    assert_eq!(json(url, &["inspect", &stuck])["standing"], "completed");
     // Replayed for its tool's own window (24 h, from its claim), not a window given here.
     let status = store
         .status("acme", "alice", stuck.parse().expect("a reference"))

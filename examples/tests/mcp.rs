@@ -260,6 +260,49 @@ async fn concurrent_repeat_is_in_flight_and_the_processor_charges_once() {
     assert_eq!(processor.charges(), 1);
 }
 
+/// A repeat and the status tool read a record the same way (`Standing`): while the first call
+/// runs both say in flight; once its lease has passed unrenewed both say outcome unknown.
+#[tokio::test]
+async fn the_repeat_and_the_status_tool_tell_the_same_story() {
+    let clock = idempotency::clock::ManualClock::new(idempotency::clock::Timestamp::from_millis(
+        1_796_000_000_000,
+    ));
+    let engine = Idempotency::builder(MemoryStore::new())
+        .clock(clock.clone())
+        .without_reconciler()
+        .build();
+    let processor = Arc::new(Processor::gated());
+    let client =
+        Arc::new(connect(payments(&engine, Caller::new("acme", "alice"), &processor)).await);
+    let c2 = client.clone();
+    let first = tokio::spawn(async move { call(&c2, "charge_card", charge_args()).await });
+    soon("the first charge", processor.entered(1)).await;
+    let story = || {
+        let client = client.clone();
+        async move {
+            let repeat = call(&client, "charge_card", charge_args()).await;
+            let r = meta_str(&repeat, META_REF).expect("the repeat names the ref");
+            let status = call(&client, "idempotency_status", json!({ "ref": r })).await;
+            let state = status.structured_content.expect("structured")["state"].clone();
+            (meta_str(&repeat, META_STATUS), state)
+        }
+    };
+    let (repeat, status) = story().await;
+    assert_eq!(repeat.as_deref(), Some("in_flight"));
+    assert_eq!(status, "in_flight");
+    // The worker stops renewing (the clock moves past the lease without its renewal timer).
+    clock.advance(Idempotency::DEFAULT_LEASE + Duration::from_secs(1));
+    let (repeat, status) = story().await;
+    assert_eq!(repeat.as_deref(), Some("outcome_unknown"));
+    assert_eq!(
+        status, "outcome_unknown",
+        "the status tool says what the repeat says"
+    );
+    processor.release(1);
+    soon("the first answer", first).await.unwrap();
+    assert_eq!(processor.charges(), 1);
+}
+
 #[tokio::test]
 async fn sequential_repeat_has_the_same_content_and_the_status_tool_is_tenant_scoped() {
     let engine = Idempotency::new(MemoryStore::new());

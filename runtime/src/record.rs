@@ -77,6 +77,83 @@ impl RecordState {
     }
 }
 
+/// What a record means at a given time: the one reading that a repeat of the call, the status
+/// tool and the admin CLI share, so they never tell two stories about one operation.
+///
+/// ```
+/// use idempotency::store::{RecordState, Standing};
+/// // Claimed, and nobody has renewed its lease since it passed: what a repeat is told.
+/// assert_eq!(Standing::of(RecordState::InFlight, None, true, false), Standing::LeasePassed);
+/// assert_eq!(Standing::LeasePassed.as_str(), "lease_passed");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Standing {
+    /// Claimed and running: its worker renews the lease. Do not submit it again.
+    InFlight,
+    /// Claimed, and its lease passed without a renewal: its worker died or could not record.
+    /// The outcome is unknown until it is settled (a repeat is told "outcome unknown").
+    LeasePassed,
+    /// Started, and its outcome was lost (timeout, panic, a failed record): unknown until
+    /// settled; never run again by itself.
+    Unknown,
+    /// Completed with an `Ok` answer, replayed to repeats until its window ends.
+    Completed,
+    /// Completed with a definitive error, replayed to repeats until its window ends.
+    Failed,
+    /// Completed, and its window has ended: its answer is no longer replayed, and calling again
+    /// runs the call again as a new operation.
+    Expired,
+    /// Given back: nothing was done. Calling again runs it (under the same reference).
+    Released,
+    /// The reference names an earlier operation of a key that has moved on (it completed and its
+    /// window passed; the same call was made again since).
+    Superseded,
+}
+
+impl Standing {
+    /// The one decision: a record in `state` (with `ok`, for a completed one, whether its answer
+    /// is `Ok`), whose lease has or has not passed and whose replay window has or has not ended,
+    /// by whoever's clock reads the record.
+    pub fn of(
+        state: RecordState,
+        ok: Option<bool>,
+        lease_passed: bool,
+        window_ended: bool,
+    ) -> Self {
+        match state {
+            RecordState::InFlight if lease_passed => Standing::LeasePassed,
+            RecordState::InFlight => Standing::InFlight,
+            RecordState::Unknown => Standing::Unknown,
+            RecordState::Released => Standing::Released,
+            RecordState::Completed if window_ended => Standing::Expired,
+            RecordState::Completed if ok == Some(false) => Standing::Failed,
+            RecordState::Completed => Standing::Completed,
+        }
+    }
+
+    /// A lowercase name for messages, logs and the admin CLI: `in_flight`, `lease_passed`,
+    /// `unknown`, `completed`, `failed`, `expired`, `released`, `superseded`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Standing::InFlight => "in_flight",
+            Standing::LeasePassed => "lease_passed",
+            Standing::Unknown => "unknown",
+            Standing::Completed => "completed",
+            Standing::Failed => "failed",
+            Standing::Expired => "expired",
+            Standing::Released => "released",
+            Standing::Superseded => "superseded",
+        }
+    }
+}
+
+impl std::fmt::Display for Standing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A stored answer: whether the handler returned `Ok` or a definitive `Err`, and the JSON of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredResponse {
@@ -106,4 +183,21 @@ pub struct RecordStatus {
     pub expires_at: Option<Timestamp>,
     /// The stored answer, once completed.
     pub response: Option<StoredResponse>,
+}
+
+impl RecordStatus {
+    /// What this record means at `now` to someone who asked about `asked` (the reference they
+    /// hold): [`Standing::of`] on its state and times, or [`Standing::Superseded`] when the key
+    /// has moved on past `asked`'s operation.
+    pub fn standing(&self, asked: Reference, now: Timestamp) -> Standing {
+        if self.reference.generation() > asked.generation() {
+            return Standing::Superseded;
+        }
+        Standing::of(
+            self.state,
+            self.response.as_ref().map(|r| r.ok),
+            now >= self.lease_expires_at,
+            self.expires_at.is_some_and(|e| now >= e),
+        )
+    }
 }

@@ -11,7 +11,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, UnknownReason};
 use crate::key::{Caller, Reference, Secret};
 use crate::outcome::{ErrorPolicy, Failure, Outcome};
-use crate::record::RecordStatus;
+use crate::record::{RecordState, RecordStatus, Standing};
 use crate::store::{Claim, ClaimRequest, Store, StoreError, Token};
 use crate::tool::{Prepared, Scope, ToolSpec};
 
@@ -386,33 +386,31 @@ impl Idempotency {
             }
             Claim::InFlight {
                 reference,
+                claimed_at,
                 lease_expires_at,
-                ..
-            } if now >= lease_expires_at => {
+            } => match Standing::of(RecordState::InFlight, None, now >= lease_expires_at, false) {
                 // Nobody has renewed the claim since its lease ended: its worker is gone or
                 // could not record its outcome. Not "in progress" as if someone were working.
-                tracing::info!(tool, %reference, %lease_expires_at, "idempotency in flight with its lease passed: outcome unknown");
-                answered(Error::OutcomeUnknown {
-                    tool: tool.into(),
-                    reference,
-                    reason: UnknownReason::Unreported {
-                        lease_ended: lease_expires_at,
-                    },
-                    source: None,
-                })
-            }
-            Claim::InFlight {
-                reference,
-                claimed_at,
-                ..
-            } => {
-                tracing::info!(tool, %reference, "idempotency in flight");
-                answered(Error::InFlight {
-                    tool: tool.into(),
-                    reference,
-                    since: claimed_at,
-                })
-            }
+                Standing::LeasePassed => {
+                    tracing::info!(tool, %reference, %lease_expires_at, "idempotency in flight with its lease passed: outcome unknown");
+                    answered(Error::OutcomeUnknown {
+                        tool: tool.into(),
+                        reference,
+                        reason: UnknownReason::Unreported {
+                            lease_ended: lease_expires_at,
+                        },
+                        source: None,
+                    })
+                }
+                _ => {
+                    tracing::info!(tool, %reference, "idempotency in flight");
+                    answered(Error::InFlight {
+                        tool: tool.into(),
+                        reference,
+                        since: claimed_at,
+                    })
+                }
+            },
             Claim::Unknown { reference, .. } => {
                 tracing::info!(tool, %reference, "idempotency outcome unknown (repeat)");
                 answered(Error::OutcomeUnknown {

@@ -8,7 +8,7 @@ use rmcp::model::{
 use serde_json::{json, Value};
 
 use crate::error::STATUS_TOOL;
-use crate::record::{RecordState, RecordStatus};
+use crate::record::{RecordStatus, Standing};
 use crate::{IdempotencyContext, Reference};
 
 /// What a server implements to serve the status tool.
@@ -91,11 +91,10 @@ where
     };
     let engine = ctx.service.idempotency();
     match engine.status(&caller, reference).await {
-        Ok(Some(status)) if status.reference != reference => superseded(reference, &status),
-        Ok(Some(status)) => {
-            let lease_passed = engine.clock().now() >= status.lease_expires_at;
-            describe(&status, lease_passed)
-        }
+        Ok(Some(status)) => match status.standing(reference, engine.clock().now()) {
+            Standing::Superseded => superseded(reference, &status),
+            standing => describe(&status, standing),
+        },
         Ok(None) => CallToolResult::structured(json!({
             "ref": reference.to_string(),
             "state": "not_found",
@@ -123,41 +122,50 @@ fn superseded(asked: Reference, now: &RecordStatus) -> CallToolResult {
     }))
 }
 
-fn describe(s: &RecordStatus, lease_passed: bool) -> CallToolResult {
+/// The status tool's answer for a record of `standing` (what a repeat is told, in the same
+/// words: a claim whose lease passed is "outcome unknown" to both).
+fn describe(s: &RecordStatus, standing: Standing) -> CallToolResult {
     let r = s.reference;
     let tool = &s.tool;
-    let (state, message, answer): (&str, String, Option<Value>) = match s.state {
-        RecordState::InFlight if lease_passed => (
-            "in_flight",
-            format!("{tool} (ref {r}) started at {} and its worker has not reported since; it will be reconciled with the downstream system. Do not submit it again; ask again later.", s.claimed_at),
+    let body = || {
+        s.response.as_ref().map(|r| {
+            serde_json::from_str::<Value>(&r.body).unwrap_or(Value::String(r.body.clone()))
+        })
+    };
+    let when = s.completed_at.map(|t| t.to_string()).unwrap_or_default();
+    let (state, message, answer): (&str, String, Option<Value>) = match standing {
+        Standing::LeasePassed => (
+            "outcome_unknown",
+            format!("The outcome of {tool} (ref {r}, started {}) is unknown: its worker has not reported since its lease ended at {}, so it may or may not have taken effect. It will be reconciled with the downstream system; do not retry it. Ask again later.", s.claimed_at, s.lease_expires_at),
             None,
         ),
-        RecordState::InFlight => (
+        Standing::InFlight => (
             "in_flight",
             format!("{tool} (ref {r}) is in progress since {}. Do not submit it again; ask again shortly.", s.claimed_at),
             None,
         ),
-        RecordState::Completed => {
-            let resp = s.response.as_ref();
-            let body = resp.map(|r| serde_json::from_str::<Value>(&r.body).unwrap_or(Value::String(r.body.clone())));
-            let ok = resp.is_some_and(|r| r.ok);
-            let when = s.completed_at.map(|t| t.to_string()).unwrap_or_default();
-            (
-                if ok { "completed" } else { "failed" },
-                if ok {
-                    format!("{tool} (ref {r}) completed at {when}. Its answer is included; do not submit it again.")
-                } else {
-                    format!("{tool} (ref {r}) finished at {when} with a final error (included). Repeating it gives the same error.")
-                },
-                body,
-            )
-        }
-        RecordState::Unknown => (
+        Standing::Completed => (
+            "completed",
+            format!("{tool} (ref {r}) completed at {when}. Its answer is included; do not submit it again."),
+            body(),
+        ),
+        Standing::Failed => (
+            "failed",
+            format!("{tool} (ref {r}) finished at {when} with a final error (included). Repeating it gives the same error."),
+            body(),
+        ),
+        Standing::Expired => (
+            "completed",
+            format!("{tool} (ref {r}) completed at {when} (its answer is included), and its replay window has ended: calling {tool} again with the same arguments runs it again as a new operation."),
+            body(),
+        ),
+        Standing::Unknown => (
             "outcome_unknown",
             format!("The outcome of {tool} (ref {r}, started {}) is unknown: it may or may not have taken effect. It is being reconciled with the downstream system; do not retry it. Ask again later.", s.claimed_at),
             None,
         ),
-        RecordState::Released => (
+        // Superseded is answered before; a later standing of this version reads as not done.
+        Standing::Released | Standing::Superseded => (
             "not_done",
             format!("{tool} (ref {r}) did not take effect. It is safe to call {tool} again with the same arguments."),
             None,

@@ -37,7 +37,8 @@ use serde_json::{json, Value};
 
 use crate::clock::Timestamp;
 use crate::outcome::{Disposition, ErrorPolicy, Failure, Outcome};
-use crate::record::{RecordState, RecordStatus};
+use crate::error::STATUS_TOOL;
+use crate::record::{RecordStatus, Standing};
 use crate::tool::{Prepared, ToolSpec};
 use crate::{Call, Caller, Error, Idempotency, IdempotencyContext, Reference};
 
@@ -214,32 +215,36 @@ fn detailed(s: &RecordStatus, now: Timestamp) -> DetailedTask {
     let r = s.reference;
     let tool = &s.tool;
     let updated = s.completed_at.unwrap_or(s.claimed_at);
-    let (payload, message) = match s.state {
-        RecordState::InFlight if now >= s.lease_expires_at => (
-            TaskPayload::Working,
-            format!("{tool} (ref {r}) has not reported since its lease ended; it will be reconciled. Do not submit it again."),
-        ),
-        RecordState::InFlight => (
+    let failed = |message: String| {
+        let mut error = JsonObject::new();
+        error.insert("code".into(), json!(-32603));
+        error.insert("message".into(), Value::String(message.clone()));
+        (TaskPayload::Failed { error }, message)
+    };
+    // What the record means now, as a repeat and the status tool read it. A claim whose lease
+    // passed unrenewed, or whose outcome was lost, is a terminal answer for the task: failed,
+    // outcome unknown (never "working" forever while nobody works on it).
+    let (payload, message) = match s.standing(r, now) {
+        Standing::InFlight => (
             TaskPayload::Working,
             format!("{tool} (ref {r}) is in progress. Do not submit it again."),
         ),
-        RecordState::Unknown => (
-            TaskPayload::Working,
-            format!("The outcome of {tool} (ref {r}) is unknown: it may or may not have taken effect. It is being reconciled; do not submit it again."),
-        ),
-        RecordState::Completed => (
+        Standing::LeasePassed => failed(format!(
+            "The outcome of {tool} (ref {r}) is unknown: its worker has not reported since its lease ended at {}, so it may or may not have taken effect. Do not submit it again; ask {STATUS_TOOL} about ref {r} later, once it has been reconciled.",
+            s.lease_expires_at
+        )),
+        Standing::Unknown => failed(format!(
+            "The outcome of {tool} (ref {r}) is unknown: it may or may not have taken effect. Do not submit it again; ask {STATUS_TOOL} about ref {r} later, once it has been reconciled."
+        )),
+        Standing::Completed | Standing::Failed | Standing::Expired | Standing::Superseded => (
             TaskPayload::Completed {
                 result: stored_result(s),
             },
             format!("{tool} (ref {r}) completed."),
         ),
-        RecordState::Released => {
-            let message = format!("{tool} (ref {r}) did not take effect. It is safe to call {tool} again with the same arguments.");
-            let mut error = JsonObject::new();
-            error.insert("code".into(), json!(-32603));
-            error.insert("message".into(), Value::String(message.clone()));
-            (TaskPayload::Failed { error }, message)
-        }
+        Standing::Released => failed(format!(
+            "{tool} (ref {r}) did not take effect. It is safe to call {tool} again with the same arguments."
+        )),
     };
     let mut task = Task::new(
         r.to_string(),

@@ -128,7 +128,7 @@ mod sql;
 mod sqlite;
 
 pub use crate::outbox::{OutboxEntry, OutboxMessage, Receipt};
-pub use crate::record::{RecordState, RecordStatus, StoredResponse};
+pub use crate::record::{RecordState, RecordStatus, Standing, StoredResponse};
 pub use error::{BoxError, StoreError};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
