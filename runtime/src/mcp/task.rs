@@ -287,7 +287,7 @@ fn stored_result(s: &RecordStatus) -> JsonObject {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::StoredResponse;
+    use crate::record::{RecordState, StoredResponse};
 
     fn record(state: RecordState, response: Option<StoredResponse>) -> RecordStatus {
         RecordStatus {
@@ -334,11 +334,13 @@ mod tests {
             &record(RecordState::InFlight, None),
             Timestamp::from_millis(2_000_000),
         );
-        assert!(stale.task.status_message.unwrap().contains("reconciled"));
+        // Its lease passed unrenewed: nobody works on it, so it is not "working" forever.
+        assert_eq!(stale.status(), TaskStatus::Failed);
+        assert!(stale.task.status_message.unwrap().contains("unknown"));
 
-        // Outcome unknown is not terminal: it may yet be settled either way.
+        // Outcome unknown: a terminal answer that says so (ask the status tool later).
         let unknown = detailed(&record(RecordState::Unknown, None), NOW);
-        assert_eq!(unknown.status(), TaskStatus::Working);
+        assert_eq!(unknown.status(), TaskStatus::Failed);
         assert!(unknown.task.status_message.unwrap().contains("unknown"));
 
         // Released: nothing was done, and the task says it is safe to call again.
