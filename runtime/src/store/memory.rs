@@ -6,10 +6,10 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::{
     BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
-    RecordStore, Settlement, StoreError, Token, Unsettled,
+    RecordStore, SecretStore, Settlement, StoreError, Token, Unsettled,
 };
 use crate::clock::Timestamp;
-use crate::key::{Fingerprint, Key, Reference};
+use crate::key::{Fingerprint, Key, Reference, SecretFingerprint};
 use crate::record::{RecordState, RecordStatus, StoredResponse};
 
 #[derive(Clone, Debug)]
@@ -43,6 +43,7 @@ struct Inner {
     rows: BTreeMap<Key, Row>,
     outbox: VecDeque<OutboxRow>,
     next_outbox_id: i64,
+    secret: Option<SecretFingerprint>,
 }
 
 /// An in-process [`Store`](super::Store).
@@ -442,5 +443,22 @@ impl OutboxStore for MemoryStore {
             }),
         };
         Box::pin(async move { out })
+    }
+}
+
+impl SecretStore for MemoryStore {
+    fn swap_secret(
+        &self,
+        expected: Option<SecretFingerprint>,
+        new: SecretFingerprint,
+    ) -> BoxFuture<'_, Result<Option<SecretFingerprint>, StoreError>> {
+        let stored = {
+            let mut inner = self.lock();
+            if inner.secret == expected {
+                inner.secret = Some(new);
+            }
+            inner.secret
+        };
+        Box::pin(async move { Ok(stored) })
     }
 }
