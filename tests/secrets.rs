@@ -178,7 +178,7 @@ async fn of_replicas_starting_together_one_secret_wins(open: Open<'_>) {
     let started: Vec<SecretFingerprint> = results
         .iter()
         .filter(|(_, r)| r.is_ok())
-        .map(|(f, _)| *f)
+        .map(|(f, _)| f.clone())
         .collect();
     assert_eq!(started.len(), 1, "exactly one secret wins");
     for (_, r) in &results {
@@ -195,17 +195,26 @@ async fn of_replicas_starting_together_one_secret_wins(open: Open<'_>) {
 async fn the_swap_is_a_compare_and_set(open: Open<'_>) {
     let store = open().await;
     let (a, b, c) = (
-        old().fingerprint(),
-        new().fingerprint(),
-        Secret::demo().fingerprint(),
+        || Some(old().fingerprint()),
+        || Some(new().fingerprint()),
+        || Some(Secret::demo().fingerprint()),
     );
-    assert_eq!(store.swap_secret(Some(a), b).await.unwrap(), None);
-    assert_eq!(store.swap_secret(None, a).await.unwrap(), Some(a));
-    assert_eq!(store.swap_secret(None, b).await.unwrap(), Some(a));
-    assert_eq!(store.swap_secret(Some(b), c).await.unwrap(), Some(a));
-    assert_eq!(store.swap_secret(Some(a), a).await.unwrap(), Some(a));
-    assert_eq!(open().await.swap_secret(Some(a), b).await.unwrap(), Some(b));
-    assert_eq!(store.swap_secret(None, c).await.unwrap(), Some(b));
+    let swap = |store: &Arc<dyn Store>, expected, new: Option<SecretFingerprint>| {
+        let store = store.clone();
+        async move {
+            store
+                .swap_secret(expected, new.expect("some"))
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(swap(&store, a(), b()).await, None);
+    assert_eq!(swap(&store, None, a()).await, a());
+    assert_eq!(swap(&store, None, b()).await, a());
+    assert_eq!(swap(&store, b(), c()).await, a());
+    assert_eq!(swap(&store, a(), a()).await, a());
+    assert_eq!(swap(&open().await, a(), b()).await, b());
+    assert_eq!(swap(&store, None, c()).await, b());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ impl Secret {
     /// # Ok::<(), idempotency::key::SecretError>(())
     /// ```
     pub fn fingerprint(&self) -> SecretFingerprint {
-        SecretFingerprint(hmac_sha256(&self.0, &[SECRET_LABEL]))
+        SecretFingerprint(Box::new(hmac_sha256(&self.0, &[SECRET_LABEL])))
     }
 
     fn hmac(&self, domain: &[u8], material: &[u8; 32]) -> [u8; 32] {
@@ -87,9 +87,9 @@ impl Secret {
 /// secret differs from the others' is refused instead of running every call a second time.
 ///
 /// `Display` shows the first 4 bytes in hex (enough to tell secrets apart in a message); `Debug`
-/// all 32.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SecretFingerprint([u8; 32]);
+/// all 32. (Boxed: it travels in [`StoreError`](crate::store::StoreError), which stays small.)
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct SecretFingerprint(Box<[u8; 32]>);
 
 impl SecretFingerprint {
     /// The 32 bytes.
@@ -100,7 +100,9 @@ impl SecretFingerprint {
     /// A fingerprint from a byte slice (as read back from a store); `None` unless it is exactly
     /// 32 bytes long.
     pub fn from_slice(bytes: &[u8]) -> Option<SecretFingerprint> {
-        <[u8; 32]>::try_from(bytes).ok().map(SecretFingerprint)
+        <[u8; 32]>::try_from(bytes)
+            .ok()
+            .map(|b| SecretFingerprint(Box::new(b)))
     }
 
     /// Whether this is the fingerprint of the published [`Secret::demo`].
@@ -118,7 +120,7 @@ impl fmt::Display for SecretFingerprint {
 impl fmt::Debug for SecretFingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("SecretFingerprint(")?;
-        write_hex(f, &self.0)?;
+        write_hex(f, &self.0[..])?;
         f.write_str(")")
     }
 }

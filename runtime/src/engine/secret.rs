@@ -47,9 +47,12 @@ impl SecretCheck {
     async fn check(&self, store: &dyn Store) -> Result<(), StoreError> {
         let mut expected = None;
         for _ in 0..ATTEMPTS {
-            match store.swap_secret(expected, self.current).await? {
+            match store
+                .swap_secret(expected.clone(), self.current.clone())
+                .await?
+            {
                 Some(found) if found == self.current => {
-                    if let Some(previous) = expected {
+                    if let Some(previous) = &expected {
                         tracing::warn!(
                             secret = %self.current,
                             previous = %previous,
@@ -63,7 +66,7 @@ impl SecretCheck {
                 Some(found) => {
                     return Err(StoreError::SecretMismatch {
                         stored: found,
-                        engine: self.current,
+                        engine: self.current.clone(),
                     })
                 }
                 // Nothing stored after all (removed by hand meanwhile): store this one.

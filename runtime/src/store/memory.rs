@@ -457,7 +457,7 @@ impl SecretStore for MemoryStore {
             if inner.secret == expected {
                 inner.secret = Some(new);
             }
-            inner.secret
+            inner.secret.clone()
         };
         Box::pin(async move { Ok(stored) })
     }
