@@ -46,7 +46,8 @@ async fn run() -> Result<(), BoxError> {
     let processor = Arc::new(Processor::new(Duration::from_millis(1500)));
     let engine = Idempotency::builder(store)
         .reconcile(charge::reconciler(processor.clone()))
-        .build();
+        .start()
+        .await?;
     let server = Payments::new(
         engine,
         Identity::stdio(Caller::new("acme", "alice")),

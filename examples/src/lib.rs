@@ -30,9 +30,13 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// replicas share it), otherwise the SQLite file `IDEMPOTENCY_SQLITE` (default `idempotency.db`).
 /// Claims whose worker never reported are settled by `reconcile` (asking the downstream stub by
 /// reference); its answers are replayed for each tool's own window.
+///
+/// On the shared store the server refuses to start without `IDEMPOTENCY_SECRET` (the demo
+/// secret is for the local SQLite demo only), and, like every engine, when the store's records
+/// are keyed with another secret ([`IdempotencyBuilder::start`](idempotency::IdempotencyBuilder::start)).
 pub async fn engine_from_env(reconcile: impl Reconcile) -> Result<(Idempotency, String), BoxError> {
-    let secret = secret_from_env()?;
     if let Ok(url) = std::env::var("DATABASE_URL") {
+        let secret = secret_from_env(SecretUse::Shared("DATABASE_URL"))?;
         let store = PostgresStore::connect(&url).await.map_err(|e| {
             format!(
                 "cannot open the PostgreSQL store at DATABASE_URL ({}): {}",
@@ -43,9 +47,18 @@ pub async fn engine_from_env(reconcile: impl Reconcile) -> Result<(Idempotency, 
         let engine = Idempotency::builder(store)
             .secret(secret)
             .reconcile(reconcile)
-            .build();
+            .start()
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot start on the PostgreSQL store at DATABASE_URL ({}): {}",
+                    redact(&url),
+                    chain(&e)
+                )
+            })?;
         return Ok((engine, "PostgreSQL (DATABASE_URL)".into()));
     }
+    let secret = secret_from_env(SecretUse::Local)?;
     let path = std::env::var("IDEMPOTENCY_SQLITE").unwrap_or_else(|_| DEFAULT_SQLITE.into());
     let store = SqliteStore::open(&path)
         .await
@@ -53,7 +66,9 @@ pub async fn engine_from_env(reconcile: impl Reconcile) -> Result<(Idempotency, 
     let engine = Idempotency::builder(store)
         .secret(secret)
         .reconcile(reconcile)
-        .build();
+        .start()
+        .await
+        .map_err(|e| format!("cannot start on the SQLite store {path}: {}", chain(&e)))?;
     Ok((engine, format!("SQLite file {path}")))
 }
 
@@ -84,15 +99,36 @@ fn redact(url: &str) -> String {
     }
 }
 
-/// The key secret from `IDEMPOTENCY_SECRET` (at least 16 bytes); without it, the published demo
-/// secret, which is only for trying the examples out.
-pub fn secret_from_env() -> Result<Secret, BoxError> {
-    match std::env::var("IDEMPOTENCY_SECRET") {
-        Ok(s) => Ok(Secret::new(s)?),
-        Err(_) => {
+/// Where the secret is used: whether the published demo secret may stand in for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SecretUse {
+    /// A store of this machine (the SQLite demo): the demo secret is allowed, with a warning.
+    Local,
+    /// A store replicas share, named by the variable that configures it (`DATABASE_URL`): the
+    /// demo secret is refused, since a replica on it beside others on a real secret would run
+    /// every call a second time, and anyone can recompute its references.
+    Shared(&'static str),
+}
+
+/// The key secret from `IDEMPOTENCY_SECRET` (at least 16 bytes). Without it, the published
+/// demo secret for a [`SecretUse::Local`] store, and an error for a shared one.
+pub fn secret_from_env(usage: SecretUse) -> Result<Secret, BoxError> {
+    let secret = match std::env::var("IDEMPOTENCY_SECRET") {
+        Ok(s) => Secret::new(s)?,
+        Err(_) => Secret::demo(),
+    };
+    match usage {
+        SecretUse::Shared(store) if secret == Secret::demo() => Err(format!(
+            "IDEMPOTENCY_SECRET is not set (or is the published demo secret), and {store} names a store \
+             that replicas share: set IDEMPOTENCY_SECRET to the same 32 random bytes on every replica \
+             (e.g. `openssl rand -hex 32`); the demo secret is only for the local SQLite demo"
+        )
+        .into()),
+        SecretUse::Local if secret == Secret::demo() => {
             eprintln!("IDEMPOTENCY_SECRET is not set: using the published demo secret (fine for a demo, never for production)");
-            Ok(Secret::demo())
+            Ok(secret)
         }
+        _ => Ok(secret),
     }
 }
 

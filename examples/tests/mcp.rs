@@ -581,6 +581,7 @@ async fn http_takes_a_host_name_and_refuses_a_bad_address() {
 async fn a_start_up_failure_names_the_store_and_hides_the_password() {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_charge_card"))
         .env("DATABASE_URL", "postgres://app:hunter2@127.0.0.1:1/app")
+        .env("IDEMPOTENCY_SECRET", "an example secret of 32 bytes...")
         .output()
         .await
         .unwrap();
@@ -591,6 +592,32 @@ async fn a_start_up_failure_names_the_store_and_hides_the_password() {
         "{err}"
     );
     assert!(!err.contains("hunter2"), "{err}");
+}
+
+/// On a shared store (`DATABASE_URL`) the server refuses the demo secret, before it connects:
+/// a replica on it beside others on a real secret would charge every call a second time.
+#[tokio::test]
+async fn a_shared_store_refuses_the_demo_secret() {
+    for demo in [
+        None,
+        Some("idempotency demo secret: replace me in production"),
+    ] {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_charge_card"));
+        command.env("DATABASE_URL", "postgres://app:hunter2@127.0.0.1:1/app");
+        match demo {
+            None => command.env_remove("IDEMPOTENCY_SECRET"),
+            Some(s) => command.env("IDEMPOTENCY_SECRET", s),
+        };
+        let out = command.output().await.unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("error: IDEMPOTENCY_SECRET is not set (or is the published demo secret), and DATABASE_URL")
+                && err.contains("only for the local SQLite demo"),
+            "{err}"
+        );
+        assert!(!err.contains("cannot open the PostgreSQL store"), "{err}");
+    }
 }
 
 async fn http_client(url: &str, token: &str) -> Client {

@@ -21,6 +21,8 @@ use crate::tool::Scope;
 
 const KEY_DOMAIN: &[u8] = b"idempotency/key/v2\0";
 const FINGERPRINT_DOMAIN: &[u8] = b"idempotency/fingerprint/v2\0";
+/// What a [`SecretFingerprint`] is the HMAC of: a fixed label, no other input.
+const SECRET_LABEL: &[u8] = b"idempotency/secret-fingerprint/v1\0";
 
 /// The server's secret: keys, references and fingerprints are HMAC-SHA256 under it, so nobody
 /// without it can recompute a reference from guessed arguments. Every replica sharing a store
@@ -60,8 +62,66 @@ impl Secret {
         ))
     }
 
+    /// What a store remembers of this secret: HMAC-SHA256 under it of a fixed label, so two
+    /// engines can tell whether they share a secret without either revealing it. See
+    /// [`IdempotencyBuilder::start`](crate::IdempotencyBuilder::start).
+    ///
+    /// ```
+    /// use idempotency::key::Secret;
+    /// let a = Secret::new("a-long-random-value-from-config")?;
+    /// assert_eq!(a.fingerprint(), a.clone().fingerprint());
+    /// assert_ne!(a.fingerprint(), Secret::demo().fingerprint());
+    /// # Ok::<(), idempotency::key::SecretError>(())
+    /// ```
+    pub fn fingerprint(&self) -> SecretFingerprint {
+        SecretFingerprint(Box::new(hmac_sha256(&self.0, &[SECRET_LABEL])))
+    }
+
     fn hmac(&self, domain: &[u8], material: &[u8; 32]) -> [u8; 32] {
         hmac_sha256(&self.0, &[domain, material])
+    }
+}
+
+/// The fingerprint of a [`Secret`] ([`Secret::fingerprint`]): 32 bytes of HMAC-SHA256 under the
+/// secret of a fixed label, never the secret itself. A store keeps one, so that an engine whose
+/// secret differs from the others' is refused instead of running every call a second time.
+///
+/// `Display` shows the first 4 bytes in hex (enough to tell secrets apart in a message); `Debug`
+/// all 32. (Boxed: it travels in [`StoreError`](crate::store::StoreError), which stays small.)
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct SecretFingerprint(Box<[u8; 32]>);
+
+impl SecretFingerprint {
+    /// The 32 bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// A fingerprint from a byte slice (as read back from a store); `None` unless it is exactly
+    /// 32 bytes long.
+    pub fn from_slice(bytes: &[u8]) -> Option<SecretFingerprint> {
+        <[u8; 32]>::try_from(bytes)
+            .ok()
+            .map(|b| SecretFingerprint(Box::new(b)))
+    }
+
+    /// Whether this is the fingerprint of the published [`Secret::demo`].
+    pub fn is_demo(&self) -> bool {
+        *self == Secret::demo().fingerprint()
+    }
+}
+
+impl fmt::Display for SecretFingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_hex(f, &self.0[..4])
+    }
+}
+
+impl fmt::Debug for SecretFingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretFingerprint(")?;
+        write_hex(f, &self.0[..])?;
+        f.write_str(")")
     }
 }
 
@@ -689,6 +749,28 @@ mod tests {
         // A subject scope cannot collide with a tenant named like tenant + subject.
         let joined = Caller::new("acmealice", "");
         assert_ne!(key(&alice, Scope::Subject), key(&joined, Scope::Tenant));
+    }
+
+    /// The fingerprint a store keeps is the plain HMAC-SHA256 of the fixed label (pinned: a
+    /// change would make every store refuse every engine), never the secret, and tells secrets
+    /// apart.
+    #[test]
+    fn a_secret_fingerprint_is_the_hmac_of_a_fixed_label() {
+        let demo = Secret::demo().fingerprint();
+        assert_eq!(
+            format!("{demo:?}"),
+            "SecretFingerprint(3ad9acc959c3d2a68907b7a760a75d38f2d24a08dbbde1caf4fd2f872dfa8c18)"
+        );
+        assert_eq!(demo.to_string(), "3ad9acc9");
+        assert!(demo.is_demo());
+        let mine = Secret::new("a secret only the server knows").unwrap();
+        assert_ne!(mine.fingerprint(), demo);
+        assert!(!mine.fingerprint().is_demo());
+        assert_eq!(
+            SecretFingerprint::from_slice(mine.fingerprint().as_bytes()),
+            Some(mine.fingerprint())
+        );
+        assert_eq!(SecretFingerprint::from_slice(&[0; 31]), None);
     }
 
     #[test]

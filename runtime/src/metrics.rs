@@ -5,7 +5,7 @@
 //! | name | kind | labels | what |
 //! |---|---|---|---|
 //! | `idempotency_calls_total` | counter | `tool`, `answer` | calls by answer: `fresh` (the body ran), `replayed` (a stored answer), `in_flight`, `unknown` (outcome unknown), `mismatch` (payload mismatch), `refused` (nothing was done: store down, arguments or caller that cannot be keyed, a reference taken, a stored answer that cannot be read) |
-//! | `idempotency_store_seconds` | histogram | `operation` | the store's latency per operation (`claim`, `complete`, `release`, `mark_unknown`, `renew`, `settle`, `status`, `purge`, `unsettled`, `fetch`, `ack`), failures included |
+//! | `idempotency_store_seconds` | histogram | `operation` | the store's latency per operation (`claim`, `complete`, `release`, `mark_unknown`, `renew`, `settle`, `status`, `purge`, `unsettled`, `fetch`, `ack`, `swap_secret`), failures included |
 //! | `idempotency_unsettled_seen_total` | counter | – | unsettled records a reconciliation round looked at |
 //! | `idempotency_purged_total` | counter | – | records the purger deleted |
 
@@ -14,12 +14,12 @@ use std::time::Instant;
 
 use crate::clock::Timestamp;
 use crate::error::Error;
-use crate::key::{Key, Reference};
+use crate::key::{Key, Reference, SecretFingerprint};
 use crate::outcome::{Failure, Outcome};
 use crate::record::RecordStatus;
 use crate::store::{
     BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
-    RecordStore, Settlement, Store, StoreError, Token, Unsettled,
+    RecordStore, SecretStore, Settlement, Store, StoreError, Token, Unsettled,
 };
 
 /// Counter: calls by tool and answer.
@@ -159,5 +159,15 @@ impl OutboxStore for Metered {
     }
     fn ack<'a>(&'a self, receipt: &'a Receipt) -> BoxFuture<'a, Result<(), StoreError>> {
         timed("ack", self.0.ack(receipt))
+    }
+}
+
+impl SecretStore for Metered {
+    fn swap_secret(
+        &self,
+        expected: Option<SecretFingerprint>,
+        new: SecretFingerprint,
+    ) -> BoxFuture<'_, Result<Option<SecretFingerprint>, StoreError>> {
+        timed("swap_secret", self.0.swap_secret(expected, new))
     }
 }

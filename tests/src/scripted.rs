@@ -7,10 +7,10 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use idempotency::clock::Timestamp;
-use idempotency::key::Key;
+use idempotency::key::{Key, SecretFingerprint};
 use idempotency::store::{
     BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
-    RecordStatus, RecordStore, Settlement, Store, StoreError, Token, Unsettled,
+    RecordStatus, RecordStore, SecretStore, Settlement, Store, StoreError, Token, Unsettled,
 };
 use idempotency::Reference;
 use tokio::sync::{mpsc, Semaphore};
@@ -29,6 +29,7 @@ pub enum Op {
     Unsettled,
     Fetch,
     Ack,
+    SwapSecret,
 }
 
 /// What one call of a method does.
@@ -239,5 +240,17 @@ impl OutboxStore for Scripted {
     }
     fn ack<'a>(&'a self, receipt: &'a Receipt) -> BoxFuture<'a, Result<(), StoreError>> {
         self.run(Op::Ack, move || self.inner.ack(receipt))
+    }
+}
+
+impl SecretStore for Scripted {
+    fn swap_secret(
+        &self,
+        expected: Option<SecretFingerprint>,
+        new: SecretFingerprint,
+    ) -> BoxFuture<'_, Result<Option<SecretFingerprint>, StoreError>> {
+        self.run(Op::SwapSecret, move || {
+            self.inner.swap_secret(expected, new)
+        })
     }
 }

@@ -80,3 +80,13 @@ CREATE TABLE idempotency_outbox (
     topic       TEXT    NOT NULL,
     payload     TEXT    NOT NULL
 );
+
+-- The fingerprint of the secret this schema's keys are made with (an HMAC of a fixed label under
+-- it, never the secret): at most one row, written by the first engine that starts on the schema
+-- and changed by a rotation (`previous_secrets`). An engine whose secret does not match it is
+-- refused: with another secret, its keys would never meet these records, and every call would
+-- run again. See src/store/postgres/secret.rs.
+CREATE TABLE idempotency_secret (
+    one         BOOLEAN NOT NULL PRIMARY KEY DEFAULT true CHECK (one),
+    fingerprint BYTEA   NOT NULL
+);

@@ -61,3 +61,13 @@ CREATE TABLE idempotency_outbox (
     attempts    INTEGER NOT NULL DEFAULT 0,
     visible_at  INTEGER NOT NULL
 );
+
+-- The fingerprint of the secret this file's keys are made with (an HMAC of a fixed label under
+-- it, never the secret): at most one row, written by the first engine that starts on the file
+-- and changed by a rotation (`previous_secrets`). An engine whose secret does not match it is
+-- refused: with another secret, its keys would never meet these records, and every call would
+-- run again. See src/store/sqlite/secret.rs.
+CREATE TABLE idempotency_secret (
+    one         INTEGER NOT NULL PRIMARY KEY CHECK (one = 1),
+    fingerprint BLOB    NOT NULL
+);

@@ -18,10 +18,12 @@ use crate::tool::{Prepared, Scope, ToolSpec};
 mod attempt;
 pub(crate) mod expiry;
 mod guard;
+mod secret;
 
 use attempt::Attempt;
 use expiry::{Background, Reconcile};
 use guard::{bounded, ClaimGuard};
+use secret::SecretCheck;
 
 /// The store and clock every idempotent tool of a server shares. Cheap to clone.
 ///
@@ -40,6 +42,8 @@ pub struct Idempotency {
     previous: Arc<[Secret]>,
     /// Lease-expiry handling, started at the first call; `None` when turned off.
     background: Option<Arc<Background>>,
+    /// Whether the store's records are keyed with this engine's secret (checked once).
+    secret_check: Arc<SecretCheck>,
 }
 
 impl std::fmt::Debug for Idempotency {
@@ -159,8 +163,53 @@ impl IdempotencyBuilder {
         self
     }
 
-    /// The engine. Its lease-expiry rounds start with its first call (inside the runtime that
-    /// serves it) and stop when the last clone of the engine is dropped.
+    /// The engine, after checking that the store's records are keyed with its secret: what a
+    /// server calls at start-up, so that a replica configured with another secret stops there
+    /// instead of running every call a second time.
+    ///
+    /// The store keeps the fingerprint of one secret ([`Secret::fingerprint`], an HMAC of a
+    /// fixed label; never the secret). On a store that keeps none yet, this engine's is stored.
+    /// An engine whose secret is the stored one starts. One that lists the stored one in
+    /// [`previous_secrets`](IdempotencyBuilder::previous_secrets) starts and stores its own
+    /// (a rotation): from then on an engine with only the old secret is refused. Any other
+    /// engine is refused with [`StoreError::SecretMismatch`], which names both fingerprints.
+    ///
+    /// Rotating from `old` to `new`: deploy every replica with
+    /// `.secret(old).previous_secrets([new])` (nothing changes in the store, and these replicas
+    /// already recognise the keys of the next step), then with `.secret(new).previous_secrets([old])`
+    /// (the first such replica to start moves the store to `new`); drop `old` from the list after
+    /// the longest window plus the retention. A replica already running is not checked again:
+    /// the check is made at start.
+    ///
+    /// An engine from [`build`](IdempotencyBuilder::build) makes the same check at its first
+    /// call and refuses calls (nothing runs) while it fails. Errors: the store's, as
+    /// [`StoreError`] (unreachable: try again; `SecretMismatch`: fix the configuration).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use idempotency::{key::Secret, store::{MemoryStore, Store, StoreError}, Idempotency};
+    /// let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    /// let (old, new) = (Secret::new("the secret of 2025, 32 bytes..")?, Secret::new("the secret of 2026, 32 bytes..")?);
+    /// Idempotency::builder_shared(store.clone()).secret(old.clone()).start().await?;
+    /// // Another secret on the same store is refused...
+    /// let other = Idempotency::builder_shared(store.clone()).secret(new.clone()).start().await;
+    /// assert!(matches!(other, Err(StoreError::SecretMismatch { .. })));
+    /// // ...unless it lists the store's as previous: a rotation, after which `old` alone is refused.
+    /// Idempotency::builder_shared(store.clone()).secret(new).previous_secrets([old.clone()]).start().await?;
+    /// assert!(Idempotency::builder_shared(store).secret(old).start().await.is_err());
+    /// # Ok(()) }
+    /// ```
+    pub async fn start(self) -> Result<Idempotency, StoreError> {
+        let engine = self.build();
+        engine.secret_check.ensure(&*engine.store).await?;
+        Ok(engine)
+    }
+
+    /// The engine, unchecked until its first call (see [`start`](IdempotencyBuilder::start)).
+    /// Its lease-expiry rounds start with its first call (inside the runtime that serves it) and
+    /// stop when the last clone of the engine is dropped.
     pub fn build(self) -> Idempotency {
         let background = match self.expiry {
             Expiry::Off => None,
@@ -178,6 +227,7 @@ impl IdempotencyBuilder {
             );
             Secret::demo()
         });
+        let secret_check = Arc::new(SecretCheck::new(&secret, &self.previous));
         Idempotency {
             store: self.store,
             clock: self.clock,
@@ -185,6 +235,7 @@ impl IdempotencyBuilder {
             secret,
             previous: self.previous.into(),
             background,
+            secret_check,
         }
     }
 }
@@ -459,6 +510,15 @@ impl Idempotency {
             window: spec.window,
             token,
         };
+        if !self.secret_check.passed() {
+            if let Err(source) = bounded(by, self.secret_check.ensure(&*self.store)).await {
+                tracing::error!(tool, error = %source, "idempotency: the store's secret check failed; nothing was run");
+                return Err(refused(Error::Store {
+                    tool: tool.into(),
+                    source,
+                }));
+            }
+        }
         let mut pending = ClaimGuard::new(self, key, token, tool);
         let claim = bounded(by, self.store.claim(&req)).await;
         if claim.is_ok() {

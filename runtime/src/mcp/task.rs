@@ -36,8 +36,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::clock::Timestamp;
-use crate::outcome::{Disposition, ErrorPolicy, Failure, Outcome};
 use crate::error::STATUS_TOOL;
+use crate::outcome::{Disposition, ErrorPolicy, Failure, Outcome};
 use crate::record::{RecordStatus, Standing};
 use crate::tool::{Prepared, ToolSpec};
 use crate::{Call, Caller, Error, Idempotency, IdempotencyContext, Reference};

@@ -1,6 +1,6 @@
 //! Why a store call failed.
 
-use crate::key::Reference;
+use crate::key::{Reference, SecretFingerprint};
 
 /// A boxed error a backend keeps as a source.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -77,6 +77,18 @@ pub enum StoreError {
         /// The reference both keys map to.
         reference: Reference,
     },
+    /// The engine's secret is not the one the store's keys are made with, nor is that one among
+    /// the engine's previous secrets: an engine with its own secret would run every call again
+    /// (its keys never meet the others' records). The engine refuses to start, and refuses every
+    /// call. Give every replica sharing the store the same secret; to rotate, see
+    /// [`IdempotencyBuilder::previous_secrets`](crate::IdempotencyBuilder::previous_secrets).
+    #[error("{}", secret_mismatch(stored, engine))]
+    SecretMismatch {
+        /// The fingerprint the store keeps.
+        stored: SecretFingerprint,
+        /// The engine's secret's fingerprint.
+        engine: SecretFingerprint,
+    },
     /// There is no record for the key.
     #[error("no record for this key")]
     NotFound,
@@ -113,4 +125,23 @@ impl StoreError {
             source: None,
         }
     }
+}
+
+/// [`StoreError::SecretMismatch`]'s message: which secret is which, and what to do.
+fn secret_mismatch(stored: &SecretFingerprint, engine: &SecretFingerprint) -> String {
+    let name = |f: &SecretFingerprint| {
+        if f.is_demo() {
+            format!("{f}, the published demo secret used when none is configured")
+        } else {
+            f.to_string()
+        }
+    };
+    format!(
+        "this engine's idempotency secret (fingerprint {}) is not the one this store's keys are made with \
+         (fingerprint {}) nor among its previous secrets, so every call would run again here: give every \
+         replica sharing the store the same secret (IdempotencyBuilder::secret); to rotate to a new one, \
+         list the store's in IdempotencyBuilder::previous_secrets",
+        name(engine),
+        name(stored)
+    )
 }

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use super::{
     BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
-    RecordStore, Settlement, StoreError, Token, Unsettled,
+    RecordStore, SecretStore, Settlement, StoreError, Token, Unsettled,
 };
 use crate::clock::Timestamp;
-use crate::key::{Fingerprint, Key, Reference};
+use crate::key::{Fingerprint, Key, Reference, SecretFingerprint};
 use crate::record::{RecordState, RecordStatus, StoredResponse};
 
 #[derive(Clone, Debug)]
@@ -46,6 +46,7 @@ struct Inner {
     rows: BTreeMap<Key, Row>,
     outbox: VecDeque<OutboxRow>,
     next_outbox_id: i64,
+    secret: Option<SecretFingerprint>,
 }
 
 /// An in-process [`Store`](super::Store).
@@ -446,5 +447,22 @@ impl OutboxStore for MemoryStore {
             }),
         };
         Box::pin(async move { out })
+    }
+}
+
+impl SecretStore for MemoryStore {
+    fn swap_secret(
+        &self,
+        expected: Option<SecretFingerprint>,
+        new: SecretFingerprint,
+    ) -> BoxFuture<'_, Result<Option<SecretFingerprint>, StoreError>> {
+        let stored = {
+            let mut inner = self.lock();
+            if inner.secret == expected {
+                inner.secret = Some(new);
+            }
+            inner.secret.clone()
+        };
+        Box::pin(async move { Ok(stored) })
     }
 }

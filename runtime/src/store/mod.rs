@@ -1,6 +1,6 @@
 //! Where records live: the three store traits, their types, and the backends.
 //!
-//! A backend implements three object-safe traits; anything that implements all three is a
+//! A backend implements four object-safe traits; anything that implements all four is a
 //! [`Store`], which is what [`Idempotency::builder`](crate::Idempotency::builder) takes:
 //!
 //! - [`RecordStore`]: one record's state machine, per call: [`claim`](RecordStore::claim),
@@ -10,7 +10,10 @@
 //! - [`Maintenance`]: background work over many records: [`purge`](Maintenance::purge),
 //!   [`unsettled`](Maintenance::unsettled);
 //! - [`OutboxStore`]: follow-on messages written with a completion: [`fetch`](OutboxStore::fetch),
-//!   [`ack`](OutboxStore::ack), each entry named by a backend-chosen [`Receipt`].
+//!   [`ack`](OutboxStore::ack), each entry named by a backend-chosen [`Receipt`];
+//! - [`SecretStore`]: the fingerprint of the secret the store's keys are made with
+//!   ([`swap_secret`](SecretStore::swap_secret)), so that an engine with another secret is
+//!   refused.
 //!
 //! The backends: [`MemoryStore`] (tests), `SqliteStore` (feature `sqlite`, the embedded default),
 //! `PostgresStore` (feature `postgres`) and `RedisStore` (feature `redis`: one Redis or a Redis
@@ -104,6 +107,7 @@
 //! | [`Maintenance::unsettled`] | in flight (lease ended at or before `now`), unknown | up to `limit`, oldest claim first |
 //! | [`OutboxStore::fetch`] | – | up to `limit` messages visible at `now`, oldest first; each becomes invisible until `invisible_until` and its attempt count goes up |
 //! | [`OutboxStore::ack`] | – | deletes the message; acknowledging one already gone is not an error |
+//! | [`SecretStore::swap_secret`] | – | compare-and-set of the store's one secret fingerprint; atomic |
 //!
 //! Errors: [`StoreError::is_transient`] says whether trying again may help (the store was
 //! unreachable, or the operation kept losing races); configuration mistakes, failed migrations
@@ -114,7 +118,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::clock::Timestamp;
-use crate::key::{Fingerprint, Key, Reference};
+use crate::key::{Fingerprint, Key, Reference, SecretFingerprint};
 
 mod error;
 mod memory;
@@ -371,8 +375,24 @@ pub trait OutboxStore: Send + Sync + 'static {
     fn ack<'a>(&'a self, receipt: &'a Receipt) -> BoxFuture<'a, Result<(), StoreError>>;
 }
 
-/// A complete backend: all three traits. Implemented automatically for any type that implements
-/// them; the engine and its background tasks hold an `Arc<dyn Store>`.
-pub trait Store: RecordStore + Maintenance + OutboxStore {}
+/// Where a store keeps the fingerprint of the secret its keys are made with
+/// ([`Secret::fingerprint`](crate::key::Secret::fingerprint): an HMAC of a fixed label, never
+/// the secret). One value per store (per schema, file, Redis namespace), set by the first engine
+/// that starts on it and changed only by a rotation; the engine's check is
+/// [`IdempotencyBuilder::start`](crate::IdempotencyBuilder::start).
+pub trait SecretStore: Send + Sync + 'static {
+    /// Compare-and-set, atomic: when the stored fingerprint is `expected` (`None`: none is
+    /// stored), stores `new`. Answers the fingerprint stored once it is done: `Some(new)` when it
+    /// stored it (or found it there already), else the one it found (`None`: none stored).
+    fn swap_secret(
+        &self,
+        expected: Option<SecretFingerprint>,
+        new: SecretFingerprint,
+    ) -> BoxFuture<'_, Result<Option<SecretFingerprint>, StoreError>>;
+}
 
-impl<S: RecordStore + Maintenance + OutboxStore + ?Sized> Store for S {}
+/// A complete backend: all four traits. Implemented automatically for any type that implements
+/// them; the engine and its background tasks hold an `Arc<dyn Store>`.
+pub trait Store: RecordStore + Maintenance + OutboxStore + SecretStore {}
+
+impl<S: RecordStore + Maintenance + OutboxStore + SecretStore + ?Sized> Store for S {}

@@ -32,6 +32,7 @@ use crate::key::{Key, Reference};
 use crate::record::{RecordState, RecordStatus};
 
 mod background;
+mod secret;
 
 /// The database server's clock in ms since the epoch (`statement_timestamp()`, one value for the
 /// whole statement): the clock of every statement a store outside tests runs.

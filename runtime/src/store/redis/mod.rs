@@ -13,6 +13,7 @@
 //! | `{ns}:{XX}:i` | sorted set | the shard's records by time, in two bands: unsettled ones by lease end (unknown ones at 0), what [`unsettled`](crate::store::Maintenance::unsettled) reads; settled ones by window end - 2^50, what [`purge`](crate::store::Maintenance::purge) reads |
 //! | `{ns}:{XX}:o` | stream | the shard's outbox messages (consumer group `g`) |
 //! | `{ns}:{XX}:ov` | sorted set | when each handed-out message becomes visible again |
+//! | `{ns}:secret` | string | the fingerprint of the secret the keys are made with (see [`SecretStore`](crate::store::SecretStore)) |
 //!
 //! One index with two bands rather than two indexes: a completion moves its record's entry with
 //! one `ZADD` instead of a `ZREM` from one and a `ZADD` to the other.
@@ -46,6 +47,7 @@ use crate::record::{RecordState, RecordStatus, StoredResponse};
 mod admin;
 mod background;
 mod conn;
+mod secret;
 
 pub use admin::RedisRecord;
 pub use conn::RedisConnection;

@@ -11,6 +11,7 @@ use crate::record::{RecordState, RecordStatus, StoredResponse};
 use crate::store::{Claim, OutboxEntry, Receipt, Settlement, StoreError, Token, Unsettled};
 
 mod migrate;
+pub(crate) mod secret;
 
 pub(crate) use migrate::{migrate, Bookkeeping, Migration};
 

@@ -30,6 +30,7 @@ use crate::key::{Key, Reference};
 use crate::record::{RecordState, RecordStatus};
 
 mod background;
+mod secret;
 
 const MIGRATIONS: &[Migration] = &[Migration {
     version: 1,

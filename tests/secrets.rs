@@ -1,0 +1,340 @@
+//! One secret per store: replicas sharing a store must key their calls with one secret, or each
+//! runs every call once more (its keys never meet the others' records). The store keeps the
+//! secret's fingerprint; an engine with another secret is refused at `start()`, and an engine
+//! made with `build()` refuses its calls. A rotation through `previous_secrets` still works.
+//!
+//! Every case runs on each backend, each replica on a store handle of its own (its own pool or
+//! connection) over the same data: memory (one store shared by two engines), a SQLite file,
+//! a PostgreSQL schema (ignored without `DATABASE_URL`) and a Redis namespace (a `redis-server`
+//! of the test's own).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use idempotency::key::{Secret, SecretFingerprint};
+use idempotency::outcome::ErrorPolicy;
+use idempotency::store::{MemoryStore, RedisStore, SqliteStore, Store, StoreError};
+use idempotency::tool::Prepared;
+use idempotency::{Caller, Error, Idempotency, IdempotencyBuilder};
+use idempotency_tests::pg::{unique_name, TestSchema};
+use idempotency_tests::redis_servers::shared_server;
+use idempotency_tests::scripted::{Act, Op, Scripted};
+use idempotency_tests::CHARGE_CARD;
+use serde_json::json;
+
+type Opening = Pin<Box<dyn Future<Output = Arc<dyn Store>>>>;
+
+/// Opens one more handle on the store under test, as another replica would.
+type Open<'a> = &'a dyn Fn() -> Opening;
+
+fn secret(s: &str) -> Secret {
+    Secret::new(s).expect("16 bytes or more")
+}
+
+fn old() -> Secret {
+    secret("the secret of 2025, from the vault")
+}
+
+fn new() -> Secret {
+    secret("the secret of 2026, from the vault")
+}
+
+fn replica(store: Arc<dyn Store>, secret: Secret, previous: &[Secret]) -> IdempotencyBuilder {
+    Idempotency::builder_shared(store)
+        .secret(secret)
+        .previous_secrets(previous.iter().cloned())
+        .without_reconciler()
+}
+
+fn mismatch(r: Result<Idempotency, StoreError>) -> (SecretFingerprint, SecretFingerprint) {
+    match r {
+        Err(StoreError::SecretMismatch { stored, engine }) => (stored, engine),
+        Err(e) => panic!("expected a secret mismatch, got {e:?}"),
+        Ok(_) => panic!("expected a secret mismatch, the engine started"),
+    }
+}
+
+/// `charge_card` for `amount`: the body counts its runs in `runs`.
+async fn charge(engine: &Idempotency, runs: &AtomicUsize, amount: u64) -> Result<usize, Error> {
+    let caller = Caller::new("acme", "alice");
+    let prepared = Prepared::call(&caller, &CHARGE_CARD, &json!({ "amount": amount }))?;
+    engine
+        .execute(
+            &CHARGE_CARD,
+            &caller,
+            prepared,
+            ErrorPolicy::retryable(),
+            async { Ok::<_, Error>(runs.fetch_add(1, Ordering::SeqCst) + 1) },
+        )
+        .await
+        .result
+}
+
+/// Two replicas with different secrets: the second refuses to start, and built without the
+/// check it refuses the call instead of charging a second time. The demo secret (no secret
+/// configured) is refused the same way, and the message says it is the demo secret.
+async fn a_second_secret_is_refused(open: Open<'_>) {
+    let runs = AtomicUsize::new(0);
+    let first = replica(open().await, old(), &[])
+        .start()
+        .await
+        .expect("the first replica starts and stores its fingerprint");
+    assert_eq!(charge(&first, &runs, 42).await.unwrap(), 1);
+
+    let store = open().await;
+    let (stored, engine) = mismatch(replica(store.clone(), new(), &[]).start().await);
+    assert_eq!((stored, engine), (old().fingerprint(), new().fingerprint()));
+
+    // Built without the check: the same call is refused (nothing run), not charged again.
+    let unchecked = replica(store.clone(), new(), &[]).build();
+    let refused = charge(&unchecked, &runs, 42).await.unwrap_err();
+    assert!(
+        matches!(
+            &refused,
+            Error::Store {
+                source: StoreError::SecretMismatch { .. },
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    assert!(refused.nothing_done() && !refused.safe_to_retry());
+    let advice = refused.advice();
+    assert!(
+        advice.contains("previous_secrets") && advice.contains(&old().fingerprint().to_string()),
+        "{advice}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "charged once");
+
+    // The replica: no IDEMPOTENCY_SECRET, so the demo secret.
+    let demo = Idempotency::builder_shared(store).start().await;
+    let message = demo.as_ref().err().map(ToString::to_string);
+    let (_, engine) = mismatch(demo);
+    assert!(engine.is_demo());
+    assert!(
+        message.is_some_and(|m| m.contains("demo secret")),
+        "the message names the demo secret"
+    );
+
+    // The first replica's own secret still starts, and replays.
+    let again = replica(open().await, old(), &[]).start().await.unwrap();
+    assert_eq!(charge(&again, &runs, 42).await.unwrap(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// Rotation: the new secret with the stored one listed as previous starts, replays the old
+/// records and moves the store to the new secret, so the old secret alone is refused from then
+/// on. Rolling back (the old secret with the new one listed) starts too.
+async fn a_rotation_moves_the_store_to_the_new_secret(open: Open<'_>) {
+    let runs = AtomicUsize::new(0);
+    let before = replica(open().await, old(), &[]).start().await.unwrap();
+    assert_eq!(charge(&before, &runs, 7).await.unwrap(), 1);
+
+    // Step 1 of a rolling rotation: the old secret, the new one listed. Nothing changes.
+    replica(open().await, old(), &[new()])
+        .start()
+        .await
+        .expect("step 1 starts");
+    // The new secret alone is still refused.
+    mismatch(replica(open().await, new(), &[]).start().await);
+
+    // Step 2: the new secret, the old one listed: starts and replays the old record.
+    let rotated = replica(open().await, new(), &[old()])
+        .start()
+        .await
+        .expect("step 2 starts");
+    assert_eq!(charge(&rotated, &runs, 7).await.unwrap(), 1, "replayed");
+    assert_eq!(charge(&rotated, &runs, 8).await.unwrap(), 2, "a fresh call");
+
+    // The store now keeps the new secret: the old one alone is refused...
+    let (stored, engine) = mismatch(replica(open().await, old(), &[]).start().await);
+    assert_eq!((stored, engine), (new().fingerprint(), old().fingerprint()));
+    // ...the new one alone starts (once the old records are past their window and retention,
+    // the list can be dropped) and replays what step 2 recorded.
+    let after = replica(open().await, new(), &[]).start().await.unwrap();
+    assert_eq!(charge(&after, &runs, 8).await.unwrap(), 2);
+
+    // A replica of step 1 restarting (a rollback) still starts: it recognises both secrets.
+    let back = replica(open().await, old(), &[new()])
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(charge(&back, &runs, 8).await.unwrap(), 2, "replayed");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+/// Replicas with eight different secrets starting at once on an empty store: exactly one
+/// starts (the swap is atomic), and the store keeps its fingerprint.
+async fn of_replicas_starting_together_one_secret_wins(open: Open<'_>) {
+    let mut starting = tokio::task::JoinSet::new();
+    for i in 0..8 {
+        let store = open().await;
+        let s = secret(&format!("replica {i}'s own secret, different"));
+        starting.spawn(async move { (s.fingerprint(), replica(store, s, &[]).start().await) });
+    }
+    let results = starting.join_all().await;
+    let started: Vec<SecretFingerprint> = results
+        .iter()
+        .filter(|(_, r)| r.is_ok())
+        .map(|(f, _)| f.clone())
+        .collect();
+    assert_eq!(started.len(), 1, "exactly one secret wins");
+    for (_, r) in &results {
+        if let Err(e) = r {
+            assert!(
+                matches!(e, StoreError::SecretMismatch { stored, .. } if *stored == started[0]),
+                "{e:?}"
+            );
+        }
+    }
+}
+
+/// The store's compare-and-set, as the trait documents it.
+async fn the_swap_is_a_compare_and_set(open: Open<'_>) {
+    let store = open().await;
+    let (a, b, c) = (
+        || Some(old().fingerprint()),
+        || Some(new().fingerprint()),
+        || Some(Secret::demo().fingerprint()),
+    );
+    let swap = |store: &Arc<dyn Store>, expected, new: Option<SecretFingerprint>| {
+        let store = store.clone();
+        async move {
+            store
+                .swap_secret(expected, new.expect("some"))
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(swap(&store, a(), b()).await, None);
+    assert_eq!(swap(&store, None, a()).await, a());
+    assert_eq!(swap(&store, None, b()).await, a());
+    assert_eq!(swap(&store, b(), c()).await, a());
+    assert_eq!(swap(&store, a(), a()).await, a());
+    assert_eq!(swap(&open().await, a(), b()).await, b());
+    assert_eq!(swap(&store, None, c()).await, b());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The backends
+// ---------------------------------------------------------------------------------------------
+
+/// A SQLite file in the temp directory, deleted (with its WAL files) afterwards.
+struct SqliteFile(std::path::PathBuf);
+
+impl SqliteFile {
+    fn new(what: &str) -> Self {
+        SqliteFile(std::env::temp_dir().join(format!("{}.db", unique_name(what))))
+    }
+
+    fn open(&self) -> Opening {
+        let path = self.0.clone();
+        Box::pin(async move {
+            Arc::new(SqliteStore::open(&path).await.expect("open the file")) as Arc<dyn Store>
+        })
+    }
+}
+
+impl Drop for SqliteFile {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = self.0.clone().into_os_string();
+            p.push(suffix);
+            std::fs::remove_file(p).ok();
+        }
+    }
+}
+
+/// Runs `case` on a fresh store of each kind.
+macro_rules! on_every_backend {
+    ($case:ident) => {
+        mod $case {
+            use super::*;
+
+            #[tokio::test]
+            async fn memory() {
+                let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+                let open = move || {
+                    let store = store.clone();
+                    Box::pin(async move { store }) as Opening
+                };
+                super::$case(&open).await;
+            }
+
+            #[tokio::test]
+            async fn sqlite_file() {
+                let file = SqliteFile::new("secrets");
+                super::$case(&|| file.open()).await;
+            }
+
+            #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+            #[tokio::test]
+            async fn postgres() {
+                let Some(schema) = TestSchema::create("secrets").await else {
+                    return;
+                };
+                let options = schema.options();
+                let open = move || {
+                    let options = options.clone();
+                    Box::pin(async move {
+                        let pool = sqlx::postgres::PgPoolOptions::new()
+                            .max_connections(2)
+                            .connect_with(idempotency::store::PostgresStore::tune(options))
+                            .await
+                            .expect("connect");
+                        Arc::new(
+                            idempotency::store::PostgresStore::from_pool(pool)
+                                .await
+                                .expect("open the store"),
+                        ) as Arc<dyn Store>
+                    }) as Opening
+                };
+                super::$case(&open).await;
+                schema.drop_schema().await;
+            }
+
+            #[tokio::test]
+            async fn redis() {
+                let url = shared_server().url();
+                let namespace = unique_name("secrets");
+                let open = move || {
+                    let (url, namespace) = (url.clone(), namespace.clone());
+                    Box::pin(async move {
+                        Arc::new(
+                            RedisStore::builder()
+                                .namespace(namespace)
+                                .connect(&url)
+                                .await
+                                .expect("connect"),
+                        ) as Arc<dyn Store>
+                    }) as Opening
+                };
+                super::$case(&open).await;
+            }
+        }
+    };
+}
+
+on_every_backend!(a_second_secret_is_refused);
+on_every_backend!(a_rotation_moves_the_store_to_the_new_secret);
+on_every_backend!(of_replicas_starting_together_one_secret_wins);
+on_every_backend!(the_swap_is_a_compare_and_set);
+
+/// A check the store could not answer is not a verdict: the call is refused as safe to retry
+/// (nothing ran), and the next call checks again and runs.
+#[tokio::test]
+async fn a_failed_check_is_made_again_at_the_next_call() {
+    let store = Scripted::new(Arc::new(MemoryStore::new()));
+    store.script(Op::SwapSecret, [Act::Fail]);
+    let engine = replica(store.clone(), old(), &[]).build();
+    let runs = AtomicUsize::new(0);
+    let refused = charge(&engine, &runs, 1).await.unwrap_err();
+    assert!(refused.safe_to_retry(), "{refused:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert_eq!(charge(&engine, &runs, 1).await.unwrap(), 1);
+    assert_eq!(charge(&engine, &runs, 1).await.unwrap(), 1, "replayed");
+    // Passed once, the check costs nothing more.
+    assert_eq!(store.calls(Op::SwapSecret), 2);
+}
