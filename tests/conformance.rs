@@ -1214,6 +1214,111 @@ async fn concurrent_takeovers_have_one_winner(b: &Backend) {
     );
 }
 
+/// `take_over` (recover = "rerun"): only a call whose worker is gone (in flight with its lease
+/// ended, or unknown) is taken over, under the same reference and a new token that fences the
+/// old worker; of a crowd of takeovers exactly one wins.
+async fn a_gone_call_is_taken_over_once_under_its_reference(b: &Backend) {
+    let k = key("gone");
+    let t1 = b.new_claim(k, None, 0).await;
+    let r = k.reference(1);
+    let t2 = Token(first_token(0).0 + 7);
+    assert_wrong_state(
+        b.store
+            .take_over(k, t2, at(S), at(S + LEASE))
+            .await
+            .map(|_| ()),
+        r,
+        "in_flight",
+    );
+    // The lease ended at LEASE: from then on its worker is taken for gone.
+    assert_eq!(
+        b.store
+            .take_over(k, t2, at(LEASE), at(2 * LEASE))
+            .await
+            .expect("taken over"),
+        r
+    );
+    assert_wrong_state(
+        b.store
+            .take_over(k, Token(t2.0 + 1), at(LEASE), at(2 * LEASE))
+            .await
+            .map(|_| ()),
+        r,
+        "in_flight",
+    );
+    assert_fenced(b.complete(k, t1, LEASE + S, "late").await, r);
+    match b.claim(k, None, LEASE + S).await {
+        Claim::InFlight {
+            reference,
+            lease_expires_at,
+            ..
+        } => {
+            assert_eq!(reference, r);
+            assert_eq!(lease_expires_at, at(2 * LEASE));
+        }
+        other => panic!("{other:?}"),
+    }
+    b.complete(k, t2, LEASE + 2 * S, "done")
+        .await
+        .expect("the new runner completes");
+    assert!(matches!(
+        b.claim(k, None, LEASE + 3 * S).await,
+        Claim::Completed { reference, .. } if reference == r
+    ));
+    assert_wrong_state(
+        b.store
+            .take_over(k, Token(t2.0 + 2), at(3 * LEASE), at(4 * LEASE))
+            .await
+            .map(|_| ()),
+        r,
+        "completed",
+    );
+
+    // Unknown: taken over at once (nothing renews an unknown record).
+    let u = key("gone-unknown");
+    let tu = b.new_claim(u, None, 0).await;
+    b.store.mark_unknown(u, tu).await.expect("mark unknown");
+    let tv = Token(tu.0 + 1);
+    assert_eq!(
+        b.store
+            .take_over(u, tv, at(S), at(S + LEASE))
+            .await
+            .expect("taken over"),
+        u.reference(1)
+    );
+    assert_fenced(b.store.mark_unknown(u, tu).await, u.reference(1));
+    b.complete(u, tv, 2 * S, "done").await.expect("complete");
+
+    assert_not_found(
+        b.store
+            .take_over(key("never claimed"), tv, at(S), at(LEASE))
+            .await
+            .map(|_| ()),
+    );
+
+    // A crowd of repeats finding the same gone call: one runner.
+    let c = key("gone-crowd");
+    b.new_claim(c, None, 0).await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..b.crowd() as i64 {
+        let store = b.store.clone();
+        tasks.spawn(async move {
+            store
+                .take_over(c, Token(1_000 + i), at(LEASE + S), at(2 * LEASE + S))
+                .await
+        });
+    }
+    let mut won = 0;
+    while let Some(r) = tasks.join_next().await {
+        match r.expect("task") {
+            Ok(_) => won += 1,
+            Err(StoreError::WrongState { state, .. }) => assert_eq!(state, "in_flight"),
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(won, 1, "exactly one takeover wins");
+}
+
 macro_rules! suite {
     ($($case:ident),* $(,)?) => {
         mod memory {
@@ -1307,6 +1412,7 @@ suite!(
     outbox_is_written_with_the_completion,
     concurrent_claims_have_one_winner,
     concurrent_takeovers_have_one_winner,
+    a_gone_call_is_taken_over_once_under_its_reference,
 );
 
 // ---------------------------------------------------------------------------------------------

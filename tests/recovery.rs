@@ -445,3 +445,218 @@ async fn cancelled_calls_that_never_ran_end_released_sqlite() {
     cancelled_calls_that_never_ran_end_released(b.store.clone(), Duration::from_secs(30)).await;
     b.finish().await;
 }
+
+/// A processor that deduplicates on the caller's reference, as payment and carrier APIs do
+/// with an idempotency key: the first request for a reference acts (counted), a repeat of it
+/// returns the original result.
+#[derive(Default)]
+struct DedupingProcessor {
+    done: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+    /// Requests received (acting or not).
+    requests: AtomicUsize,
+}
+
+impl DedupingProcessor {
+    /// The charge for `reference`: a new id the first time, the same id after.
+    fn charge(&self, reference: &str) -> u64 {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        let mut done = self.done.lock().unwrap();
+        let next = done.len() as u64 + 1;
+        *done.entry(reference.to_owned()).or_insert(next)
+    }
+
+    fn effects(&self) -> usize {
+        self.done.lock().unwrap().len()
+    }
+}
+
+/// The rerun tool of these cases: its body passes the call's reference to the processor.
+const RERUN: ToolSpec = ToolSpec::new("charge_card", Duration::from_secs(900))
+    .with_recover(idempotency::tool::Recover::Rerun);
+
+/// One call of [`RERUN`]: the processor is asked under the call's reference, then the body
+/// signals `charged` and, when `hang`, never returns (a worker that dies mid-call).
+async fn rerun_call(
+    w: &World,
+    processor: Arc<DedupingProcessor>,
+    charged: Option<tokio::sync::mpsc::UnboundedSender<()>>,
+    hang: bool,
+) -> Outcome<u64, Failure<ToolError>> {
+    w.engine
+        .execute_raw(
+            &RERUN,
+            &w.caller,
+            Prepared::call(&w.caller, &RERUN, &42u64).expect("key"),
+            ErrorPolicy::<ToolError>::retryable(),
+            async move {
+                let reference = idempotency::Call::current()
+                    .expect("inside a call")
+                    .reference()
+                    .to_string();
+                let id = processor.charge(&reference);
+                if let Some(tx) = charged {
+                    let _ = tx.send(());
+                }
+                if hang {
+                    std::future::pending::<()>().await;
+                }
+                Ok(id)
+            },
+        )
+        .await
+}
+
+/// `recover = "rerun"`: a worker that dies mid-call (its future is forgotten: no drop guard, no
+/// renewals, as when the process is killed) leaves its claim in flight. Until the lease passes a
+/// repeat is told "in progress"; after it, of two concurrent repeats exactly one runs the body
+/// again under the same reference and the other is told "in progress"; the processor, which
+/// deduplicates on the reference, acted once, and every later repeat replays its answer. A body
+/// that panics after the side effect is run again the same way at the next repeat.
+async fn a_gone_call_reruns_under_its_reference(b: Backend) {
+    let w = World::new(&b.store, Timestamp::from_millis(T0), |b| {
+        b.without_reconciler()
+    });
+    let processor = Arc::new(DedupingProcessor::default());
+    let (tx, mut charged) = tokio::sync::mpsc::unbounded_channel();
+    let mut doomed = Box::pin(rerun_call(&w, processor.clone(), Some(tx), true));
+    tokio::select! {
+        _ = &mut doomed => panic!("the doomed call never returns"),
+        _ = charged.recv() => {}
+    }
+    // The worker dies: nothing of it runs again (no drop guard, no renewal).
+    std::mem::forget(doomed);
+    let r = w.reference(&RERUN, 42);
+
+    let during = rerun_call(&w, processor.clone(), None, false).await;
+    assert!(
+        matches!(during.result, Err(Failure::Wrapper(Error::InFlight { .. }))),
+        "{:?}",
+        during.result
+    );
+    w.clock
+        .advance(Idempotency::DEFAULT_LEASE + Duration::from_secs(1));
+    let (a, c) = tokio::join!(
+        rerun_call(&w, processor.clone(), None, false),
+        rerun_call(&w, processor.clone(), None, false)
+    );
+    let ran: Vec<_> = [&a, &c]
+        .iter()
+        .filter(|o| o.result.is_ok() && !o.replayed)
+        .map(|o| o.reference)
+        .collect();
+    assert_eq!(
+        ran,
+        vec![Some(r)],
+        "one repeat ran it again, under its reference: {a:?} {c:?}"
+    );
+    for o in [&a, &c] {
+        assert!(
+            matches!(
+                &o.result,
+                Ok(1) | Err(Failure::Wrapper(Error::InFlight { .. }))
+            ),
+            "{:?}",
+            o.result
+        );
+    }
+    let later = rerun_call(&w, processor.clone(), None, false).await;
+    assert!(later.replayed, "{:?}", later.result);
+    assert_eq!(
+        later.result.ok(),
+        Some(1),
+        "the processor's original charge"
+    );
+    assert_eq!(processor.effects(), 1, "the processor acted once");
+    assert_eq!(processor.requests.load(Ordering::SeqCst), 2);
+    assert_eq!(w.state(r).await, Some(RecordState::Completed));
+    b.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_call_reruns_under_its_reference_memory() {
+    a_gone_call_reruns_under_its_reference(Backend::memory().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_call_reruns_under_its_reference_sqlite() {
+    a_gone_call_reruns_under_its_reference(Backend::sqlite().await).await;
+}
+
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_call_reruns_under_its_reference_postgres() {
+    let Some(b) = Backend::postgres().await else {
+        return;
+    };
+    a_gone_call_reruns_under_its_reference(b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_call_reruns_under_its_reference_redis() {
+    a_gone_call_reruns_under_its_reference(Backend::redis().await).await;
+}
+
+/// `recover = "rerun"` after a panic (the outcome lost after the side effect): the next repeat
+/// runs it again under the same reference; the deduplicating processor acted once. With the
+/// default (`unknown`), the same repeat is told "outcome unknown" and nothing runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicked_call_reruns_only_when_the_tool_says_so() {
+    for (spec, reruns) in [
+        (RERUN, true),
+        (
+            ToolSpec::new("charge_card", Duration::from_secs(900)),
+            false,
+        ),
+    ] {
+        let b = Backend::memory().await;
+        let w = World::new(&b.store, Timestamp::from_millis(T0), |b| {
+            b.without_reconciler()
+        });
+        let processor = Arc::new(DedupingProcessor::default());
+        let call = |panic: bool| {
+            let processor = processor.clone();
+            w.engine.execute_raw(
+                &spec,
+                &w.caller,
+                Prepared::call(&w.caller, &spec, &7u64).expect("key"),
+                ErrorPolicy::<ToolError>::retryable(),
+                async move {
+                    let reference = idempotency::Call::current()
+                        .expect("a call")
+                        .reference()
+                        .to_string();
+                    let id = processor.charge(&reference);
+                    if panic {
+                        panic!("lost after the side effect");
+                    }
+                    Ok::<u64, ToolError>(id)
+                },
+            )
+        };
+        let first = call(true).await;
+        assert!(matches!(
+            first.result,
+            Err(Failure::Wrapper(Error::OutcomeUnknown { .. }))
+        ));
+        let again = call(false).await;
+        if reruns {
+            assert_eq!(
+                again.result.ok(),
+                Some(1),
+                "the original charge, from the processor"
+            );
+            assert_eq!(processor.requests.load(Ordering::SeqCst), 2);
+        } else {
+            assert!(
+                matches!(
+                    again.result,
+                    Err(Failure::Wrapper(Error::OutcomeUnknown { .. }))
+                ),
+                "{:?}",
+                again.result
+            );
+            assert_eq!(processor.requests.load(Ordering::SeqCst), 1);
+        }
+        assert_eq!(processor.effects(), 1);
+    }
+}

@@ -21,11 +21,12 @@ mod kw {
     syn::custom_keyword!(missing_key);
     syn::custom_keyword!(__in_impl);
     syn::custom_keyword!(task);
+    syn::custom_keyword!(recover);
 }
 
 /// Listed in the "unknown option" error.
 pub const OPTIONS: &str = "`window`, `business_key`, `missing_key`, `scope`, `ignore`, `name`, \
-                            `on_error`, `timeout`, `context`, `task`, `crate`";
+                            `on_error`, `timeout`, `recover`, `context`, `task`, `crate`";
 
 /// The replay window when `window` is not given: 15 minutes.
 pub const DEFAULT_WINDOW_MS: u64 = 15 * 60 * 1000;
@@ -64,6 +65,15 @@ pub enum InImpl {
     Trait,
 }
 
+/// What a repeat does once the call's worker is gone (`recover = "unknown" | "rerun" |
+/// "reconcile"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recover {
+    Unknown,
+    Rerun,
+    Reconcile,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnError {
     Retryable,
@@ -93,6 +103,7 @@ pub struct Options {
     pub name: Option<Opt<LitStr>>,
     pub on_error: Option<Opt<OnError>>,
     pub timeout: Option<Opt<u64>>,
+    pub recover: Option<Opt<Recover>>,
     pub context: Option<Opt<Ident>>,
     pub krate: Option<Opt<syn::Path>>,
     /// `task`: an rmcp tool answers clients that declared the tasks extension with a durable task.
@@ -342,6 +353,30 @@ impl Options {
                 key.span,
                 value,
             );
+        } else if la.peek(kw::recover) {
+            let key: kw::recover = input.parse()?;
+            input.parse::<Token![=]>()?;
+            let lit = string(input, "recover", "\"rerun\"")?;
+            let value = match lit.value().as_str() {
+                "unknown" => Some(Recover::Unknown),
+                "rerun" => Some(Recover::Rerun),
+                "reconcile" => Some(Recover::Reconcile),
+                other => {
+                    cx.error(
+                        lit.span(),
+                        format!("`{other}` is not a recovery: expected \"unknown\" (repeats are told the outcome is unknown until it is settled), \"rerun\" (the next repeat runs the body again under the same reference; for side effects that deduplicate on it) or \"reconcile\" (your Reconcile settles it)"),
+                    );
+                    None
+                }
+            };
+            set(
+                cx,
+                &mut self.seen,
+                &mut self.recover,
+                "recover",
+                key.span,
+                value,
+            );
         } else if la.peek(kw::missing_key) {
             let key: kw::missing_key = input.parse()?;
             input.parse::<Token![=]>()?;
@@ -513,6 +548,23 @@ mod tests {
                     .join(" | ")
             }),
         )
+    }
+
+    #[test]
+    fn recover_takes_one_of_three_words() {
+        let (o, err) = parse(quote::quote!(recover = "rerun"));
+        assert_eq!(err, None);
+        assert_eq!(o.recover.map(|r| r.value), Some(Recover::Rerun));
+        let (o, _) = parse(quote::quote!(recover = "reconcile"));
+        assert_eq!(o.recover.map(|r| r.value), Some(Recover::Reconcile));
+        let (o, err) = parse(quote::quote!(recover = "retry"));
+        assert!(o.recover.is_none());
+        let err = err.expect("an error");
+        assert!(err.contains("`retry` is not a recovery"), "{err}");
+        let (_, err) = parse(quote::quote!(recover = "rerun", recover = "unknown"));
+        assert!(err
+            .expect("an error")
+            .contains("duplicate option `recover`"));
     }
 
     #[test]

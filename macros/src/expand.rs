@@ -10,7 +10,7 @@ use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Ident, Meta, MetaList};
 
 use crate::ast::{is_attr, tool_args, Context, Function, ItemFn, Metas, Mode, Request};
-use crate::attr::{KeyPath, MissingKey, OnError, Options, Scope, Segment};
+use crate::attr::{KeyPath, MissingKey, OnError, Options, Recover, Scope, Segment};
 use crate::ctxt::Ctxt;
 use crate::emit::with_error;
 use crate::{check, fallback, hint};
@@ -180,6 +180,14 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
     if let Some(ignore) = &opts.ignore {
         let fields = &ignore.value;
         spec.extend(quote!(.ignoring(&[#(#fields),*])));
+    }
+    if let Some(recover) = &opts.recover {
+        let variant = match recover.value {
+            Recover::Unknown => quote!(Unknown),
+            Recover::Rerun => quote!(Rerun),
+            Recover::Reconcile => quote!(Reconcile),
+        };
+        spec.extend(quote!(.with_recover(#p::Recover::#variant)));
     }
     let mut local_descriptor = TokenStream::new();
     let (spec_path, descriptor) = if f.in_trait {

@@ -48,6 +48,7 @@ use proc_macro::TokenStream;
 /// | `name = "charge_card"` | the tool name in the key | rmcp: `#[tool(name = ...)]`, else the fn name |
 /// | `on_error = "retryable" \| "definitive" \| "unknown"` | one disposition for every error | each error's `idempotency::Classify` |
 /// | `timeout = "30s"` | abandon a running call as "outcome unknown" after this | none |
+/// | `recover = "unknown" \| "rerun" \| "reconcile"` | once the call's worker is gone (crash, panic, timeout, lost completion): repeats are told "outcome unknown"; or the next repeat runs the body again under the same reference (for side effects that deduplicate on it); or your `Reconcile` settles it | `"unknown"` |
 /// | `context = "ctx"` | the context parameter (plain mode) | see below |
 /// | `task` | rmcp tools: a client that declared the tasks extension gets a durable task (see `idempotency::mcp::task`); the server must be `Clone + Send + Sync + 'static` | answered inline |
 /// | `crate = "::idempotency"` | the runtime's path, for a renamed dependency | `::idempotency` |

@@ -5,7 +5,7 @@ pub use crate::engine::Idempotency;
 pub use crate::error::Error;
 pub use crate::key::Caller;
 pub use crate::outcome::{Classify, ErrorPolicy, Failure, Outcome};
-pub use crate::tool::{Prepared, Scope, ToolSpec};
+pub use crate::tool::{Prepared, Recover, Scope, ToolSpec};
 pub use core::clone::Clone;
 pub use core::convert::From;
 pub use core::option::Option;

@@ -5,8 +5,9 @@
 //! | name | kind | labels | what |
 //! |---|---|---|---|
 //! | `idempotency_calls_total` | counter | `tool`, `answer` | calls by answer: `fresh` (the body ran), `replayed` (a stored answer), `in_flight`, `unknown` (outcome unknown), `mismatch` (payload mismatch), `refused` (nothing was done: store down, arguments or caller that cannot be keyed, a reference taken, a stored answer that cannot be read) |
-//! | `idempotency_store_seconds` | histogram | `operation` | the store's latency per operation (`claim`, `complete`, `release`, `mark_unknown`, `renew`, `settle`, `status`, `purge`, `unsettled`, `fetch`, `ack`, `swap_secret`), failures included |
+//! | `idempotency_store_seconds` | histogram | `operation` | the store's latency per operation (`claim`, `complete`, `release`, `mark_unknown`, `renew`, `take_over`, `settle`, `status`, `purge`, `unsettled`, `fetch`, `ack`, `swap_secret`), failures included |
 //! | `idempotency_unsettled_seen_total` | counter | – | unsettled records a reconciliation round looked at |
+//! | `idempotency_reruns_total` | counter | `tool` | calls whose worker was gone run again under their reference (`recover = "rerun"`) |
 //! | `idempotency_purged_total` | counter | – | records the purger deleted |
 
 use std::sync::Arc;
@@ -30,6 +31,13 @@ pub const STORE_SECONDS: &str = "idempotency_store_seconds";
 pub const UNSETTLED_SEEN: &str = "idempotency_unsettled_seen_total";
 /// Counter: records purged.
 pub const PURGED: &str = "idempotency_purged_total";
+/// Counter: calls run again under their reference because their worker was gone.
+pub const RERUNS: &str = "idempotency_reruns_total";
+
+/// Counts a call run again under its reference (`recover = "rerun"`).
+pub(crate) fn rerun(tool: &'static str) {
+    metrics::counter!(RERUNS, "tool" => tool).increment(1);
+}
 
 /// Counts one call's answer.
 pub(crate) fn call<T, E>(tool: &'static str, outcome: &Outcome<T, Failure<E>>) {
@@ -110,6 +118,18 @@ impl RecordStore for Metered {
         lease_expires_at: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         timed("renew", self.0.renew(key, token, now, lease_expires_at))
+    }
+    fn take_over(
+        &self,
+        key: Key,
+        token: Token,
+        now: Timestamp,
+        lease_expires_at: Timestamp,
+    ) -> BoxFuture<'_, Result<crate::key::Reference, StoreError>> {
+        timed(
+            "take_over",
+            self.0.take_over(key, token, now, lease_expires_at),
+        )
     }
     fn settle<'a>(
         &'a self,

@@ -26,6 +26,7 @@ pub struct ToolSpec {
     pub(crate) timeout: Option<Duration>,
     pub(crate) scope: Option<Scope>,
     pub(crate) ignore: &'static [&'static str],
+    pub(crate) recover: Recover,
 }
 
 impl ToolSpec {
@@ -37,7 +38,19 @@ impl ToolSpec {
             timeout: None,
             scope: None,
             ignore: &[],
+            recover: Recover::Unknown,
         }
+    }
+
+    /// What a repeat does once the call's worker is gone (default [`Recover::Unknown`]).
+    pub const fn with_recover(mut self, recover: Recover) -> Self {
+        self.recover = recover;
+        self
+    }
+
+    /// What a repeat does once the call's worker is gone.
+    pub const fn recover(&self) -> Recover {
+        self.recover
     }
 
     /// Abandons a running call as "outcome unknown" after `timeout`.
@@ -79,6 +92,38 @@ impl ToolSpec {
     /// After how long a running call is abandoned as "outcome unknown".
     pub const fn timeout(&self) -> Option<Duration> {
         self.timeout
+    }
+}
+
+/// What happens to a call whose worker is gone — it crashed, panicked, timed out or could not
+/// record its outcome, so its lease passed unrenewed or its outcome is unknown
+/// (`#[idempotent(recover = "...")]`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Recover {
+    /// Truthful and safe for any tool: repeats are told "outcome unknown — do not retry" until
+    /// something settles the record (a `Reconcile` of yours, `idempotency-admin settle`).
+    #[default]
+    Unknown,
+    /// The next repeat runs the body again **under the same reference** (one runner among
+    /// concurrent repeats and replicas, fenced). Right when the side effect deduplicates on the
+    /// reference downstream (the tool passes `Call::current().reference()` as the processor's
+    /// or carrier's idempotency key): the processor then returns the original result instead of
+    /// acting twice. Wrong for anything else.
+    Rerun,
+    /// Your [`Reconcile`](crate::tasks::Reconcile) settles it from the processor's record
+    /// (`IdempotencyBuilder::reconcile` or a `tasks::Reconciler`); until then repeats are told
+    /// "outcome unknown".
+    Reconcile,
+}
+
+impl Recover {
+    /// The attribute's spelling: `unknown`, `rerun`, `reconcile`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Recover::Unknown => "unknown",
+            Recover::Rerun => "rerun",
+            Recover::Reconcile => "reconcile",
+        }
     }
 }
 

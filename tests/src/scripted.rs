@@ -23,6 +23,7 @@ pub enum Op {
     Release,
     MarkUnknown,
     Renew,
+    TakeOver,
     Settle,
     Status,
     Purge,
@@ -185,6 +186,17 @@ impl RecordStore for Scripted {
         until: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         self.run(Op::Renew, move || self.inner.renew(key, token, now, until))
+    }
+    fn take_over(
+        &self,
+        key: Key,
+        token: Token,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> BoxFuture<'_, Result<idempotency::Reference, StoreError>> {
+        self.run(Op::TakeOver, move || {
+            self.inner.take_over(key, token, now, until)
+        })
     }
     fn settle<'a>(
         &'a self,

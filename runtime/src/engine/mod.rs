@@ -13,7 +13,7 @@ use crate::key::{Caller, Reference, Secret};
 use crate::outcome::{ErrorPolicy, Failure, Outcome};
 use crate::record::{RecordState, RecordStatus, Standing};
 use crate::store::{Claim, ClaimRequest, Store, StoreError, Token};
-use crate::tool::{Prepared, Scope, ToolSpec};
+use crate::tool::{Prepared, Recover, Scope, ToolSpec};
 
 mod attempt;
 pub(crate) mod expiry;
@@ -401,6 +401,26 @@ impl Idempotency {
             }
             claim => claim,
         };
+        // A call whose worker is gone (its lease passed unrenewed, or its outcome was lost) runs
+        // again under the same reference when the tool says its side effect deduplicates on it.
+        let gone = match &claim {
+            Claim::InFlight {
+                reference,
+                lease_expires_at,
+                ..
+            } if Standing::of(RecordState::InFlight, None, now >= *lease_expires_at, false)
+                == Standing::LeasePassed =>
+            {
+                Some(*reference)
+            }
+            Claim::Unknown { reference, .. } => Some(*reference),
+            _ => None,
+        };
+        if let (Some(reference), Recover::Rerun) = (gone, spec.recover) {
+            return self
+                .rerun(spec, key, reference, now, by, policy, body)
+                .await;
+        }
         match claim {
             Claim::New { reference, token } => {
                 tracing::debug!(tool, %reference, "idempotency claim");
@@ -541,6 +561,52 @@ impl Idempotency {
                     tool: tool.into(),
                     source,
                 }))
+            }
+        }
+    }
+
+    /// `recover = "rerun"`: takes over the call whose worker is gone and runs the body again
+    /// under its reference (same generation). One runner: a takeover that loses (another repeat
+    /// or replica took it over first, or the record settled meanwhile) answers "in progress".
+    #[allow(clippy::too_many_arguments)]
+    async fn rerun<T, E, Fut>(
+        &self,
+        spec: &ToolSpec,
+        key: crate::key::Key,
+        reference: Reference,
+        now: crate::clock::Timestamp,
+        by: Option<tokio::time::Instant>,
+        policy: ErrorPolicy<E>,
+        body: Fut,
+    ) -> Outcome<T, Failure<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        Fut: Future<Output = Result<T, E>> + Send,
+    {
+        let tool = spec.name;
+        let token = attempt_token(now);
+        match bounded(by, self.store.take_over(key, token, now, now + self.lease)).await {
+            Ok(reference) => {
+                tracing::warn!(tool, %reference, "idempotency: running a call whose worker is gone again under its reference (recover = \"rerun\")");
+                crate::metrics::rerun(tool);
+                Attempt::new(self, *spec, key, reference, token, now)
+                    .run(policy, body)
+                    .await
+            }
+            Err(StoreError::WrongState { .. } | StoreError::NotFound) => {
+                tracing::info!(tool, %reference, "idempotency: another repeat took over the call first (or it settled)");
+                answered(Error::InFlight {
+                    tool: tool.into(),
+                    reference,
+                    since: now,
+                })
+            }
+            Err(source) => {
+                tracing::warn!(tool, %reference, error = %source, "idempotency: could not take over a call whose worker is gone; nothing was run");
+                refused(Error::Store {
+                    tool: tool.into(),
+                    source,
+                })
             }
         }
     }

@@ -272,6 +272,36 @@ impl RecordStore for MemoryStore {
         Box::pin(async move { out })
     }
 
+    fn take_over(
+        &self,
+        key: Key,
+        token: Token,
+        now: Timestamp,
+        lease_expires_at: Timestamp,
+    ) -> BoxFuture<'_, Result<Reference, StoreError>> {
+        let out = (|| {
+            let mut inner = self.lock();
+            let row = inner.rows.get_mut(&key).ok_or(StoreError::NotFound)?;
+            let reference = key.reference(row.generation);
+            let gone = match row.state {
+                RecordState::InFlight => row.lease_expires_at <= now,
+                RecordState::Unknown => true,
+                _ => false,
+            };
+            if !gone {
+                return Err(StoreError::WrongState {
+                    reference,
+                    state: row.state.as_str(),
+                });
+            }
+            row.state = RecordState::InFlight;
+            row.token = token.0;
+            row.lease_expires_at = lease_expires_at;
+            Ok(reference)
+        })();
+        Box::pin(async move { out })
+    }
+
     fn status<'a>(
         &'a self,
         tenant: &'a str,

@@ -101,6 +101,7 @@
 //! | [`RecordStore::release`] | in flight | released at `at` (a repeat takes it over under the same reference) |
 //! | [`RecordStore::mark_unknown`] | in flight | unknown (never re-run; only a settlement ends it) |
 //! | [`RecordStore::renew`] | in flight | the lease ends at `lease_expires_at` |
+//! | [`RecordStore::take_over`] | in flight (lease ended at or before `now`), unknown | in flight under the new token, same generation (fenced by state and lease, not token) |
 //! | [`RecordStore::settle`] | in flight, unknown | the [`Settlement`] (completed: replayed for the record's window from `at`); the token goes up by one, so the original worker's late completion is fenced |
 //! | [`RecordStore::status`] | any | the record of the reference's key, if the tenant (and, for a subject-scoped record, the subject) may see it (anyone else's is `None`, like one that does not exist); for a superseded generation, the key's current record, whose `reference` names the newer generation |
 //! | [`Maintenance::purge`] | completed, released | deletes up to `limit` records whose window ended before `older_than` |
@@ -313,6 +314,22 @@ pub trait RecordStore: Send + Sync + 'static {
         now: Timestamp,
         lease_expires_at: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Takes over a call whose worker is gone, to run its body again under the same reference
+    /// (`recover = "rerun"`): a record of `key` that is in flight with its lease ended at or
+    /// before `now`, or unknown, becomes in flight under `token` with its lease ending at
+    /// `lease_expires_at` (relative to `now`), same generation. Atomic: of concurrent takeovers
+    /// (and claims) exactly one wins, because the winner's lease is live for the others. Fenced
+    /// by the state and the lease, not a token: any other state is [`StoreError::WrongState`],
+    /// no record [`StoreError::NotFound`]. The old worker's late completion is fenced by the new
+    /// token.
+    fn take_over(
+        &self,
+        key: Key,
+        token: Token,
+        now: Timestamp,
+        lease_expires_at: Timestamp,
+    ) -> BoxFuture<'_, Result<Reference, StoreError>>;
 
     /// Settles an in-flight or unknown claim at `at` (fenced by `token`, which it then bumps, so
     /// the original worker's late completion is rejected). A `Completed` settlement answers

@@ -669,6 +669,41 @@ impl RecordStore for PostgresStore {
         ))
     }
 
+    /// One statement on the server's clock; the state and the lease are the fence. Under READ
+    /// COMMITTED a concurrent takeover waits on the winner's row lock, then re-checks the row it
+    /// now sees (its lease live): exactly one wins.
+    fn take_over(
+        &self,
+        key: Key,
+        token: Token,
+        now: Timestamp,
+        lease_expires_at: Timestamp,
+    ) -> BoxFuture<'_, Result<Reference, StoreError>> {
+        Box::pin(async move {
+            let generation: Option<i32> = sqlx::query_scalar(concat!(
+                "UPDATE idempotency_records SET token = $3, state = 0, lease_or_settled_at = ",
+                clock!("$4", "$6"),
+                " + ($5 - $4) WHERE ref = $1 AND key_rest = $2 \
+                 AND ((state = 0 AND lease_or_settled_at <= ",
+                clock!("$4", "$6"),
+                ") OR state = 2) RETURNING generation"
+            ))
+            .bind(ref_of(&key))
+            .bind(rest_of(&key).to_vec())
+            .bind(token.0)
+            .bind(now.as_millis())
+            .bind(lease_expires_at.as_millis())
+            .bind(self.clock_offset)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
+            match generation {
+                Some(g) => Ok(key.reference(sql::generation_of(i64::from(g))?)),
+                None => Err(sql::why_not_taken(&key, self.row_now(&key).await?)),
+            }
+        })
+    }
+
     /// A primary-key probe: the reference is the primary key.
     fn status<'a>(
         &'a self,

@@ -429,6 +429,7 @@ enum Op<'a> {
     Release(Timestamp),
     Unknown,
     Renew(Timestamp, Timestamp),
+    TakeOver(Timestamp, Timestamp),
     Settle(&'a Settlement, Timestamp),
 }
 
@@ -455,6 +456,16 @@ impl RedisStore {
 
     /// Runs a fenced update.
     async fn fenced(&self, key: Key, token: Token, op: Op<'_>) -> Result<(), StoreError> {
+        self.fenced_update(key, token, op).await.map(|_| ())
+    }
+
+    /// Runs a fenced update; the record's reference when it applied.
+    async fn fenced_update(
+        &self,
+        key: Key,
+        token: Token,
+        op: Op<'_>,
+    ) -> Result<Reference, StoreError> {
         let inner = &*self.inner;
         let prefix = *key.reference(1).prefix();
         let k = inner.keys(&prefix);
@@ -465,6 +476,7 @@ impl RedisStore {
             Op::Release(at) => (b"r", ms(*at)),
             Op::Unknown => (b"u", b"0".to_vec()),
             Op::Renew(now, _) => (b"n", ms(*now)),
+            Op::TakeOver(now, _) => (b"t", ms(*now)),
             Op::Settle(_, at) => (b"s", ms(*at)),
         };
         let mut args: Vec<Vec<u8>> = vec![
@@ -493,6 +505,10 @@ impl RedisStore {
                 wait = inner.wait;
             }
             Op::Renew(_, lease) => args.push(ms(*lease)),
+            Op::TakeOver(_, lease) => {
+                args.push(ms(*lease));
+                wait = inner.wait;
+            }
             Op::Settle(s, _) => {
                 args.push((token.0 + 1).to_be_bytes().to_vec());
                 let (code, body) = match s {
@@ -521,7 +537,7 @@ impl RedisStore {
             )?))
         };
         match answer {
-            Some(0) => inner.replicated(acked),
+            Some(0) => inner.replicated(acked).and_then(|()| reference()),
             Some(-1) => Err(StoreError::NotFound),
             Some(-2) => Err(StoreError::Fenced {
                 reference: reference()?,
@@ -631,6 +647,18 @@ impl RecordStore for RedisStore {
         lease_expires_at: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(self.fenced(key, token, Op::Renew(now, lease_expires_at)))
+    }
+
+    /// The fenced script's takeover: fenced by the state and the lease on the server's clock
+    /// (its token is the new one); one script, so concurrent takeovers run one at a time.
+    fn take_over(
+        &self,
+        key: Key,
+        token: Token,
+        now: Timestamp,
+        lease_expires_at: Timestamp,
+    ) -> BoxFuture<'_, Result<Reference, StoreError>> {
+        Box::pin(self.fenced_update(key, token, Op::TakeOver(now, lease_expires_at)))
     }
 
     fn settle<'a>(

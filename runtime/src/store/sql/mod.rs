@@ -273,6 +273,22 @@ pub(crate) fn why_fenced(
     Ok(())
 }
 
+/// Why a takeover ([`RecordStore::take_over`](crate::store::RecordStore::take_over)) changed
+/// nothing, from the row as a follow-up read found it (`None`: no row): no record of this key,
+/// or one in a state (or with a live lease) a takeover may not touch.
+pub(crate) fn why_not_taken(key: &Key, row: Option<FenceRow>) -> StoreError {
+    let Some((generation, _, code, _)) = row.filter(|r| r.3 == rest_of(key)) else {
+        return StoreError::NotFound;
+    };
+    match (generation_of(i64::from(generation)), split_state(code)) {
+        (Ok(g), Ok((state, _))) => StoreError::WrongState {
+            reference: key.reference(g),
+            state: state.as_str(),
+        },
+        (Err(e), _) | (_, Err(e)) => e,
+    }
+}
+
 /// An unsettled row as read: ref, key_rest, generation, tenant, subject, tool, state, token,
 /// claimed_at, the window in ms.
 pub(crate) type UnsettledRow = (

@@ -415,6 +415,36 @@ impl RecordStore for SqliteStore {
         }))
     }
 
+    /// One statement; the state and the lease are the fence (the first takeover makes the lease
+    /// live for the others: SQLite runs writers one at a time).
+    fn take_over(
+        &self,
+        key: Key,
+        token: Token,
+        now: Timestamp,
+        lease_expires_at: Timestamp,
+    ) -> BoxFuture<'_, Result<Reference, StoreError>> {
+        Box::pin(async move {
+            let generation: Option<i64> = sqlx::query_scalar(
+                "UPDATE idempotency_records SET token = $3, state = 0, ends_at = $5 \
+                 WHERE ref = $1 AND key_rest = $2 AND ((state = 0 AND ends_at <= $4) OR state = 2) \
+                 RETURNING generation",
+            )
+            .bind(ref_of(&key))
+            .bind(rest_of(&key))
+            .bind(token.0)
+            .bind(now.as_millis())
+            .bind(lease_expires_at.as_millis())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
+            match generation {
+                Some(g) => Ok(key.reference(sql::generation_of(g)?)),
+                None => Err(sql::why_not_taken(&key, self.row_now(&key).await?)),
+            }
+        })
+    }
+
     fn renew(
         &self,
         key: Key,

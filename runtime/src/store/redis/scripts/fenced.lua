@@ -1,11 +1,14 @@
--- The fenced updates of one record: complete, release, mark unknown, renew, settle. Each applies
--- only when the token presented is the record's and its state allows it.
+-- The fenced updates of one record: complete, release, mark unknown, renew, settle, and the
+-- takeover of a call whose worker is gone. Each applies only when the token presented is the
+-- record's and its state allows it; the takeover is fenced by the state and the lease instead
+-- (its token is the new one).
 -- KEYS: 1 record, 2 the shard's index, 3 the shard's outbox stream (one hash slot).
--- ARGV: 1 op ('c' complete, 'r' release, 'u' unknown, 'n' renew, 's' settle), 2 key_rest
+-- ARGV: 1 op ('c' complete, 'r' release, 'u' unknown, 'n' renew, 's' settle, 't' take over), 2 key_rest
 -- (24 bytes), 3 token (8 bytes), 4 '1' to trust the caller's times, 5 now ('0' for 'u'),
 -- 6 retention ms, then per op:
 --   c: 7 state code (1 ok, 4 error), 8 body, 9 message count, then topic, payload...
 --   n: 7 lease end
+--   t: 7 lease end (3 is the new token; in flight with its lease ended, or unknown, only)
 --   s: 7 new token (8 bytes), 8 state code (1, 4, 3 released, 2 unknown), 9 body
 -- A completed answer is replayed for the record's own window (the claim's, in its head).
 -- Returns {0, gen} done | {-1} no record of this key | {-2, gen} fenced | {-3, gen, state}.
@@ -23,10 +26,10 @@ local s, g, c, e, d, w = struct.unpack('>BI4dddd', blob)
 if string.sub(blob, 38, 61) ~= ARGV[2] then
   return {-1}
 end
-if string.sub(blob, 62, 69) ~= ARGV[3] then
+if op ~= 't' and string.sub(blob, 62, 69) ~= ARGV[3] then
   return {-2, g}
 end
-if not (s == 0 or (op == 's' and s == 2)) then
+if not (s == 0 or ((op == 's' or op == 't') and s == 2)) then
   return {-3, g, s}
 end
 -- An unsettled record's answer is empty: its tail is everything between head and that.
@@ -55,6 +58,17 @@ if ARGV[4] ~= '1' then
   now = real
 end
 local off = now - given
+
+if op == 't' then
+  if s == 0 and e > now then
+    return {-3, g, s}
+  end
+  e = tonumber(ARGV[7]) + off
+  redis.call('SET', rec, struct.pack('>BI4dddd', 0, g, c, e, d, w) .. string.sub(mid, 1, 24) ..
+    ARGV[3] .. string.sub(mid, 33) .. EMPTY)
+  redis.call('ZADD', KEYS[2], e, member)
+  return {0, g}
+end
 
 if op == 'n' then
   e = tonumber(ARGV[7]) + off
