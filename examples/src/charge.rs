@@ -1,4 +1,4 @@
-//! The `charge_card` server: `charge_card` wrapped with `#[idempotent(window = "15m")]`, `refund`
+//! The `charge_card` server: `charge_card` wrapped with `#[idempotent(window = "15m", recover = "rerun")]` (the processor deduplicates on the reference), `refund`
 //! left unwrapped (so `tools/list` shows the difference), and `idempotency_status`.
 //!
 //! Arguments are checked first and their refusal is [`Disposition::Retryable`] (released, not
@@ -145,7 +145,7 @@ impl IdempotencyContext<RequestContext<RoleServer>> for Payments {
 #[tool_router]
 impl Payments {
     /// Charge a card. Safe to repeat: a repeat within 15 minutes returns the first receipt.
-    #[idempotent(window = "15m")]
+    #[idempotent(window = "15m", recover = "rerun")]
     #[tool(
         description = "Charge a card. Repeating the same call within 15 minutes returns the first receipt instead of charging again."
     )]

@@ -261,7 +261,10 @@ async fn concurrent_repeat_is_in_flight_and_the_processor_charges_once() {
 }
 
 /// A repeat and the status tool read a record the same way (`Standing`): while the first call
-/// runs both say in flight; once its lease has passed unrenewed both say outcome unknown.
+/// runs both say in flight. Once its lease has passed unrenewed (its worker is gone) the status
+/// tool says outcome unknown, and `charge_card` (`recover = "rerun"`, its processor deduplicates
+/// on the reference) is run again by the next repeat under the same reference: the processor's
+/// original receipt, one charge, and from then on both say completed with that receipt.
 #[tokio::test]
 async fn the_repeat_and_the_status_tool_tell_the_same_story() {
     let clock = idempotency::clock::ManualClock::new(idempotency::clock::Timestamp::from_millis(
@@ -277,30 +280,34 @@ async fn the_repeat_and_the_status_tool_tell_the_same_story() {
     let c2 = client.clone();
     let first = tokio::spawn(async move { call(&c2, "charge_card", charge_args()).await });
     soon("the first charge", processor.entered(1)).await;
-    let story = || {
+    let status = |r: String| {
         let client = client.clone();
         async move {
-            let repeat = call(&client, "charge_card", charge_args()).await;
-            let r = meta_str(&repeat, META_REF).expect("the repeat names the ref");
             let status = call(&client, "idempotency_status", json!({ "ref": r })).await;
-            let state = status.structured_content.expect("structured")["state"].clone();
-            (meta_str(&repeat, META_STATUS), state)
+            status.structured_content.expect("structured")
         }
     };
-    let (repeat, status) = story().await;
-    assert_eq!(repeat.as_deref(), Some("in_flight"));
-    assert_eq!(status, "in_flight");
+    let repeat = call(&client, "charge_card", charge_args()).await;
+    assert_eq!(meta_str(&repeat, META_STATUS).as_deref(), Some("in_flight"));
+    let r = meta_str(&repeat, META_REF).expect("the repeat names the ref");
+    assert_eq!(status(r.clone()).await["state"], "in_flight");
     // The worker stops renewing (the clock moves past the lease without its renewal timer).
     clock.advance(Idempotency::DEFAULT_LEASE + Duration::from_secs(1));
-    let (repeat, status) = story().await;
-    assert_eq!(repeat.as_deref(), Some("outcome_unknown"));
-    assert_eq!(
-        status, "outcome_unknown",
-        "the status tool says what the repeat says"
-    );
-    processor.release(1);
+    assert_eq!(status(r.clone()).await["state"], "outcome_unknown");
+    let c3 = client.clone();
+    let rerun = tokio::spawn(async move { call(&c3, "charge_card", charge_args()).await });
+    soon("the rerun's charge", processor.entered(2)).await;
+    // Both requests (the gone worker's, which never reported, and the rerun's) go through; the
+    // processor deduplicates them on the reference.
+    processor.release(2);
+    let rerun = soon("the rerun's answer", rerun).await.unwrap();
     soon("the first answer", first).await.unwrap();
-    assert_eq!(processor.charges(), 1);
+    assert_eq!(rerun.is_error, Some(false), "{}", text(&rerun));
+    assert_eq!(meta_str(&rerun, META_REF).as_deref(), Some(r.as_str()));
+    let done = status(r).await;
+    assert_eq!(done["state"], "completed", "{done}");
+    assert_eq!(Some(done["answer"].clone()), rerun.structured_content);
+    assert_eq!(processor.charges(), 1, "the processor charged once");
 }
 
 #[tokio::test]
