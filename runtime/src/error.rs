@@ -123,6 +123,22 @@ pub enum Error {
         #[source]
         source: StoreError,
     },
+    /// The call's record is in the store but cannot be read (damaged, or written in a shape this
+    /// version does not know), so the handler did not run. Every repeat gets the same answer until
+    /// an operator repairs, settles or removes the record.
+    #[error(
+        "{tool} was not run: its record (ref {reference}) in the idempotency store cannot be read"
+    )]
+    Unreadable {
+        /// The tool.
+        tool: String,
+        /// The reference of the call's key (its first generation: `idempotency-admin inspect`
+        /// finds the record by it whatever its generation).
+        reference: Reference,
+        /// What the store could not read ([`StoreError::Corrupt`]).
+        #[source]
+        source: StoreError,
+    },
     /// The handler failed without taking effect (a retryable error), but its claim could not be
     /// given back, so repeats cannot run yet.
     #[error("{tool} did not take effect, but its claim (ref {reference}) could not be released")]
@@ -194,6 +210,7 @@ impl Error {
             | Error::ReferenceTaken { reference, .. }
             | Error::Replay { reference, .. }
             | Error::Unstorable { reference, .. }
+            | Error::Unreadable { reference, .. }
             | Error::NotReleased { reference, .. } => Some(*reference),
             _ => None,
         }
@@ -214,6 +231,7 @@ impl Error {
                 | Error::PayloadMismatch { .. }
                 | Error::ReferenceTaken { .. }
                 | Error::Store { .. }
+                | Error::Unreadable { .. }
                 | Error::Arguments { .. }
                 | Error::InvalidCaller { .. }
         )
@@ -242,6 +260,9 @@ impl Error {
             }
             Error::Store { source, .. } => format!(
                 "Nothing was done, and trying again will not help: {source}. Report this to the server's operator."
+            ),
+            Error::Unreadable { reference, .. } => format!(
+                "Nothing was done. Do not retry: every repeat gets this same answer until the server's operator repairs, settles or removes the record of ref {reference} (idempotency-admin inspect {reference} shows it)."
             ),
             Error::NotReleased { reference, handler, .. } => format!(
                 "The handler said: {handler}. Nothing was done, but a repeat is told the call is in progress until its lease passes, and then that its outcome is unknown until it is reconciled; call {STATUS_TOOL} with ref {reference} to follow it."
@@ -388,6 +409,29 @@ mod tests {
             config.advice()
         );
         assert!(!config.to_string().contains("unavailable"));
+    }
+
+    /// A record that cannot be read: nothing was done, retrying will not help, the reference is
+    /// named and the operator is the next step; the store's words are the source, said once.
+    #[test]
+    fn an_unreadable_record_is_never_safe_to_retry() {
+        let e = Error::Unreadable {
+            tool: "charge_card".into(),
+            reference: r(),
+            source: StoreError::corrupt("unknown record state 9"),
+        };
+        let s = e.advice();
+        assert!(!e.safe_to_retry() && e.nothing_done(), "{s}");
+        assert_eq!(e.reference(), Some(r()));
+        assert!(
+            s.contains(&r().to_string())
+                && s.contains("cannot be read")
+                && s.contains("Do not retry")
+                && s.contains("idempotency-admin")
+                && !s.contains("try again shortly"),
+            "{s}"
+        );
+        assert!(!e.to_string().contains("state 9"), "{e}");
     }
 
     #[test]

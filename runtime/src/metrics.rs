@@ -66,6 +66,7 @@ fn wrapper_answer(e: &Error) -> &'static str {
         Error::OutcomeUnknown { .. } | Error::Unstorable { .. } => "unknown",
         Error::PayloadMismatch { .. } => "mismatch",
         Error::Store { .. }
+        | Error::Unreadable { .. }
         | Error::NotReleased { .. }
         | Error::ReferenceTaken { .. }
         | Error::Arguments { .. }

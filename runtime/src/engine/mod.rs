@@ -555,6 +555,17 @@ impl Idempotency {
                     reference: key.reference(1),
                 }))
             }
+            Err(source @ StoreError::Corrupt { .. }) => {
+                // Every repeat finds the same record: not a passing failure. Named by the key's
+                // first generation, which finds the record whatever its generation reads as.
+                let reference = key.reference(1);
+                tracing::error!(tool, %reference, error = %source, "idempotency claim found a record it cannot read; nothing was run");
+                Err(answered(Error::Unreadable {
+                    tool: tool.into(),
+                    reference,
+                    source,
+                }))
+            }
             Err(source) => {
                 tracing::warn!(tool, error = %source, "idempotency claim failed; nothing was run");
                 Err(refused(Error::Store {

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use crate::error::STATUS_TOOL;
 use crate::record::{RecordStatus, Standing};
+use crate::store::StoreError;
 use crate::{IdempotencyContext, Reference};
 
 /// What a server implements to serve the status tool.
@@ -100,7 +101,17 @@ where
             "state": "not_found",
             "message": format!("No operation with ref {reference} exists for you. Check the reference; if the call was never answered, it may not have reached this server."),
         })),
-        Err(e) => text_error(format!("The status of ref {reference} could not be read right now ({e}). Ask again shortly; do not repeat the original call meanwhile.")),
+        Err(e) => text_error(unreadable(reference, &e)),
+    }
+}
+
+/// Why the status of `reference` could not be read, and what to do: ask again shortly only when
+/// the store's failure was a passing one.
+fn unreadable(reference: Reference, e: &StoreError) -> String {
+    match e {
+        e if e.is_transient() => format!("The status of ref {reference} could not be read right now ({e}). Ask again shortly; do not repeat the original call meanwhile."),
+        StoreError::Corrupt { .. } => format!("The record of ref {reference} cannot be read ({e}); asking again gives the same answer. Do not repeat the original call: the server's operator must repair, settle or remove the record (idempotency-admin inspect {reference} shows it)."),
+        e => format!("The status of ref {reference} cannot be read ({e}); asking again will not help. Do not repeat the original call; report this to the server's operator."),
     }
 }
 
@@ -189,4 +200,32 @@ fn describe(s: &RecordStatus, standing: Standing) -> CallToolResult {
 
 fn text_error(msg: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(msg)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ask again shortly only when the store's failure passes; a record that cannot be read
+    /// sends the caller to the operator.
+    #[test]
+    fn an_unreadable_record_is_not_asked_again() {
+        let r: Reference = "3f9a0c1b2d4e5f60-1".parse().expect("a reference");
+        let passing = unreadable(r, &StoreError::Unavailable("connection reset".into()));
+        assert!(passing.contains("Ask again shortly"), "{passing}");
+        let corrupt = unreadable(r, &StoreError::corrupt("unknown record state 9"));
+        assert!(
+            corrupt.contains("cannot be read")
+                && corrupt.contains("3f9a0c1b2d4e5f60-1")
+                && corrupt.contains("operator")
+                && corrupt.contains("idempotency-admin")
+                && !corrupt.contains("shortly"),
+            "{corrupt}"
+        );
+        let config = unreadable(r, &StoreError::migration("migration 2 failed"));
+        assert!(
+            config.contains("will not help") && !config.contains("shortly"),
+            "{config}"
+        );
+    }
 }

@@ -11,7 +11,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[non_exhaustive]
 pub enum StoreError {
     /// The database could not be reached or a statement failed on the way (connection refused,
-    /// reset, timed out): trying again later may work.
+    /// reset, timed out; a pool exhausted; a database busy, loading, read only after a failover;
+    /// a Redis Cluster down or resharding): trying again later may work.
     #[error("the idempotency store could not be reached")]
     Unavailable(#[source] BoxError),
     /// The store is configured in a way it cannot work with (an in-memory SQLite database, a
@@ -45,8 +46,10 @@ pub enum StoreError {
         #[source]
         source: Option<BoxError>,
     },
-    /// A row could not be read back (wrong length, unknown state code): a newer schema or damage.
-    /// Trying again will not help.
+    /// A record could not be read back (a value of the wrong type or length, an unknown state
+    /// code, a Redis record whose fields do not add up or that a script cannot unpack): a newer
+    /// schema or damage. Trying again finds it the same: an operator must repair, settle or
+    /// remove the record (the engine answers [`Error::Unreadable`](crate::Error::Unreadable)).
     #[error("the idempotency store holds a record this version cannot read: {problem}")]
     Corrupt {
         /// What could not be read.

@@ -712,10 +712,11 @@ impl RecordStore for PostgresStore {
         reference: Reference,
     ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
         Box::pin(async move {
+            // A generation below 1 is read, and refused as corrupt, rather than hidden.
             let row = sqlx::query(concat!(
                 "SELECT tool, key_rest, generation, state, fingerprint, claimed_at, ",
                 ends_and_completed!(),
-                ", response FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND generation >= $3 \
+                ", response FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND (generation >= $3 OR generation < 1) \
                  AND (subject = '' OR subject = $4)"
             ))
             .bind(ref_value(&reference))

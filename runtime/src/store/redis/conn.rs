@@ -172,10 +172,70 @@ impl RedisConnection {
     }
 }
 
-/// A Redis error: the store could not do its work (unreachable, timed out, a cluster without a
-/// majority, a redirection that kept failing, a script error).
+/// The code the store's scripts give the errors they raise about a record they cannot use
+/// (`redis.error_reply(CORRUPT .. ' …')`).
+pub(super) const CORRUPT: &str = "CORRUPT";
+
+/// A Redis error, classified:
+///
+/// - [`StoreError::Corrupt`]: the record cannot be read, and trying again finds it the same. A
+///   script's own `CORRUPT` error, a Lua runtime error in a script (`struct.unpack` of a record
+///   too short or of the wrong layout: the server's `ERR` naming the script), `WRONGTYPE` (the
+///   record's key holds something else), or a reply of the wrong type.
+/// - [`StoreError::Config`]: the server refuses this client (authentication, `NOPERM`).
+/// - [`StoreError::Unavailable`], everything else: unreachable, timed out, a dropped
+///   connection, a cluster without a majority or being resharded (`CLUSTERDOWN`, `TRYAGAIN`,
+///   `MOVED`/`ASK` that kept failing, `READONLY` after a failover, `MASTERDOWN`), a server
+///   `LOADING` its data, `BUSY` with a script, out of memory, too few replicas.
 pub(super) fn redis_error(e: RedisError) -> StoreError {
-    StoreError::Unavailable(Box::new(e))
+    use redis::{ErrorKind, ServerErrorKind};
+    let corrupt = |problem: &str, e: RedisError| StoreError::Corrupt {
+        problem: problem.into(),
+        source: Some(Box::new(e)),
+    };
+    match e.kind() {
+        ErrorKind::Extension if e.code() == Some(CORRUPT) => {
+            corrupt("a record does not have the layout the store writes", e)
+        }
+        ErrorKind::Extension if e.code() == Some("WRONGTYPE") => {
+            corrupt("a record's key holds a value of another type", e)
+        }
+        ErrorKind::Server(ServerErrorKind::ResponseError) if script_failed(&e) => corrupt(
+            "a record does not have the layout the store writes (the script reading it failed)",
+            e,
+        ),
+        ErrorKind::UnexpectedReturnType => corrupt("a Redis reply has the wrong type", e),
+        ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm) => {
+            StoreError::Config {
+                problem: "Redis refuses the store's commands; check the user and its permissions"
+                    .into(),
+                source: Some(Box::new(e)),
+            }
+        }
+        _ => StoreError::Unavailable(Box::new(e)),
+    }
+}
+
+/// Whether an `ERR` is a Lua runtime error of a script (Redis 7 and Valkey: `user_script:N: …
+/// script: <sha>`; Redis 6: `Error running script (call to f_<sha>): …`), rather than the
+/// server's own `ERR` (too many clients, a bad argument).
+fn script_failed(e: &RedisError) -> bool {
+    // Redis 6 wraps the error of a command a script ran in its own `ERR`: those that pass are
+    // not about the record.
+    const PASSING: [&str; 8] = [
+        "-READONLY",
+        "-OOM",
+        "-LOADING",
+        "-BUSY",
+        "-MASTERDOWN",
+        "-NOREPLICAS",
+        "-TRYAGAIN",
+        "-CLUSTERDOWN",
+    ];
+    e.detail().is_some_and(|d| {
+        (d.contains("user_script:") || d.starts_with("Error running script"))
+            && !PASSING.iter().any(|code| d.contains(code))
+    })
 }
 
 /// A reply that does not have the shape the scripts return.
@@ -232,5 +292,72 @@ pub(super) fn pairs(v: Value) -> Result<Vec<(Vec<u8>, Value)>, StoreError> {
             }
             Ok(out)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server's error reply, as the client reads it.
+    fn reply(text: &str) -> RedisError {
+        match redis::parse_redis_value(format!("-{text}\r\n").as_bytes()) {
+            Ok(Value::ServerError(e)) => e.into(),
+            other => panic!("{text}: parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn record_errors_are_corrupt_and_passing_ones_transient() {
+        let corrupt = [
+            // Redis 7 and Valkey: a Lua runtime error in the script (the text is Redis 7.0's).
+            "ERR user_script:1: bad argument #2 to 'unpack' (data string too short) script: 843387a86c35ccad5c499b140aaa0d077acec5c3, on @user_script:1.",
+            // Redis 6.
+            "ERR Error running script (call to f_843387a86c35ccad5c499b140aaa0d077acec5c3): @user_script:1: user_script:1: bad argument #2 to 'unpack' (data string too short)",
+            // The scripts' own refusal.
+            "CORRUPT the record idem:{3f}:r:3f9a0c1b2d4e5f60 is 20 bytes long, shorter than its fixed fields",
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        ];
+        for text in corrupt {
+            let e = redis_error(reply(text));
+            assert!(matches!(e, StoreError::Corrupt { .. }), "{text}: {e:?}");
+            assert!(!e.is_transient(), "{text}");
+            // The server's words are the source, not repeated.
+            assert!(!e.to_string().contains("unpack"), "{e}");
+        }
+        let passing = [
+            "LOADING Redis is loading the dataset in memory",
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "CLUSTERDOWN The cluster is down",
+            "READONLY You can't write against a read only replica.",
+            "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "NOREPLICAS Not enough good replicas to write.",
+            "MOVED 3999 127.0.0.1:6381",
+            "ERR max number of clients reached",
+            // Redis 6 wraps a command's passing error in the script's.
+            "ERR Error running script (call to f_843387a86c35ccad5c499b140aaa0d077acec5c3): @user_script:22: @user_script: 22: -READONLY You can't write against a read only replica.",
+        ];
+        for text in passing {
+            let e = redis_error(reply(text));
+            assert!(matches!(e, StoreError::Unavailable(_)), "{text}: {e:?}");
+            assert!(e.is_transient(), "{text}");
+        }
+        for kind in [
+            std::io::ErrorKind::ConnectionReset,
+            std::io::ErrorKind::TimedOut,
+            std::io::ErrorKind::ConnectionRefused,
+        ] {
+            let e = redis_error(RedisError::from(std::io::Error::from(kind)));
+            assert!(e.is_transient(), "{kind:?}: {e:?}");
+        }
+        let refused = redis_error(reply(
+            "NOPERM User app has no permissions to run the 'evalsha' command",
+        ));
+        assert!(
+            matches!(refused, StoreError::Config { .. }) && !refused.is_transient(),
+            "{refused:?}"
+        );
     }
 }

@@ -596,6 +596,10 @@ impl RecordStore for RedisStore {
                 },
                 2 => {
                     let state = int(&reply.next().ok_or_else(|| bad("no state"))?)?;
+                    let ok = match state_name(state)? {
+                        (RecordState::Completed, Some(ok)) => ok,
+                        _ => return Err(bad(format!("a completed answer in state {state}"))),
+                    };
                     let completed_at = time(reply.next())?;
                     let body = reply.next().ok_or_else(|| {
                         StoreError::corrupt(format!(
@@ -605,7 +609,7 @@ impl RecordStore for RedisStore {
                     Claim::Completed {
                         reference,
                         response: StoredResponse {
-                            ok: state == COMPLETED_OK,
+                            ok,
                             body: text(body)?,
                         },
                         completed_at,
@@ -800,7 +804,13 @@ impl<'a> Record<'a> {
         let state = take(1)?[0];
         let generation = u32::from_be_bytes(take(4)?.try_into().map_err(|_| short())?);
         let mut time = || -> Result<i64, StoreError> {
-            Ok(f64::from_be_bytes(take(8)?.try_into().map_err(|_| short())?) as i64)
+            let t = f64::from_be_bytes(take(8)?.try_into().map_err(|_| short())?);
+            if !t.is_finite() {
+                return Err(StoreError::corrupt(
+                    "a record holds a time that is not a number",
+                ));
+            }
+            Ok(t as i64)
         };
         let (claimed, ends, completed, window) = (time()?, time()?, time()?, time()?);
         let (key_rest, _token) = (take(24)?, take(8)?);
@@ -811,11 +821,24 @@ impl<'a> Record<'a> {
             }
             take(n)
         };
-        let _fingerprint = string(1)?;
+        let fingerprint = string(1)?;
         let (tenant, subject, tool) = (string(2)?, string(2)?, string(2)?);
         let response = string(4)?;
+        if at != b.len() {
+            return Err(StoreError::corrupt(format!(
+                "a record is {} bytes long, {} more than its fields say",
+                b.len(),
+                b.len() - at.min(b.len())
+            )));
+        }
         if generation == 0 {
             return Err(StoreError::corrupt("a record's generation is 0"));
+        }
+        if !matches!(fingerprint.len(), 0 | 32) {
+            return Err(StoreError::corrupt(format!(
+                "a record's fingerprint is {} bytes long, not 32",
+                fingerprint.len()
+            )));
         }
         Ok(Record {
             state,

@@ -23,17 +23,55 @@ pub(crate) const CLAIM_ATTEMPTS: usize = 5;
 /// update should have matched (the row was purged and claimed again in between).
 pub(crate) const FENCE_ATTEMPTS: usize = 3;
 
-/// A database error: undecodable values are [`StoreError::Corrupt`], everything else
-/// [`StoreError::Unavailable`].
+/// A database error, classified:
+///
+/// - [`StoreError::Corrupt`]: a value of a record cannot be read (wrong type, undecodable, a
+///   column missing), or the database says its data is damaged or of the wrong type (SQLite
+///   `CORRUPT`, `NOTADB`, `MISMATCH`; PostgreSQL data exceptions, class `22`, such as an
+///   overflow computing with a stored value, and `XX001`/`XX002` data or index corruption).
+///   Trying again finds it the same.
+/// - [`StoreError::Config`]: sqlx was configured wrongly (a bad connection string or option).
+/// - [`StoreError::Unavailable`], everything else: unreachable, timed out, a dropped connection,
+///   a pool that is exhausted or closed, a database that is busy or locked, shutting down, a
+///   standby (read only), out of resources, or a transaction that lost a serialization race.
 pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
+    let corrupt = |problem: &str, e: sqlx::Error| StoreError::Corrupt {
+        problem: problem.into(),
+        source: Some(Box::new(e)),
+    };
     match e {
         sqlx::Error::ColumnDecode { .. }
         | sqlx::Error::Decode(_)
-        | sqlx::Error::ColumnNotFound(_) => StoreError::Corrupt {
-            problem: "a column of a record could not be read".into(),
+        | sqlx::Error::ColumnNotFound(_)
+        | sqlx::Error::ColumnIndexOutOfBounds { .. } => {
+            corrupt("a column of a record could not be read", e)
+        }
+        sqlx::Error::Configuration(_) => StoreError::Config {
+            problem: "the database connection is configured wrongly".into(),
             source: Some(Box::new(e)),
         },
+        sqlx::Error::Database(ref d) if damaged(d.code().as_deref()) => {
+            corrupt("the database says a record's data is damaged", e)
+        }
         e => StoreError::Unavailable(Box::new(e)),
+    }
+}
+
+/// Whether a database error code says the data itself is damaged or of the wrong type: SQLite's
+/// (extended) result codes `CORRUPT` (11), `NOTADB` (26), `MISMATCH` (20); PostgreSQL's SQLSTATE
+/// class `22` (data exception) and `XX001`/`XX002` (data or index corrupted). Not `22021` and
+/// `22P05`: text the call sent (a tenant, a tool name) the database's encoding cannot hold.
+fn damaged(code: Option<&str>) -> bool {
+    match code {
+        // A SQLSTATE is five characters; SQLite's extended codes are below 10,000.
+        Some(state) if state.len() == 5 => {
+            (state.starts_with("22") && !matches!(state, "22021" | "22P05"))
+                || matches!(state, "XX001" | "XX002")
+        }
+        Some(sqlite) => sqlite
+            .parse::<i64>()
+            .is_ok_and(|n| matches!(n & 0xff, 11 | 20 | 26)),
+        None => false,
     }
 }
 
@@ -225,12 +263,34 @@ impl RecordRow {
         }))
     }
 
+    /// The row as the status tool shows it, checked as a claim would read it: a row a claim
+    /// refuses as corrupt is corrupt here too.
     pub fn status(&self, reference: Reference, tool: String) -> Result<RecordStatus, StoreError> {
         let (state, ok) = split_state(self.state)?;
+        let generation = generation_of(i64::from(self.generation))?;
+        let reference = reference.with_generation(generation);
+        if self.key_rest.len() != 24 {
+            return Err(StoreError::corrupt(format!(
+                "the record of ref {reference} has a key_rest of {} bytes, not 24",
+                self.key_rest.len()
+            )));
+        }
+        if !matches!(self.fingerprint.len(), 0 | 32) {
+            return Err(StoreError::corrupt(format!(
+                "the fingerprint of ref {reference} is not 32 bytes"
+            )));
+        }
+        if state == RecordState::Completed
+            && (self.response(ok).is_none() || self.completed_at.is_none())
+        {
+            return Err(StoreError::corrupt(format!(
+                "ref {reference} is completed without an answer"
+            )));
+        }
         let settled = matches!(state, RecordState::Completed | RecordState::Released);
         let ends_at = Timestamp::from_millis(self.ends_at);
         Ok(RecordStatus {
-            reference: reference.with_generation(generation_of(i64::from(self.generation))?),
+            reference,
             tool,
             state,
             claimed_at: Timestamp::from_millis(self.claimed_at),
@@ -397,6 +457,25 @@ mod tests {
             assert_eq!(split_state(code).unwrap(), (state, ok));
         }
         assert!(matches!(split_state(5), Err(StoreError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn damage_is_told_from_passing_failures() {
+        for code in ["11", "267", "26", "20", "22003", "22P02", "XX001", "XX002"] {
+            assert!(damaged(Some(code)), "{code}");
+        }
+        for code in [
+            "5", "517", "6", "13", "40001", "40P01", "57P01", "08006", "53300", "25006", "22021",
+            "22P05",
+        ] {
+            assert!(!damaged(Some(code)), "{code}");
+        }
+        assert!(!damaged(None));
+        assert!(db_error(sqlx::Error::PoolTimedOut).is_transient());
+        assert!(matches!(
+            db_error(sqlx::Error::ColumnIndexOutOfBounds { index: 9, len: 3 }),
+            StoreError::Corrupt { .. }
+        ));
     }
 
     #[test]

@@ -470,9 +470,10 @@ impl RecordStore for SqliteStore {
         reference: Reference,
     ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
         Box::pin(async move {
+            // A generation below 1 is read, and refused as corrupt, rather than hidden.
             let row = sqlx::query(
                 "SELECT tool, key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at, \
-                 response FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND generation >= $3 \
+                 response FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND (generation >= $3 OR generation < 1) \
                  AND (subject = '' OR subject = $4)",
             )
             .bind(ref_value(&reference))

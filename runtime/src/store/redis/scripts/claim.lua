@@ -35,7 +35,27 @@ end
 if not blob then
   return take(1)
 end
-local s, g, c, e, d = struct.unpack('>BI4dddd', blob)
+-- A record the store did not write this way is refused (CORRUPT: see conn.rs), never taken
+-- over or answered from: a repeat would get the same answer, so the caller is told so.
+local function corrupt(what)
+  return redis.error_reply('CORRUPT the record ' .. rec .. ' ' .. what)
+end
+-- The head, key_rest, token and the five lengths (all fields empty).
+if #blob < 80 then
+  return corrupt('is ' .. #blob .. ' bytes long, shorter than its fixed fields')
+end
+local s, g, c, e, d, w = struct.unpack('>BI4dddd', blob)
+if s > 4 then
+  return corrupt('has an unknown state ' .. s)
+end
+if g < 1 then
+  return corrupt('has generation 0')
+end
+for _, t in ipairs({c, e, d, w}) do
+  if t ~= t or t == math.huge or t == -math.huge then
+    return corrupt('holds a time that is not a number')
+  end
+end
 if string.sub(blob, 38, 61) ~= string.sub(tail, 1, 24) then
   return {5, g}
 end
@@ -45,7 +65,13 @@ end
 if (s == 1 or s == 4) and now >= e then
   return take(g + 1)
 end
-local f, tn, sb, tl, r = struct.unpack('>I1c0I2c0I2c0I2c0I4c0', blob, 70)
+local ok, f, tn, sb, tl, r, after = pcall(struct.unpack, '>I1c0I2c0I2c0I2c0I4c0', blob, 70)
+if not ok or after ~= #blob + 1 then
+  return corrupt('has field lengths that do not add up to its size')
+end
+if #f ~= 0 and #f ~= 32 then
+  return corrupt('has a fingerprint of ' .. #f .. ' bytes')
+end
 local asked = struct.unpack('>I1c0', tail, 33)
 if f ~= '' and asked ~= '' and f ~= asked then
   return {4, g}

@@ -34,7 +34,7 @@ if not (s == 0 or ((op == 's' or op == 't') and s == 2)) then
 end
 -- An unsettled record's answer is empty: its tail is everything between head and that.
 if string.sub(blob, -4) ~= '\0\0\0\0' then
-  return redis.error_reply('the unsettled record ' .. rec .. ' holds an answer')
+  return redis.error_reply('CORRUPT the unsettled record ' .. rec .. ' holds an answer')
 end
 local mid = string.sub(blob, 38, -5)
 local member = string.sub(rec, -16)
