@@ -83,6 +83,21 @@ async fn tracing_names_ref_and_tool_but_not_arguments() {
             .await;
         reference = out.reference;
     }
+    // A tool that says its lost calls are reconciled, on an engine with no Reconcile: said once.
+    let reconciled = spec().with_recover(idempotency::tool::Recover::Reconcile);
+    for n in 0..2u8 {
+        let prepared = Prepared::call(&caller(), &reconciled, &n).expect("key");
+        let out: Outcome<u8, ChargeError> = engine
+            .execute(
+                &reconciled,
+                &caller(),
+                prepared,
+                ErrorPolicy::classified(),
+                async { Ok(1) },
+            )
+            .await;
+        assert!(out.result.is_ok());
+    }
     let log = String::from_utf8_lossy(&buf.0.lock().unwrap_or_else(|e| e.into_inner())).to_string();
     let r = reference.expect("ref").to_string();
     for needle in [
@@ -94,6 +109,12 @@ async fn tracing_names_ref_and_tool_but_not_arguments() {
     ] {
         assert!(log.contains(needle), "missing {needle:?} in:\n{log}");
     }
+    assert_eq!(
+        log.matches("says recover = \"reconcile\", but this engine has no Reconcile")
+            .count(),
+        1,
+        "{log}"
+    );
     assert!(
         !log.contains("tok_SECRET_4242"),
         "raw arguments leaked into the logs:\n{log}"

@@ -157,6 +157,8 @@ pub(crate) struct Background {
     rounds: Arc<Rounds>,
     every: Duration,
     started: OnceLock<()>,
+    /// Tools already warned about by [`Background::first_without_reconcile`].
+    told: std::sync::Mutex<Vec<&'static str>>,
 }
 
 impl Background {
@@ -175,7 +177,22 @@ impl Background {
             }),
             every,
             started: OnceLock::new(),
+            told: std::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    /// Whether `tool` (which says `recover = "reconcile"`) is met for the first time by rounds
+    /// that have no [`Reconcile`] of yours to settle its lost calls: said once per tool.
+    pub(crate) fn first_without_reconcile(&self, tool: &'static str) -> bool {
+        if self.rounds.reconcile.is_some() {
+            return false;
+        }
+        let mut told = self.told.lock().unwrap_or_else(|p| p.into_inner());
+        if told.contains(&tool) {
+            return false;
+        }
+        told.push(tool);
+        true
     }
 
     /// Starts the rounds once, on the current runtime.

@@ -338,6 +338,15 @@ impl Idempotency {
     {
         if let Some(b) = &self.background {
             b.ensure_started();
+            if spec.recover == Recover::Reconcile && b.first_without_reconcile(spec.name) {
+                // Said, not silently ignored: nothing here will settle this tool's lost calls.
+                tracing::warn!(
+                    tool = spec.name,
+                    "idempotency: the tool says recover = \"reconcile\", but this engine has no Reconcile \
+                     (IdempotencyBuilder::reconcile): its lost calls stay \"outcome unknown\" until settled \
+                     by hand (idempotency-admin settle) or by a tasks::Reconciler elsewhere"
+                );
+            }
         }
         let span = tracing::debug_span!("idempotent_call", tool = spec.name);
         let out = tracing::Instrument::instrument(
