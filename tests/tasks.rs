@@ -333,3 +333,50 @@ async fn a_task_is_created_once_across_replicas_and_survives_a_restart() {
     assert_eq!(warehouse.exports.load(Ordering::SeqCst), 1);
     schema.drop_schema().await;
 }
+
+/// Replica A's worker is gone mid-task (here: replica B's clock reads 31 s later, past A's 30 s
+/// lease, and A's renewals do not reach B's view in time; with a killed process it is the same
+/// record). B's `tasks/get` reports the task as failed with the outcome unknown — terminal, never
+/// "working" forever with nobody working — and a retried `tools/call` on B returns that task, not
+/// an inline error. Nothing runs a second export.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+async fn a_task_whose_worker_is_gone_is_failed_and_a_retry_returns_it() {
+    let Some(schema) = TestSchema::create("gonetask").await else {
+        return;
+    };
+    let warehouse = Warehouse::new();
+    let alice = Caller::new("acme", "alice");
+    let a = replica(&schema, &warehouse, alice.clone()).await;
+    let (id, status) = task_of(export(&a, 700).await);
+    assert_eq!(status, TaskStatus::Working);
+    soon("the export to start", warehouse.entered(1)).await;
+
+    let mut later = server(&schema, &warehouse, alice.clone()).await;
+    later.engine = Idempotency::builder(
+        schema
+            .server_clock_store()
+            .await
+            .with_server_clock_offset(31_000),
+    )
+    .clock(idempotency::clock::ManualClock::new(
+        idempotency::clock::Clock::now(&idempotency::clock::SystemClock)
+            + Duration::from_secs(31),
+    ))
+    .secret(Secret::demo())
+    .without_reconciler()
+    .build();
+    let b = connect(later, true).await;
+    let seen = get(&b, &id).await;
+    assert_eq!(seen.task.status(), TaskStatus::Failed, "{seen:?}");
+    let message = seen.task.task.status_message.clone().unwrap_or_default();
+    assert!(message.contains("unknown"), "{message}");
+    let (again, status) = task_of(export(&b, 700).await);
+    assert_eq!((again.as_str(), status), (id.as_str(), TaskStatus::Failed));
+
+    warehouse.gate.add_permits(1);
+    assert_eq!(warehouse.exports.load(Ordering::SeqCst), 1);
+    a.cancel().await.ok();
+    b.cancel().await.ok();
+    schema.drop_schema().await;
+}

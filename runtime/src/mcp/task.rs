@@ -133,10 +133,16 @@ where
             ))
         }
     };
+    // A repeat of a task is that task, in the state `tasks/get` reports for it: completed (its
+    // stored answer, Ok or a final error), working, or failed with the outcome unknown (its worker
+    // is gone) — never an inline error in place of the task.
     match (&outcome.result, outcome.reference) {
-        (Ok(_), Some(r)) if outcome.replayed => Ok(handle(r, TaskStatus::Completed, now)),
+        (_, Some(r)) if outcome.replayed => Ok(handle(r, TaskStatus::Completed, now)),
         (Err(Failure::Wrapper(Error::InFlight { reference, .. })), _) => {
             Ok(handle(*reference, TaskStatus::Working, now))
+        }
+        (Err(Failure::Wrapper(Error::OutcomeUnknown { reference, .. })), _) => {
+            Ok(handle(*reference, TaskStatus::Failed, now))
         }
         _ => super::answer_verbatim(outcome).map(CallToolResponse::Complete),
     }
