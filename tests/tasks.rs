@@ -360,8 +360,7 @@ async fn a_task_whose_worker_is_gone_is_failed_and_a_retry_returns_it() {
             .with_server_clock_offset(31_000),
     )
     .clock(idempotency::clock::ManualClock::new(
-        idempotency::clock::Clock::now(&idempotency::clock::SystemClock)
-            + Duration::from_secs(31),
+        idempotency::clock::Clock::now(&idempotency::clock::SystemClock) + Duration::from_secs(31),
     ))
     .secret(Secret::demo())
     .without_reconciler()
