@@ -19,7 +19,7 @@ use idempotency::store::{MemoryStore, RedisStore, SqliteStore, Store, StoreError
 use idempotency::tool::Prepared;
 use idempotency::{Caller, Error, Idempotency, IdempotencyBuilder};
 use idempotency_tests::pg::{unique_name, TestSchema};
-use idempotency_tests::redis_servers::shared_server;
+use idempotency_tests::redis_servers::{shared_cluster, shared_server};
 use idempotency_tests::scripted::{Act, Op, Scripted};
 use idempotency_tests::CHARGE_CARD;
 use serde_json::json;
@@ -306,6 +306,26 @@ macro_rules! on_every_backend {
                             RedisStore::builder()
                                 .namespace(namespace)
                                 .connect(&url)
+                                .await
+                                .expect("connect"),
+                        ) as Arc<dyn Store>
+                    }) as Opening
+                };
+                super::$case(&open).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis_cluster() {
+                let seeds = shared_cluster().seeds();
+                let namespace = unique_name("secrets");
+                let open = move || {
+                    let (seeds, namespace) = (seeds.clone(), namespace.clone());
+                    Box::pin(async move {
+                        let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+                        Arc::new(
+                            RedisStore::builder()
+                                .namespace(namespace)
+                                .connect_cluster(&seeds)
                                 .await
                                 .expect("connect"),
                         ) as Arc<dyn Store>
