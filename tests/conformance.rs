@@ -86,7 +86,7 @@ fn req_window(
         tool: TOOL,
         fingerprint,
         now: at(now),
-        lease_expires_at: at(now + LEASE),
+        lease: dur(LEASE),
         window: dur(window),
         token: first_token(now),
     }
@@ -559,7 +559,7 @@ async fn stale_tokens_are_fenced(b: &Backend) {
     let r = k.reference(1);
     assert_fenced(b.complete(k, t1, 3 * S, "stale").await, r);
     assert_fenced(b.store.release(k, t1, at(3 * S)).await, r);
-    assert_fenced(b.store.renew(k, t1, at(0), at(3 * LEASE)).await, r);
+    assert_fenced(b.store.renew(k, t1, at(0), dur(3 * LEASE)).await, r);
     assert_fenced(b.store.mark_unknown(k, t1).await, r);
     assert_fenced(b.settle(k, t1, &Settlement::Released, 3 * S).await, r);
     assert!(
@@ -570,7 +570,7 @@ async fn stale_tokens_are_fenced(b: &Backend) {
     b.complete(k, t2, 3 * S, "done").await.expect("complete");
     assert_wrong_state(b.store.release(k, t2, at(4 * S)).await, r, "completed");
     assert_wrong_state(
-        b.store.renew(k, t2, at(0), at(3 * LEASE)).await,
+        b.store.renew(k, t2, at(0), dur(3 * LEASE)).await,
         r,
         "completed",
     );
@@ -599,7 +599,7 @@ async fn stale_tokens_are_fenced(b: &Backend) {
     let re = e.reference(1);
     assert_wrong_state(b.store.release(e, te, at(2 * S)).await, re, "completed");
     assert_wrong_state(
-        b.store.renew(e, te, at(0), at(3 * LEASE)).await,
+        b.store.renew(e, te, at(0), dur(3 * LEASE)).await,
         re,
         "completed",
     );
@@ -617,7 +617,7 @@ async fn stale_tokens_are_fenced(b: &Backend) {
     let missing = key("missing");
     assert_not_found(b.complete(missing, t1, 0, "x").await);
     assert_not_found(b.store.release(missing, t1, at(0)).await);
-    assert_not_found(b.store.renew(missing, t1, at(0), at(0)).await);
+    assert_not_found(b.store.renew(missing, t1, at(0), dur(0)).await);
     assert_not_found(b.store.mark_unknown(missing, t1).await);
     assert_not_found(b.settle(missing, t1, &Settlement::Released, 0).await);
 }
@@ -657,7 +657,7 @@ async fn renew_extends_the_lease(b: &Backend) {
     let k = key("long");
     let t = b.new_claim(k, None, 0).await;
     b.store
-        .renew(k, t, at(0), at(3 * LEASE))
+        .renew(k, t, at(0), dur(3 * LEASE))
         .await
         .expect("renew");
     assert_eq!(
@@ -745,7 +745,7 @@ async fn status_is_tenant_scoped_and_generation_exact(b: &Backend) {
         tool,
         fingerprint: None,
         now: at(now),
-        lease_expires_at: at(now + LEASE),
+        lease: dur(LEASE),
         window: std::time::Duration::from_millis(WINDOW as u64),
         token: first_token(now),
     };
@@ -1224,7 +1224,7 @@ async fn a_gone_call_is_taken_over_once_under_its_reference(b: &Backend) {
     let t2 = Token(first_token(0).0 + 7);
     assert_wrong_state(
         b.store
-            .take_over(k, t2, at(S), at(S + LEASE))
+            .take_over(k, t2, at(S), dur(LEASE))
             .await
             .map(|_| ()),
         r,
@@ -1233,14 +1233,14 @@ async fn a_gone_call_is_taken_over_once_under_its_reference(b: &Backend) {
     // The lease ended at LEASE: from then on its worker is taken for gone.
     assert_eq!(
         b.store
-            .take_over(k, t2, at(LEASE), at(2 * LEASE))
+            .take_over(k, t2, at(LEASE), dur(LEASE))
             .await
             .expect("taken over"),
         r
     );
     assert_wrong_state(
         b.store
-            .take_over(k, Token(t2.0 + 1), at(LEASE), at(2 * LEASE))
+            .take_over(k, Token(t2.0 + 1), at(LEASE), dur(LEASE))
             .await
             .map(|_| ()),
         r,
@@ -1267,7 +1267,7 @@ async fn a_gone_call_is_taken_over_once_under_its_reference(b: &Backend) {
     ));
     assert_wrong_state(
         b.store
-            .take_over(k, Token(t2.0 + 2), at(3 * LEASE), at(4 * LEASE))
+            .take_over(k, Token(t2.0 + 2), at(3 * LEASE), dur(LEASE))
             .await
             .map(|_| ()),
         r,
@@ -1281,7 +1281,7 @@ async fn a_gone_call_is_taken_over_once_under_its_reference(b: &Backend) {
     let tv = Token(tu.0 + 1);
     assert_eq!(
         b.store
-            .take_over(u, tv, at(S), at(S + LEASE))
+            .take_over(u, tv, at(S), dur(LEASE))
             .await
             .expect("taken over"),
         u.reference(1)
@@ -1291,7 +1291,7 @@ async fn a_gone_call_is_taken_over_once_under_its_reference(b: &Backend) {
 
     assert_not_found(
         b.store
-            .take_over(key("never claimed"), tv, at(S), at(LEASE))
+            .take_over(key("never claimed"), tv, at(S), dur(LEASE))
             .await
             .map(|_| ()),
     );
@@ -1304,7 +1304,7 @@ async fn a_gone_call_is_taken_over_once_under_its_reference(b: &Backend) {
         let store = b.store.clone();
         tasks.spawn(async move {
             store
-                .take_over(c, Token(1_000 + i), at(LEASE + S), at(2 * LEASE + S))
+                .take_over(c, Token(1_000 + i), at(LEASE + S), dur(LEASE))
                 .await
         });
     }
@@ -1653,7 +1653,7 @@ mod sql {
             .claim(&req(a, None, S))
             .await
             .expect("claim in flight");
-        store.renew(a, ta, at(0), at(LEASE)).await.expect("renew");
+        store.renew(a, ta, at(0), dur(LEASE)).await.expect("renew");
         let done = answer("done");
         let outbox = [message("receipt_email", "{}")];
         let with_outbox = Completion {
@@ -2005,7 +2005,7 @@ mod sql {
         let ahead = |ms| store.clone().with_server_clock_offset(ms);
         let k = key("on the server's clock");
         let claim = ClaimRequest {
-            lease_expires_at: at(30_000),
+            lease: dur(30_000),
             window: dur(2_000),
             ..req(k, None, 0)
         };

@@ -635,7 +635,7 @@ async fn a_thousand_concurrent_claims_make_one_new_claim() {
                     tool: "charge_card",
                     fingerprint: None,
                     now,
-                    lease_expires_at: now + Duration::from_secs(30),
+                    lease: Duration::from_secs(30),
                     window: WINDOW,
                     token: idempotency::store::Token(now.as_millis()),
                 };
@@ -677,7 +677,7 @@ async fn a_reference_held_by_another_key_refuses_the_call() {
             tool: "create_shipment",
             fingerprint: None,
             now,
-            lease_expires_at: now + Duration::from_secs(30),
+            lease: Duration::from_secs(30),
             // A window that ends when it completes: the next claim starts generation 2.
             window: Duration::ZERO,
             token: idempotency::store::Token(now.as_millis()),
@@ -712,7 +712,7 @@ async fn a_reference_held_by_another_key_refuses_the_call() {
             tool: "create_shipment",
             fingerprint: None,
             now: later,
-            lease_expires_at: later + Duration::from_secs(30),
+            lease: Duration::from_secs(30),
             window: WINDOW,
             token: idempotency::store::Token(later.as_millis()),
         })

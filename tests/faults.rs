@@ -617,7 +617,7 @@ async fn contention_after_release(store: Arc<dyn Store>) {
         tool: "charge_card",
         fingerprint: None,
         now: clock.now(),
-        lease_expires_at: clock.now() + Duration::from_secs(30),
+        lease: Duration::from_secs(30),
         window: WINDOW,
         token: idempotency::store::Token(clock.now().as_millis()),
     };

@@ -37,7 +37,7 @@ async fn claim(store: &Scripted, k: Key, now: i64) -> Token {
         tool: "charge_card",
         fingerprint: None,
         now: Timestamp::from_millis(now),
-        lease_expires_at: Timestamp::from_millis(now + 30_000),
+        lease: std::time::Duration::from_secs(30),
         window: WINDOW,
         token: Token(now),
     };

@@ -568,7 +568,7 @@ async fn scripts_come_back_after_a_flush_and_subjects_stay_apart() {
         tool: "charge_card",
         fingerprint: None,
         now,
-        lease_expires_at: now,
+        lease: Duration::ZERO,
         window: WINDOW,
         token: Token(1),
     };

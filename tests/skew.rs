@@ -259,7 +259,7 @@ async fn the_server_clock_stepping_back_does_not_shorten_the_window() {
             tool: "charge_card",
             fingerprint: None,
             now,
-            lease_expires_at: now + Duration::from_secs(30),
+            lease: Duration::from_secs(30),
             window: WINDOW,
             token: Token(token),
         };

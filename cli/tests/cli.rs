@@ -72,7 +72,7 @@ async fn seed(store: &Arc<dyn Store>) -> (String, String) {
                 tool: "charge_card",
                 fingerprint: None,
                 now: at,
-                lease_expires_at: at + Duration::from_secs(30),
+                lease: Duration::from_secs(30),
                 window,
                 token: Token(at.as_millis()),
             };

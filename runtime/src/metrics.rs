@@ -11,7 +11,7 @@
 //! | `idempotency_purged_total` | counter | – | records the purger deleted |
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::clock::Timestamp;
 use crate::error::Error;
@@ -116,21 +116,18 @@ impl RecordStore for Metered {
         key: Key,
         token: Token,
         now: Timestamp,
-        lease_expires_at: Timestamp,
+        lease: Duration,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        timed("renew", self.0.renew(key, token, now, lease_expires_at))
+        timed("renew", self.0.renew(key, token, now, lease))
     }
     fn take_over(
         &self,
         key: Key,
         token: Token,
         now: Timestamp,
-        lease_expires_at: Timestamp,
+        lease: Duration,
     ) -> BoxFuture<'_, Result<crate::key::Reference, StoreError>> {
-        timed(
-            "take_over",
-            self.0.take_over(key, token, now, lease_expires_at),
-        )
+        timed("take_over", self.0.take_over(key, token, now, lease))
     }
     fn settle<'a>(
         &'a self,

@@ -93,7 +93,7 @@ impl Bench {
             tool: "charge_card",
             fingerprint: None,
             now,
-            lease_expires_at: now + Duration::from_secs(30),
+            lease: Duration::from_secs(30),
             window: WINDOW,
             token: Token(now.as_millis() << 20 | (n as i64 & 0xfffff)),
         };

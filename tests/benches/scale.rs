@@ -153,7 +153,7 @@ fn claim_request(k: Key) -> ClaimRequest<'static> {
         tool: TOOL,
         fingerprint: None,
         now,
-        lease_expires_at: now + LEASE,
+        lease: LEASE,
         window: WINDOW,
         token: Token(now.as_millis() << 20 | (k.as_bytes()[31] as i64)),
     }

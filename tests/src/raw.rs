@@ -64,7 +64,7 @@ pub fn claim_request(key: Key) -> ClaimRequest<'static> {
         tool: TOOL,
         fingerprint: None,
         now: now(),
-        lease_expires_at: now() + Duration::from_secs(30),
+        lease: Duration::from_secs(30),
         window: WINDOW,
         token: Token(now().as_millis()),
     }

@@ -183,7 +183,7 @@ impl RecordStore for Scripted {
         key: Key,
         token: Token,
         now: Timestamp,
-        until: Timestamp,
+        until: std::time::Duration,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         self.run(Op::Renew, move || self.inner.renew(key, token, now, until))
     }
@@ -192,7 +192,7 @@ impl RecordStore for Scripted {
         key: Key,
         token: Token,
         now: Timestamp,
-        until: Timestamp,
+        until: std::time::Duration,
     ) -> BoxFuture<'_, Result<idempotency::Reference, StoreError>> {
         self.run(Op::TakeOver, move || {
             self.inner.take_over(key, token, now, until)

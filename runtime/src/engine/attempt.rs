@@ -235,13 +235,12 @@ impl Attempt {
         loop {
             tokio::time::sleep(every).await;
             let now = self.now();
-            let until = now + self.lease;
             let by = tokio::time::Instant::now() + every;
             match bounded(
                 Some(by),
                 self.guard
                     .store
-                    .renew(self.guard.key, self.guard.token, now, until),
+                    .renew(self.guard.key, self.guard.token, now, self.lease),
             )
             .await
             {

@@ -535,7 +535,7 @@ impl Idempotency {
             tool,
             fingerprint: prepared.fingerprint.map(|f| f.fingerprint(secret)),
             now,
-            lease_expires_at: now + self.lease,
+            lease: self.lease,
             window: spec.window,
             token,
         };
@@ -605,7 +605,7 @@ impl Idempotency {
     {
         let tool = spec.name;
         let token = attempt_token(now);
-        match bounded(by, self.store.take_over(key, token, now, now + self.lease)).await {
+        match bounded(by, self.store.take_over(key, token, now, self.lease)).await {
             Ok(reference) => {
                 tracing::warn!(tool, %reference, "idempotency: running a call whose worker is gone again under its reference (recover = \"rerun\")");
                 crate::metrics::rerun(tool);

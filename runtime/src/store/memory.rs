@@ -59,7 +59,7 @@ struct Inner {
 /// let key = Key::for_call(&idempotency::key::Secret::demo(), &Caller::new("acme", "alice"), "charge_card", &100)?;
 /// let req = ClaimRequest {
 ///     key, tenant: "acme", subject: None, tool: "charge_card", fingerprint: None,
-///     now: Timestamp::from_millis(0), lease_expires_at: Timestamp::from_millis(30_000),
+///     now: Timestamp::from_millis(0), lease: std::time::Duration::from_secs(30),
 ///     window: std::time::Duration::from_secs(900), token: Token(1),
 /// };
 /// assert!(matches!(store.claim(&req).await?, Claim::New { .. }));
@@ -144,7 +144,7 @@ impl RecordStore for MemoryStore {
                 fingerprint: req.fingerprint,
                 token,
                 claimed_at: req.now,
-                lease_expires_at: req.lease_expires_at,
+                lease_expires_at: req.now + req.lease,
                 window: req.window,
                 completed_at: None,
                 expires_at: None,
@@ -265,10 +265,10 @@ impl RecordStore for MemoryStore {
         &self,
         key: Key,
         token: Token,
-        _now: Timestamp,
-        lease_expires_at: Timestamp,
+        now: Timestamp,
+        lease: Duration,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        let out = self.fenced(key, token, |row, _| row.lease_expires_at = lease_expires_at);
+        let out = self.fenced(key, token, |row, _| row.lease_expires_at = now + lease);
         Box::pin(async move { out })
     }
 
@@ -277,7 +277,7 @@ impl RecordStore for MemoryStore {
         key: Key,
         token: Token,
         now: Timestamp,
-        lease_expires_at: Timestamp,
+        lease: Duration,
     ) -> BoxFuture<'_, Result<Reference, StoreError>> {
         let out = (|| {
             let mut inner = self.lock();
@@ -296,7 +296,7 @@ impl RecordStore for MemoryStore {
             }
             row.state = RecordState::InFlight;
             row.token = token.0;
-            row.lease_expires_at = lease_expires_at;
+            row.lease_expires_at = now + lease;
             Ok(reference)
         })();
         Box::pin(async move { out })

@@ -25,8 +25,8 @@
 //! ## Time
 //!
 //! Every method that needs a time is passed the engine's `now` (from its
-//! [`Clock`](crate::clock::Clock)) and, where it needs more, a lease end *relative to that
-//! `now`* (`now + lease`). The replay window is a property of the record: the claim gives its
+//! [`Clock`](crate::clock::Clock)) and, where it needs more, lengths from that `now` (a lease),
+//! never an end computed by the caller. The replay window is a property of the record: the claim gives its
 //! length ([`ClaimRequest::window`]) and the store keeps it, so a completion or settlement at
 //! `at` answers repeats until `at + window` whoever settles it. A store on one
 //! machine (memory, SQLite) uses them as given. A store shared by replicas whose clocks may
@@ -100,7 +100,7 @@
 //! | [`RecordStore::complete`] | in flight | completed with the answer, replayed for the record's window from `now`; the outbox messages written in the same transaction |
 //! | [`RecordStore::release`] | in flight | released at `at` (a repeat takes it over under the same reference) |
 //! | [`RecordStore::mark_unknown`] | in flight | unknown (never re-run; only a settlement ends it) |
-//! | [`RecordStore::renew`] | in flight | the lease ends at `lease_expires_at` |
+//! | [`RecordStore::renew`] | in flight | the lease ends `lease` after `now` |
 //! | [`RecordStore::take_over`] | in flight (lease ended at or before `now`), unknown | in flight under the new token, same generation (fenced by state and lease, not token) |
 //! | [`RecordStore::settle`] | in flight, unknown | the [`Settlement`] (completed: replayed for the record's window from `at`); the token goes up by one, so the original worker's late completion is fenced |
 //! | [`RecordStore::status`] | any | the record of the reference's key, if the tenant (and, for a subject-scoped record, the subject) may see it (anyone else's is `None`, like one that does not exist); for a superseded generation, the key's current record, whose `reference` names the newer generation |
@@ -180,8 +180,8 @@ pub struct ClaimRequest<'a> {
     pub fingerprint: Option<Fingerprint>,
     /// The engine's current time.
     pub now: Timestamp,
-    /// When the claim's lease ends unless renewed.
-    pub lease_expires_at: Timestamp,
+    /// How long the claim's lease lasts from `now` unless renewed.
+    pub lease: Duration,
     /// The tool's replay window: how long after its completion (or a settlement as completed) a
     /// record answers repeats. The store keeps it on the record from the claim on; completions,
     /// settlements and takeovers use the record's window, never one given later, so one engine
@@ -305,20 +305,20 @@ pub trait RecordStore: Send + Sync + 'static {
     /// Marks the claim's outcome unknown (fenced, in flight only).
     fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>>;
 
-    /// Extends an in-flight claim's lease to `lease_expires_at` (relative to `now`; fenced), so a
+    /// Extends an in-flight claim's lease to end `lease` after `now` (fenced), so a
     /// long body is not taken for a dead worker.
     fn renew(
         &self,
         key: Key,
         token: Token,
         now: Timestamp,
-        lease_expires_at: Timestamp,
+        lease: Duration,
     ) -> BoxFuture<'_, Result<(), StoreError>>;
 
     /// Takes over a call whose worker is gone, to run its body again under the same reference
     /// (`recover = "rerun"`): a record of `key` that is in flight with its lease ended at or
-    /// before `now`, or unknown, becomes in flight under `token` with its lease ending at
-    /// `lease_expires_at` (relative to `now`), same generation. Atomic: of concurrent takeovers
+    /// before `now`, or unknown, becomes in flight under `token` with its lease ending `lease`
+    /// after `now`, same generation. Atomic: of concurrent takeovers
     /// (and claims) exactly one wins, because the winner's lease is live for the others. Fenced
     /// by the state and the lease, not a token: any other state is [`StoreError::WrongState`],
     /// no record [`StoreError::NotFound`]. The old worker's late completion is fenced by the new
@@ -328,7 +328,7 @@ pub trait RecordStore: Send + Sync + 'static {
         key: Key,
         token: Token,
         now: Timestamp,
-        lease_expires_at: Timestamp,
+        lease: Duration,
     ) -> BoxFuture<'_, Result<Reference, StoreError>>;
 
     /// Settles an in-flight or unknown claim at `at` (fenced by `token`, which it then bumps, so

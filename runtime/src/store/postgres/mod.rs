@@ -512,7 +512,7 @@ impl RecordStore for PostgresStore {
             let bound = |sql| {
                 head(sql)
                     .bind(req.now.as_millis())
-                    .bind(req.lease_expires_at.as_millis())
+                    .bind((req.now + req.lease).as_millis())
                     .bind(req.token.0)
                     .bind(req.subject.unwrap_or(""))
                     .bind(self.clock_offset)
@@ -521,7 +521,7 @@ impl RecordStore for PostgresStore {
             let claim = || match self.clock_offset {
                 Some(0) => head(CLAIM_ON_SERVER_CLOCK)
                     .bind(
-                        req.lease_expires_at
+                        (req.now + req.lease)
                             .as_millis()
                             .saturating_sub(req.now.as_millis()),
                     )
@@ -645,8 +645,9 @@ impl RecordStore for PostgresStore {
         key: Key,
         token: Token,
         now: Timestamp,
-        lease_expires_at: Timestamp,
+        lease: Duration,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
+        let lease_expires_at = now + lease;
         Box::pin(self.fenced(
             key,
             token,
@@ -677,8 +678,9 @@ impl RecordStore for PostgresStore {
         key: Key,
         token: Token,
         now: Timestamp,
-        lease_expires_at: Timestamp,
+        lease: Duration,
     ) -> BoxFuture<'_, Result<Reference, StoreError>> {
+        let lease_expires_at = now + lease;
         Box::pin(async move {
             let generation: Option<i32> = sqlx::query_scalar(concat!(
                 "UPDATE idempotency_records SET token = $3, state = 0, lease_or_settled_at = ",

@@ -560,7 +560,7 @@ impl RecordStore for RedisStore {
             let inner = &*self.inner;
             let prefix = *req.key.reference(1).prefix();
             let k = inner.keys(&prefix);
-            let (now, lease) = (ms(req.now), ms(req.lease_expires_at));
+            let (now, lease) = (ms(req.now), ms(req.now + req.lease));
             let window = u64::try_from(req.window.as_millis())
                 .unwrap_or(u64::MAX)
                 .to_string();
@@ -648,9 +648,9 @@ impl RecordStore for RedisStore {
         key: Key,
         token: Token,
         now: Timestamp,
-        lease_expires_at: Timestamp,
+        lease: Duration,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.fenced(key, token, Op::Renew(now, lease_expires_at)))
+        Box::pin(self.fenced(key, token, Op::Renew(now, now + lease)))
     }
 
     /// The fenced script's takeover: fenced by the state and the lease on the server's clock
@@ -660,9 +660,9 @@ impl RecordStore for RedisStore {
         key: Key,
         token: Token,
         now: Timestamp,
-        lease_expires_at: Timestamp,
+        lease: Duration,
     ) -> BoxFuture<'_, Result<Reference, StoreError>> {
-        Box::pin(self.fenced_update(key, token, Op::TakeOver(now, lease_expires_at)))
+        Box::pin(self.fenced_update(key, token, Op::TakeOver(now, now + lease)))
     }
 
     fn settle<'a>(

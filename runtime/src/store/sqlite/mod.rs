@@ -311,7 +311,7 @@ impl RecordStore for SqliteStore {
                     .bind(req.tool)
                     .bind(fingerprint)
                     .bind(req.now.as_millis())
-                    .bind(req.lease_expires_at.as_millis())
+                    .bind((req.now + req.lease).as_millis())
                     .bind(req.token.0)
                     .bind(req.subject.unwrap_or(""))
                     .bind(window_ms(req.window))
@@ -422,8 +422,9 @@ impl RecordStore for SqliteStore {
         key: Key,
         token: Token,
         now: Timestamp,
-        lease_expires_at: Timestamp,
+        lease: Duration,
     ) -> BoxFuture<'_, Result<Reference, StoreError>> {
+        let lease_expires_at = now + lease;
         Box::pin(async move {
             let generation: Option<i64> = sqlx::query_scalar(
                 "UPDATE idempotency_records SET token = $3, state = 0, ends_at = $5 \
@@ -449,9 +450,10 @@ impl RecordStore for SqliteStore {
         &self,
         key: Key,
         token: Token,
-        _now: Timestamp,
-        lease_expires_at: Timestamp,
+        now: Timestamp,
+        lease: Duration,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
+        let lease_expires_at = now + lease;
         Box::pin(self.fenced(key, token, &[RecordState::InFlight], "the lease renewal", move || {
             fenced_query(
                 "UPDATE idempotency_records SET ends_at = $4 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
