@@ -138,24 +138,22 @@ pub struct SecretError {
     len: usize,
 }
 
-/// HMAC-SHA256 (RFC 2104) of the concatenated `parts` under `key`.
+/// HMAC-SHA256 (RFC 2104, RustCrypto's `hmac`) of the concatenated `parts` under `key`.
 fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
-    const BLOCK: usize = 64;
-    let mut block = [0u8; BLOCK];
-    if key.len() > BLOCK {
+    use hmac::{KeyInit, Mac};
+    // The key as HMAC uses it, one block (RFC 2104: a longer key is hashed first, a shorter one
+    // padded with zeros), handed over whole: the infallible constructor, no error to handle.
+    let mut block = [0u8; 64];
+    if key.len() > block.len() {
         block[..32].copy_from_slice(&Sha256::digest(key));
     } else {
         block[..key.len()].copy_from_slice(key);
     }
-    let mut inner = Sha256::new();
-    inner.update(block.map(|b| b ^ 0x36));
+    let mut mac = <hmac::Hmac<Sha256> as KeyInit>::new(&block.into());
     for part in parts {
-        inner.update(part);
+        mac.update(part);
     }
-    let mut outer = Sha256::new();
-    outer.update(block.map(|b| b ^ 0x5c));
-    outer.update(inner.finalize());
-    outer.finalize().into()
+    mac.finalize().into_bytes().into()
 }
 
 /// Who is calling: the tenant (the account the data belongs to) and the subject (the user or
