@@ -94,6 +94,12 @@ pub fn prepare_business_or_call<A: Arguments + ?Sized, B: Serialize + ?Sized>(
 /// [`KeyProbeAny::key`] and returns a type that cannot be a business key.
 pub struct KeyProbe<'a, T: ?Sized>(pub &'a T);
 
+impl<T: ?Sized> std::fmt::Debug for KeyProbe<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyProbe")
+    }
+}
+
 /// What [`KeyProbe::key`] gives for an `Option` field: a `business_key` field that may be
 /// missing needs `missing_key = "refuse"` (refuse such calls) or `missing_key = "call_key"` (key
 /// them by all their arguments).
@@ -111,6 +117,7 @@ pub fn business_key_field<B: BusinessKeyField + ?Sized>(_field: &B) {}
 
 /// Stands for an `Option` business-key field; not a [`BusinessKeyField`].
 #[allow(non_camel_case_types)]
+#[derive(Debug)]
 pub struct an_Option_business_key_needs_missing_key;
 
 impl<T> KeyProbe<'_, Option<T>> {

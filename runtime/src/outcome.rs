@@ -88,6 +88,13 @@ pub struct ErrorPolicy<E> {
     pub(crate) describe: fn(&E) -> String,
 }
 
+impl<E> std::fmt::Debug for ErrorPolicy<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Four function pointers: nothing a reader could use but their existence.
+        f.debug_struct("ErrorPolicy").finish_non_exhaustive()
+    }
+}
+
 impl<E> Clone for ErrorPolicy<E> {
     fn clone(&self) -> Self {
         *self

@@ -46,6 +46,17 @@ pub struct Dispatcher<D> {
     batch: u32,
 }
 
+impl<D> std::fmt::Debug for Dispatcher<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("every", &self.every)
+            .field("redeliver_after", &self.redeliver_after)
+            .field("max_attempts", &self.max_attempts)
+            .field("batch", &self.batch)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<D, Fut> Dispatcher<D>
 where
     D: Fn(OutboxEntry) -> Fut + Send + Sync + 'static,

@@ -36,6 +36,15 @@ pub struct Purger {
     retention: Duration,
 }
 
+impl std::fmt::Debug for Purger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Purger")
+            .field("every", &self.every)
+            .field("retention", &self.retention)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Purger {
     /// A purger over the engine's store: every 5 minutes, 48 h retention.
     pub fn new(engine: &Idempotency) -> Self {

@@ -33,6 +33,15 @@ pub struct Reconciler {
     every: Duration,
 }
 
+impl std::fmt::Debug for Reconciler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reconciler")
+            .field("every", &self.every)
+            .field("batch", &self.rounds.batch)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Reconciler {
     /// A reconciler over the engine's store and clock: a round every 30 s, at most 100 claims a
     /// round. A settled answer is replayed for its tool's window, which the claim recorded.
