@@ -121,6 +121,7 @@ use std::time::Duration;
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, Key, Reference, SecretFingerprint};
 
+mod admin;
 mod error;
 mod memory;
 #[cfg(feature = "postgres")]
@@ -134,6 +135,7 @@ mod sqlite;
 
 pub use crate::outbox::{OutboxEntry, OutboxMessage, Receipt};
 pub use crate::record::{RecordState, RecordStatus, Standing, StoredResponse};
+pub use admin::{Admin, AdminRecord, StoreStats};
 pub use error::{BoxError, StoreError};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
@@ -141,7 +143,7 @@ pub use memory::MemoryStore;
 pub use postgres::PostgresStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use redis::{RedisConnection, RedisRecord, RedisStore, RedisStoreBuilder};
+pub use redis::{RedisConnection, RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::SqliteStore;

@@ -31,6 +31,7 @@ use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::{RecordState, RecordStatus};
 
+mod admin;
 mod background;
 mod secret;
 

@@ -8,82 +8,48 @@ use super::{hex, ms, state_name, unhex, Record, RedisStore, SHARDS};
 use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::RecordState;
-use crate::store::StoreError;
+use crate::store::{Admin, AdminRecord, BoxFuture, StoreError, StoreStats};
 
 /// How many index entries one read of a shard takes.
 const PAGE: isize = 500;
 
-/// A record as an operator sees it, whatever its tenant ([`RedisStore::record`],
-/// [`RedisStore::each_record`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RedisRecord {
-    /// The record's reference, with its current generation.
-    pub reference: Reference,
-    /// The tenant it belongs to.
-    pub tenant: String,
-    /// The subject, for a subject-scoped record.
-    pub subject: Option<String>,
-    /// The tool called.
-    pub tool: String,
-    /// Its state.
-    pub state: RecordState,
-    /// Completed with an error answer.
-    pub error_answer: bool,
-    /// When it was claimed (the server's clock).
-    pub claimed_at: Timestamp,
-    /// The lease end while unsettled, the window end once settled.
-    pub ends_at: Timestamp,
-    /// When it was settled.
-    pub completed_at: Option<Timestamp>,
-    /// The tool's replay window, as its claim recorded it.
-    pub window: std::time::Duration,
-    /// The stored answer.
-    pub answer: Option<String>,
-    /// The bytes of the stored record (Redis adds its own per-key overhead).
-    pub bytes: usize,
-}
-
-impl RedisRecord {
-    fn read(prefix: &[u8; 8], blob: &[u8]) -> Result<Self, StoreError> {
-        let r = Record::parse(blob)?;
-        let mut key = [0u8; 32];
-        key[..8].copy_from_slice(prefix);
-        if r.key_rest.len() != 24 {
-            return Err(StoreError::corrupt("a record's key rest is not 24 bytes"));
-        }
-        key[8..].copy_from_slice(r.key_rest);
-        let (state, ok) = state_name(i64::from(r.state))?;
-        let settled = matches!(state, RecordState::Completed | RecordState::Released);
-        let utf8 = |b: &[u8], what: &str| {
-            String::from_utf8(b.to_vec())
-                .map_err(|_| StoreError::corrupt(format!("a record's {what} is not UTF-8")))
-        };
-        let subject = utf8(r.subject, "subject")?;
-        Ok(RedisRecord {
-            reference: Key::from_bytes(key).reference(r.generation),
-            tenant: utf8(r.tenant, "tenant")?,
-            subject: (!subject.is_empty()).then_some(subject),
-            tool: utf8(r.tool, "tool name")?,
-            state,
-            error_answer: ok == Some(false),
-            claimed_at: Timestamp::from_millis(r.claimed),
-            ends_at: Timestamp::from_millis(r.ends),
-            completed_at: settled.then(|| Timestamp::from_millis(r.completed)),
-            window: std::time::Duration::from_millis(
-                u64::try_from(r.window)
-                    .map_err(|_| StoreError::corrupt("a record's window is below zero"))?,
-            ),
-            answer: ok.map(|_| utf8(r.response, "answer")).transpose()?,
-            bytes: blob.len(),
-        })
+/// A record as the admin reads show it, from its bytes.
+fn admin_record(prefix: &[u8; 8], blob: &[u8]) -> Result<AdminRecord, StoreError> {
+    let r = Record::parse(blob)?;
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(prefix);
+    if r.key_rest.len() != 24 {
+        return Err(StoreError::corrupt("a record's key rest is not 24 bytes"));
     }
+    key[8..].copy_from_slice(r.key_rest);
+    let (state, ok) = state_name(i64::from(r.state))?;
+    let settled = matches!(state, RecordState::Completed | RecordState::Released);
+    let utf8 = |b: &[u8], what: &str| {
+        String::from_utf8(b.to_vec())
+            .map_err(|_| StoreError::corrupt(format!("a record's {what} is not UTF-8")))
+    };
+    let subject = utf8(r.subject, "subject")?;
+    Ok(AdminRecord {
+        reference: Key::from_bytes(key).reference(r.generation),
+        tenant: utf8(r.tenant, "tenant")?,
+        subject: (!subject.is_empty()).then_some(subject),
+        tool: utf8(r.tool, "tool name")?,
+        state,
+        error_answer: ok == Some(false),
+        claimed_at: Timestamp::from_millis(r.claimed),
+        ends_at: Timestamp::from_millis(r.ends),
+        completed_at: settled.then(|| Timestamp::from_millis(r.completed)),
+        window: std::time::Duration::from_millis(
+            u64::try_from(r.window)
+                .map_err(|_| StoreError::corrupt("a record's window is below zero"))?,
+        ),
+        answer: ok.map(|_| utf8(r.response, "answer")).transpose()?,
+    })
 }
 
 impl RedisStore {
-    /// The record under `reference`'s key, whatever its tenant and generation (one `GET`); for
-    /// an operator's tool. A handler's status lookup is
-    /// [`status`](crate::store::RecordStore::status), which is tenant-scoped.
-    pub async fn record(&self, reference: Reference) -> Result<Option<RedisRecord>, StoreError> {
+    /// The record under `reference`'s key, whatever its tenant and generation (one `GET`).
+    async fn admin_record(&self, reference: Reference) -> Result<Option<AdminRecord>, StoreError> {
         let k = self.inner.keys(reference.prefix());
         match self
             .inner
@@ -92,17 +58,17 @@ impl RedisStore {
             .await?
         {
             Value::Nil => Ok(None),
-            v => RedisRecord::read(reference.prefix(), &bytes(v)?).map(Some),
+            v => admin_record(reference.prefix(), &bytes(v)?).map(Some),
         }
     }
 
-    /// Calls `visit` with every record of the store's namespace, shard by shard, reading each
-    /// shard's index a page at a time and its records with one `MGET` per page (never a
-    /// keyspace scan; records written meanwhile may or may not be seen). For an operator's
-    /// counts: it reads every record.
-    pub async fn each_record(
+    /// Calls `visit` with every record of the store's namespace and its size in bytes, shard by
+    /// shard, reading each shard's index a page at a time and its records with one `MGET` per
+    /// page (never a keyspace scan; records written meanwhile may or may not be seen). For an
+    /// operator's counts: it reads every record.
+    async fn each_record(
         &self,
-        mut visit: impl FnMut(RedisRecord) + Send,
+        mut visit: impl FnMut(AdminRecord, usize) + Send,
     ) -> Result<(), StoreError> {
         let inner = &*self.inner;
         for shard in 0..SHARDS {
@@ -141,7 +107,8 @@ impl RedisStore {
                 for (prefix, blob) in prefixes.iter().zip(blobs) {
                     // Entries of records that expired stay in the settled band until a purge.
                     if !matches!(blob, Value::Nil) {
-                        visit(RedisRecord::read(prefix, &bytes(blob)?)?);
+                        let blob = bytes(blob)?;
+                        visit(admin_record(prefix, &blob)?, blob.len());
                     }
                 }
                 if n < PAGE {
@@ -153,9 +120,8 @@ impl RedisStore {
         Ok(())
     }
 
-    /// How many records [`purge`](crate::store::Maintenance::purge) at `now` and `older_than`
-    /// would delete (settled, window ended before `older_than`), without deleting any.
-    pub async fn purgeable(
+    /// How many records a purge at `now` and `older_than` would delete.
+    async fn count_purgeable(
         &self,
         now: Timestamp,
         older_than: Timestamp,
@@ -174,5 +140,43 @@ impl RedisStore {
             total += u64::try_from(int(&n)?).unwrap_or(0);
         }
         Ok(total)
+    }
+}
+
+impl Admin for RedisStore {
+    fn record(
+        &self,
+        reference: Reference,
+    ) -> BoxFuture<'_, Result<Option<AdminRecord>, StoreError>> {
+        Box::pin(self.admin_record(reference))
+    }
+
+    /// Reads every record of the namespace through the shard indexes; `bytes` is the records'
+    /// own (Redis adds its per-key overhead).
+    fn stats(&self, now: Timestamp) -> BoxFuture<'_, Result<StoreStats, StoreError>> {
+        Box::pin(async move {
+            let mut stats = StoreStats::default();
+            self.each_record(|r, size| {
+                stats.bytes += size as u64;
+                if r.state == RecordState::InFlight {
+                    stats.oldest_in_flight = Some(
+                        stats
+                            .oldest_in_flight
+                            .map_or(r.claimed_at, |o| o.min(r.claimed_at)),
+                    );
+                }
+                stats.count(&r.tool, r.standing(now), 1);
+            })
+            .await?;
+            Ok(stats.sorted())
+        })
+    }
+
+    fn purgeable(
+        &self,
+        now: Timestamp,
+        older_than: Timestamp,
+    ) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(self.count_purgeable(now, older_than))
     }
 }

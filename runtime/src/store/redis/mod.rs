@@ -49,7 +49,6 @@ mod background;
 mod conn;
 mod secret;
 
-pub use admin::RedisRecord;
 pub use conn::RedisConnection;
 use conn::{array, bad, bytes, int, text, Conn, Replicas, ReplicationShortfall, Script};
 

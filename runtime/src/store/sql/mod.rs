@@ -386,6 +386,85 @@ pub(crate) fn unsettled(row: UnsettledRow) -> Result<Unsettled, StoreError> {
     })
 }
 
+/// A record row as the admin reads select it (both backends, every value widened to BIGINT):
+/// tenant, subject, tool, generation, state, claimed_at, ends_at, completed_at, window (ms),
+/// response.
+pub(crate) type AdminRow = (
+    String,
+    String,
+    String,
+    i64,
+    i64,
+    i64,
+    i64,
+    Option<i64>,
+    i64,
+    Option<String>,
+);
+
+/// An admin row read back as the record `reference` names (its generation the row's).
+pub(crate) fn admin_record(
+    reference: Reference,
+    row: AdminRow,
+) -> Result<crate::store::AdminRecord, StoreError> {
+    let (
+        tenant,
+        subject,
+        tool,
+        generation,
+        code,
+        claimed_at,
+        ends_at,
+        completed_at,
+        window,
+        response,
+    ) = row;
+    let (state, ok) = split_state(i16::try_from(code).unwrap_or(i16::MAX))?;
+    let window = u64::try_from(window).map_err(|_| {
+        StoreError::corrupt(format!(
+            "the window of ref {reference} is {window} ms, below zero"
+        ))
+    })?;
+    Ok(crate::store::AdminRecord {
+        reference: reference.with_generation(generation_of(generation)?),
+        tenant,
+        subject: (!subject.is_empty()).then_some(subject),
+        tool,
+        state,
+        error_answer: ok == Some(false),
+        claimed_at: Timestamp::from_millis(claimed_at),
+        ends_at: Timestamp::from_millis(ends_at),
+        completed_at: completed_at.map(Timestamp::from_millis),
+        window: std::time::Duration::from_millis(window),
+        answer: response,
+    })
+}
+
+/// Stats from groups of (state, tool, whether `ends_at` has passed (1/0), records), the oldest
+/// claim in flight and the table's size.
+pub(crate) fn admin_stats(
+    groups: Vec<(i64, String, i64, i64)>,
+    oldest_in_flight: Option<i64>,
+    bytes: i64,
+) -> Result<crate::store::StoreStats, StoreError> {
+    let mut stats = crate::store::StoreStats {
+        oldest_in_flight: oldest_in_flight.map(Timestamp::from_millis),
+        bytes: u64::try_from(bytes).unwrap_or(0),
+        ..Default::default()
+    };
+    for (code, tool, passed, n) in groups {
+        let (state, ok) = split_state(i16::try_from(code).unwrap_or(i16::MAX)).map_err(|_| {
+            StoreError::corrupt(format!(
+                "{n} records of tool {tool} have the state code {code}, which this version does not know"
+            ))
+        })?;
+        let passed = passed != 0;
+        let standing = crate::record::Standing::of(state, ok, passed, passed);
+        stats.count(&tool, standing, u64::try_from(n).unwrap_or(0));
+    }
+    Ok(stats.sorted())
+}
+
 /// The row id an outbox receipt of the SQL stores carries.
 pub(crate) fn receipt_id(receipt: &Receipt) -> Result<i64, StoreError> {
     receipt
@@ -476,6 +555,38 @@ mod tests {
             db_error(sqlx::Error::ColumnIndexOutOfBounds { index: 9, len: 3 }),
             StoreError::Corrupt { .. }
         ));
+    }
+
+    /// A stored error is its own group (`failed`), never a second `completed` of the same tool;
+    /// a completed record whose window passed is `expired`; an in-flight one whose lease passed
+    /// is `lease_passed`.
+    #[test]
+    fn admin_stats_group_by_standing() {
+        let groups = vec![
+            (1, "charge".to_owned(), 0, 5),
+            (4, "charge".to_owned(), 0, 2),
+            (1, "charge".to_owned(), 1, 3),
+            (0, "charge".to_owned(), 1, 1),
+            (0, "ship".to_owned(), 0, 4),
+        ];
+        let stats = admin_stats(groups, Some(7), 4096).unwrap();
+        let names: Vec<(&str, &str, u64)> = stats
+            .by_tool_and_standing
+            .iter()
+            .map(|(t, s, n)| (t.as_str(), s.as_str(), *n))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("charge", "completed", 5),
+                ("charge", "expired", 3),
+                ("charge", "failed", 2),
+                ("charge", "lease_passed", 1),
+                ("ship", "in_flight", 4),
+            ]
+        );
+        assert_eq!(stats.records, 15);
+        assert!(admin_stats(vec![(9, "x".into(), 0, 1)], None, 0).is_err());
     }
 
     #[test]
