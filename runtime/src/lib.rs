@@ -70,6 +70,12 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The README's Rust blocks, compiled as doctests (`cargo test --doc`): they need the rmcp and
+// SQLite features, and exist only under rustdoc's doctest pass, so no build sees this item.
+#[cfg(all(doctest, feature = "rmcp", feature = "sqlite"))]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
 mod call;
 mod canonical;
 pub mod clock;
