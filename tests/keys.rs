@@ -255,7 +255,7 @@ async fn an_ignored_field_neither_makes_a_new_call_nor_a_mismatch() {
 }
 
 /// Version 1 of a tool's arguments, and version 2 with an optional field added the way the
-/// README says (`default` + `skip_serializing_if = "Option::is_none"`): during a rolling deploy
+/// guide says (`docs/guide.md`) (`default` + `skip_serializing_if = "Option::is_none"`): during a rolling deploy
 /// both run side by side, and a call that omits the new field must keep its key.
 mod evolution {
     use serde::{Deserialize, Serialize};

@@ -79,8 +79,8 @@
 //! the claims made since the last round's mark and the ones earlier rounds found unsettled
 //! (`idempotency_watch`). So a purge batch costs the same at 1M or 170M records however rare
 //! expired ones are, and a reconciler round costs what was claimed since the last one and what is
-//! running (see `migrations/postgres/0001_records.sql` for the design, the README's "How it
-//! scales" for the measurements). Both are still meant for background tasks, the
+//! running (see `migrations/postgres/0001_records.sql` for the design, `docs/scaling.md` for the
+//! measurements). Both are still meant for background tasks, the
 //! [`Purger`](crate::tasks::Purger) and the [`Reconciler`](crate::tasks::Reconciler), never per
 //! request; on PostgreSQL [`Maintenance::unsettled`] writes its bookkeeping (the mark, the
 //! watched claims) as it reads.
