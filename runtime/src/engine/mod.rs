@@ -144,7 +144,8 @@ impl IdempotencyBuilder {
     /// call's answer before it is told "in progress" (default zero: told at once). A tool's own
     /// `wait` wins; a tool's `timeout` bounds it too. A waiting repeat holds no claim and no
     /// store connection: it is woken at once when this engine settles the call, and reads the
-    /// record's status every 50 ms to 500 ms (doubling) to see a settlement by another replica.
+    /// record's status every 50 ms to 500 ms (doubling, jittered) to see a settlement by another
+    /// replica; the first of this engine's waiters on a call to see it wakes the others.
     /// It then answers as a repeat would: the first call's answer (replayed), or, if the first
     /// call gave its claim back, it claims and runs the body (one waiter wins; the others wait
     /// on). Waiting copies a slow processor's latency into every retry, and under load holds

@@ -2,8 +2,9 @@
 //! this engine settles the record they wait on, and a store that says so.
 //!
 //! A waiter holds no claim and no store connection: it parks on its key's [`Notify`] and, now
-//! and then (50 ms doubling to 500 ms), reads the record's status, which is how it sees a
-//! settlement made by another process. When either says the record may have moved on, the
+//! and then (50 ms doubling to 500 ms, each pause jittered down to half), reads the record's
+//! status, which is how it sees a settlement made by another process; the first waiter of this
+//! engine to read it wakes the others on the key. When either says the record may have moved on, the
 //! engine claims again, which answers as any repeat would (replay, run, unknown...).
 
 use std::collections::HashMap;
@@ -137,7 +138,11 @@ impl Slot {
                 read = read => match read {
                     Err(_) => return Waited::Over,
                     Ok(Ok(Some(s))) if running(&s, reference, clock.now()) => {}
-                    Ok(Ok(_)) => return Waited::Moved,
+                    Ok(Ok(_)) => {
+                        // The others waiting on this key here need not read it too.
+                        self.notify.notify_waiters();
+                        return Waited::Moved;
+                    }
                     Ok(Err(e)) => {
                         tracing::debug!(%reference, error = %e, "idempotency: a waiting repeat could not read the record; still waiting");
                     }
@@ -145,12 +150,26 @@ impl Slot {
             }
             tokio::select! {
                 () = &mut woken => return Waited::Moved,
-                () = tokio::time::sleep(pause) => {}
+                () = tokio::time::sleep(jittered(pause)) => {}
                 () = tokio::time::sleep_until(until) => return Waited::Over,
             }
             pause = (pause * 2).min(LAST_POLL);
         }
     }
+}
+
+/// Between half `pause` and `pause`: waiters that began together do not read together (which
+/// would open store connections for them at once).
+fn jittered(pause: Duration) -> Duration {
+    use std::hash::BuildHasher;
+    static SEQ: AtomicUsize = AtomicUsize::new(0);
+    static KEYS: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+    let noise = KEYS
+        .get_or_init(std::hash::RandomState::new)
+        .hash_one(SEQ.fetch_add(1, Ordering::Relaxed));
+    let half = pause / 2;
+    let spread = u64::try_from(half.as_micros()).unwrap_or(u64::MAX).max(1);
+    half + Duration::from_micros(noise % spread)
 }
 
 /// Whether `s` is still `reference`'s call in flight with a live lease.
