@@ -407,6 +407,36 @@ async fn a_waiter_sees_another_replicas_answer(b: Backend) {
     b.finish().await;
 }
 
+/// Two repeats wait on one replica for a call on another; once one of them reads the answer, the
+/// other is woken by it (every read it makes after its first hangs).
+async fn the_first_waiter_to_see_the_answer_wakes_the_others(b: Backend) {
+    let here = World::new(&b, |e| e);
+    let there = World::new(&b, |e| e);
+    there.store.script(
+        Op::Status,
+        [Act::Report, Act::Report, Act::Park]
+            .into_iter()
+            .chain(std::iter::repeat_n(Act::Hang, 100)),
+    );
+    let mut first = here.held(WAITING, 7).await;
+    started(&mut first).await;
+    let repeats: Vec<_> = (0..2).map(|_| there.call(WAITING, 7)).collect();
+    for _ in 0..3 {
+        // Both waiting, then one of them in its second read, held until the answer is recorded.
+        there.a_repeat_waits().await;
+    }
+    first.gate.send(Ok(70)).expect("gate");
+    assert_eq!(answer(first.call).await.result.ok(), Some(70));
+    there.store.unpark();
+    for repeat in repeats {
+        let repeat = answer(repeat).await;
+        assert!(repeat.replayed, "{:?}", repeat.result);
+        assert_eq!(repeat.result.ok(), Some(70));
+    }
+    assert_eq!(here.effects.load(Ordering::SeqCst), 1);
+    b.finish().await;
+}
+
 macro_rules! on_every_store {
     ($($case:ident),* $(,)?) => {
         mod memory {
@@ -461,4 +491,5 @@ on_every_store!(
     the_cap_on_waiters_and_a_cancelled_waiter,
     this_engines_completion_wakes_its_waiter,
     a_waiter_sees_another_replicas_answer,
+    the_first_waiter_to_see_the_answer_wakes_the_others,
 );
