@@ -34,7 +34,11 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// On the shared store the server refuses to start without `IDEMPOTENCY_SECRET` (the demo
 /// secret is for the local SQLite demo only), and, like every engine, when the store's records
 /// are keyed with another secret ([`IdempotencyBuilder::start`](idempotency::IdempotencyBuilder::start)).
+///
+/// `IDEMPOTENCY_WAIT` (default `0s`) is how long a repeat that finds its call in progress waits
+/// for its answer ([`IdempotencyBuilder::wait`](idempotency::IdempotencyBuilder::wait)).
 pub async fn engine_from_env(reconcile: impl Reconcile) -> Result<(Idempotency, String), BoxError> {
+    let wait = wait_from_env()?;
     if let Ok(url) = std::env::var("DATABASE_URL") {
         let secret = secret_from_env(SecretUse::Shared("DATABASE_URL"))?;
         let store = PostgresStore::connect(&url).await.map_err(|e| {
@@ -47,6 +51,7 @@ pub async fn engine_from_env(reconcile: impl Reconcile) -> Result<(Idempotency, 
         let engine = Idempotency::builder(store)
             .secret(secret)
             .reconcile(reconcile)
+            .wait(wait)
             .start()
             .await
             .map_err(|e| {
@@ -66,10 +71,33 @@ pub async fn engine_from_env(reconcile: impl Reconcile) -> Result<(Idempotency, 
     let engine = Idempotency::builder(store)
         .secret(secret)
         .reconcile(reconcile)
+        .wait(wait)
         .start()
         .await
         .map_err(|e| format!("cannot start on the SQLite store {path}: {}", chain(&e)))?;
     Ok((engine, format!("SQLite file {path}")))
+}
+
+/// `IDEMPOTENCY_WAIT`: a whole number and a unit (`ms`, `s`, `m`); unset means no wait.
+fn wait_from_env() -> Result<std::time::Duration, BoxError> {
+    match std::env::var("IDEMPOTENCY_WAIT") {
+        Ok(text) => parse_wait(&text).ok_or_else(|| {
+            format!("IDEMPOTENCY_WAIT={text:?} is not a duration: give a whole number and a unit (ms, s or m), e.g. 500ms, 3s").into()
+        }),
+        Err(_) => Ok(std::time::Duration::ZERO),
+    }
+}
+
+fn parse_wait(text: &str) -> Option<std::time::Duration> {
+    let text = text.trim();
+    let digits = text.find(|c: char| !c.is_ascii_digit())?;
+    let n: u64 = text[..digits].parse().ok()?;
+    match &text[digits..] {
+        "ms" => Some(std::time::Duration::from_millis(n)),
+        "s" => Some(std::time::Duration::from_secs(n)),
+        "m" => Some(std::time::Duration::from_secs(n.checked_mul(60)?)),
+        _ => None,
+    }
 }
 
 /// `e` and its causes, `: `-separated (a cause whose text is already there is not repeated).
@@ -320,6 +348,22 @@ pub fn exit(result: Result<(), BoxError>) -> std::process::ExitCode {
         Err(e) => {
             eprintln!("error: {}", chain(&*e));
             std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn wait_durations() {
+        assert_eq!(super::parse_wait("0s"), Some(Duration::ZERO));
+        assert_eq!(super::parse_wait("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(super::parse_wait(" 3s "), Some(Duration::from_secs(3)));
+        assert_eq!(super::parse_wait("2m"), Some(Duration::from_secs(120)));
+        for bad in ["", "3", "s", "3h", "-1s", "1.5s"] {
+            assert_eq!(super::parse_wait(bad), None, "{bad:?}");
         }
     }
 }

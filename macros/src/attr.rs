@@ -15,6 +15,7 @@ mod kw {
     syn::custom_keyword!(name);
     syn::custom_keyword!(on_error);
     syn::custom_keyword!(timeout);
+    syn::custom_keyword!(wait);
     syn::custom_keyword!(context);
     syn::custom_keyword!(scope);
     syn::custom_keyword!(ignore);
@@ -26,7 +27,7 @@ mod kw {
 
 /// Listed in the "unknown option" error.
 pub const OPTIONS: &str = "`window`, `business_key`, `missing_key`, `scope`, `ignore`, `name`, \
-                            `on_error`, `timeout`, `recover`, `context`, `task`, `crate`";
+                            `on_error`, `timeout`, `wait`, `recover`, `context`, `task`, `crate`";
 
 /// The replay window when `window` is not given: 15 minutes.
 pub const DEFAULT_WINDOW_MS: u64 = 15 * 60 * 1000;
@@ -103,6 +104,8 @@ pub struct Options {
     pub name: Option<Opt<LitStr>>,
     pub on_error: Option<Opt<OnError>>,
     pub timeout: Option<Opt<u64>>,
+    /// `wait`: how long a repeat that finds the call in flight waits for its answer.
+    pub wait: Option<Opt<u64>>,
     pub recover: Option<Opt<Recover>>,
     pub context: Option<Opt<Ident>>,
     pub krate: Option<Opt<syn::Path>>,
@@ -244,7 +247,7 @@ impl Options {
 
     fn parse_one(&mut self, cx: &mut Ctxt, input: ParseStream) -> syn::Result<()> {
         let la = input.lookahead1();
-        if la.peek(kw::window) || la.peek(kw::timeout) {
+        if la.peek(kw::window) || la.peek(kw::timeout) || la.peek(kw::wait) {
             let key: Ident = input.call(Ident::parse_any)?;
             input.parse::<Token![=]>()?;
             let lit = string(input, &key.to_string(), "\"15m\"")?;
@@ -257,6 +260,8 @@ impl Options {
             };
             let (slot, name) = if key == "window" {
                 (&mut self.window, "window")
+            } else if key == "wait" {
+                (&mut self.wait, "wait")
             } else {
                 (&mut self.timeout, "timeout")
             };
@@ -599,6 +604,7 @@ mod tests {
             name = "n",
             on_error = "definitive",
             timeout = "30s",
+            wait = "3s",
             context = "ctx",
             crate = "::idem"
         ));
@@ -607,6 +613,7 @@ mod tests {
         assert_eq!(o.business_key.map(|b| b.value.len()), Some(2));
         assert_eq!(o.on_error.map(|o| o.value), Some(OnError::Definitive));
         assert_eq!(o.timeout.map(|t| t.value), Some(30_000));
+        assert_eq!(o.wait.map(|t| t.value), Some(3_000));
         let (o, e) = parse(quote!());
         assert!(e.is_none());
         assert_eq!(o.window_ms(), DEFAULT_WINDOW_MS);

@@ -170,6 +170,10 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         let ms = t.value;
         spec.extend(quote!(.with_timeout(#p::Duration::from_millis(#ms))));
     }
+    if let Some(w) = &opts.wait {
+        let ms = w.value;
+        spec.extend(quote!(.with_wait(#p::Duration::from_millis(#ms))));
+    }
     if let Some(scope) = &opts.scope {
         let variant = match scope.value {
             Scope::Tenant => quote!(Tenant),
@@ -841,9 +845,10 @@ mod tests {
             "{out}"
         );
         assert!(!out.contains("with_timeout"), "{out}");
+        assert!(!out.contains("with_wait"), "{out}");
         assert!(!out.contains("__wrapped"), "{out}");
         let out = expand(
-            quote!(timeout = "30s"),
+            quote!(timeout = "30s", wait = "3s"),
             quote!(
                 async fn ship(&self, args: A) -> Result<R, E> {
                     Ok(R)
@@ -852,6 +857,12 @@ mod tests {
         );
         assert!(
             out.contains(". with_timeout (:: idempotency :: __private :: Duration :: from_millis (30000u64))"),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                ". with_wait (:: idempotency :: __private :: Duration :: from_millis (3000u64))"
+            ),
             "{out}"
         );
     }

@@ -48,6 +48,7 @@ use proc_macro::TokenStream;
 /// | `name = "charge_card"` | the tool name in the key | rmcp: `#[tool(name = ...)]`, else the fn name |
 /// | `on_error = "retryable" \| "definitive" \| "unknown"` | one disposition for every error | each error's `idempotency::Classify` |
 /// | `timeout = "30s"` | abandon a running call as "outcome unknown" after this | none |
+/// | `wait = "3s"` | a repeat that finds the call in progress waits up to this (and the `timeout`) for its answer instead of answering "in progress" at once | the engine's (`IdempotencyBuilder::wait`, default none) |
 /// | `recover = "unknown" \| "rerun" \| "reconcile"` | once the call's worker is gone (crash, panic, timeout, lost completion): repeats are told "outcome unknown"; or the next repeat runs the body again under the same reference (for side effects that deduplicate on it); or your `Reconcile` settles it | `"unknown"` |
 /// | `context = "ctx"` | the context parameter (plain mode) | see below |
 /// | `task` | rmcp tools: a client that declared the tasks extension gets a durable task (see `idempotency::mcp::task`); the server must be `Clone + Send + Sync + 'static` | answered inline |

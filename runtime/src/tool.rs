@@ -24,6 +24,7 @@ pub struct ToolSpec {
     pub(crate) name: &'static str,
     pub(crate) window: Duration,
     pub(crate) timeout: Option<Duration>,
+    pub(crate) wait: Option<Duration>,
     pub(crate) scope: Option<Scope>,
     pub(crate) ignore: &'static [&'static str],
     pub(crate) recover: Recover,
@@ -36,6 +37,7 @@ impl ToolSpec {
             name,
             window,
             timeout: None,
+            wait: None,
             scope: None,
             ignore: &[],
             recover: Recover::Unknown,
@@ -57,6 +59,19 @@ impl ToolSpec {
     pub const fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
+    }
+
+    /// How long a repeat that finds the call in progress waits for its answer (bounded also by
+    /// the timeout) before it is told "in progress"; overrides the engine's
+    /// [`IdempotencyBuilder::wait`](crate::IdempotencyBuilder::wait). Zero: no wait.
+    pub const fn with_wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// How long a repeat waits for a call in progress, if the tool sets it.
+    pub const fn wait(&self) -> Option<Duration> {
+        self.wait
     }
 
     /// Who shares the tool's records (default: [`Scope::Subject`] for call keys,

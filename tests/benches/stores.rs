@@ -10,9 +10,19 @@
 //! Environment: `DATABASE_URL` (the PostgreSQL part is skipped without it), `BENCH_ROWS` (rows
 //! in the full table, 100000), `BENCH_SAMPLES` (latency samples per figure, 2000), `BENCH_SECS`
 //! (seconds per side per throughput figure, 16; its ratio is the median of paired 1 s slices),
-//! `BENCH_CLIENTS` (concurrent clients and pool size, 32), `BENCH_ONLY` (`postgres` or `sqlite`:
-//! run one part), `BENCH_KEEP_SCHEMA` (set: keep the PostgreSQL schema, with both full tables,
+//! `BENCH_CLIENTS` (concurrent clients and pool size, 32), `BENCH_ONLY` (`postgres`, `sqlite` or
+//! `wait`: run one part), `BENCH_KEEP_SCHEMA` (set: keep the PostgreSQL schema, with both full tables,
 //! for inspection).
+//!
+//! Then, per store, a line on repeats that wait for the call in progress (`wait`):
+//! `wait store=<postgres|redis|sqlite> waiters=100 answer_after_completion_p50_ms=..
+//! answer_after_completion_p99_ms=.. extra_connections=..`. One engine holds a first call; 100
+//! repeats of it wait on a second engine over the same store (another replica: they see the
+//! completion through their status reads, not this engine's in-process wake-up); the figures are
+//! from the first call's answer to each waiter's, over `BENCH_WAIT_ROUNDS` (5) rounds, and the
+//! store connections open while they wait beyond those a burst of 100 calls answered at once
+//! left open. `BENCH_ONLY=wait` runs only
+//! these lines.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -734,6 +744,171 @@ async fn sqlite(cfg: &Config) -> Table {
     t
 }
 
+/// One `wait` line: `rounds` rounds of a held first call on `first` and 100 waiters on `second`
+/// (same store); `connections` counts the store connections open now.
+async fn wait_line(
+    store: &str,
+    first: Arc<dyn Store>,
+    second: Arc<dyn Store>,
+    connections: impl Fn() -> Pin<Box<dyn Future<Output = usize> + Send>>,
+    rounds: u64,
+) -> String {
+    use idempotency::outcome::ErrorPolicy;
+    use idempotency::tool::{Prepared, ToolSpec};
+    use idempotency::{Caller, Idempotency};
+    const WAITERS: usize = 100;
+    let spec =
+        ToolSpec::new("charge_card", Duration::from_secs(900)).with_wait(Duration::from_secs(30));
+    let caller = Caller::new("acme", "alice");
+    let here = Idempotency::builder_shared(first).build();
+    let there = Idempotency::builder_shared(second).build();
+    let call = |engine: &Idempotency, n: u64, gate: Option<tokio::sync::oneshot::Receiver<()>>| {
+        let (engine, caller) = (engine.clone(), caller.clone());
+        tokio::spawn(async move {
+            let prepared = Prepared::call(&caller, &spec, &n).expect("key");
+            let out = engine
+                .execute_raw(
+                    &spec,
+                    &caller,
+                    prepared,
+                    ErrorPolicy::<String>::retryable(),
+                    async move {
+                        if let Some(gate) = gate {
+                            gate.await.ok();
+                        }
+                        Ok::<u64, String>(n)
+                    },
+                )
+                .await;
+            assert_eq!(out.result.ok(), Some(n));
+            (Instant::now(), out.replayed)
+        })
+    };
+    // Warm both engines (the secret check, a connection each), and the second one's pool with a
+    // burst of as many calls as there will be waiters, so that what the figure counts is what
+    // waiting adds to the same burst of repeats answered at once.
+    call(&here, u64::MAX, None).await.expect("warm");
+    let burst: Vec<_> = (0..WAITERS as u64)
+        .map(|i| call(&there, u64::MAX - 1 - i, None))
+        .collect();
+    for c in burst {
+        c.await.expect("warm");
+    }
+    let mut latencies = Vec::new();
+    let mut extra = 0;
+    for round in 0..rounds {
+        let n = 1_000_000 + round;
+        let (open, gate) = tokio::sync::oneshot::channel();
+        let held = call(&here, n, Some(gate));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let before = connections().await;
+        let waiters: Vec<_> = (0..WAITERS).map(|_| call(&there, n, None)).collect();
+        // Let every waiter settle into its reads (and their pauses) before the answer comes.
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            extra = extra.max(connections().await.saturating_sub(before));
+        }
+        open.send(()).expect("gate");
+        let (completed, _) = held.await.expect("first call");
+        for w in waiters {
+            let (answered, replayed) = w.await.expect("waiter");
+            assert!(replayed, "a waiter ran the body");
+            latencies.push(answered.saturating_duration_since(completed));
+        }
+    }
+    latencies.sort();
+    let at = |q: f64| {
+        let i = ((latencies.len() as f64 * q).ceil() as usize).clamp(1, latencies.len()) - 1;
+        latencies[i].as_secs_f64() * 1e3
+    };
+    format!(
+        "wait store={store} waiters={WAITERS} answer_after_completion_p50_ms={:.1} answer_after_completion_p99_ms={:.1} extra_connections={extra}",
+        at(0.5),
+        at(0.99)
+    )
+}
+
+/// The `wait` lines of the stores there are (PostgreSQL with `DATABASE_URL`).
+async fn wait_lines() -> Vec<String> {
+    let rounds = env("BENCH_WAIT_ROUNDS", 5);
+    let mut lines = Vec::new();
+    if let Some(schema) = TestSchema::create("bench_wait").await {
+        let first = schema.server_clock_store().await;
+        let second = schema.server_clock_store().await;
+        let pool = second.pool().clone();
+        let line = wait_line(
+            "postgres",
+            Arc::new(first),
+            Arc::new(second),
+            move || {
+                let pool = pool.clone();
+                Box::pin(async move { pool.size() as usize })
+            },
+            rounds,
+        )
+        .await;
+        println!("{line}");
+        lines.push(line);
+        schema.drop_schema().await;
+    }
+    #[cfg(feature = "redis")]
+    {
+        use idempotency::store::RedisStore;
+        use idempotency_tests::redis_servers::shared_server;
+        let namespace = unique_name("bench_wait");
+        let connect = || async {
+            RedisStore::builder()
+                .namespace(namespace.clone())
+                .connect(&shared_server().url())
+                .await
+                .expect("redis")
+        };
+        let (first, second) = (connect().await, connect().await);
+        let line = wait_line(
+            "redis",
+            Arc::new(first),
+            Arc::new(second),
+            || {
+                Box::pin(async {
+                    tokio::task::spawn_blocking(|| {
+                        shared_server()
+                            .node
+                            .text(&["CLIENT", "LIST"])
+                            .lines()
+                            .count()
+                    })
+                    .await
+                    .expect("client list")
+                })
+            },
+            rounds,
+        )
+        .await;
+        println!("{line}");
+        lines.push(line);
+    }
+    {
+        let file = TempFile(std::env::temp_dir().join(format!("{}.db", unique_name("bench_wait"))));
+        let first = SqliteStore::open(&file.0).await.expect("store");
+        let second = SqliteStore::open(&file.0).await.expect("store");
+        let pool = second.pool().clone();
+        let line = wait_line(
+            "sqlite",
+            Arc::new(first),
+            Arc::new(second),
+            move || {
+                let pool = pool.clone();
+                Box::pin(async move { pool.size() as usize })
+            },
+            rounds,
+        )
+        .await;
+        println!("{line}");
+        lines.push(line);
+    }
+    lines
+}
+
 fn main() {
     if tracing::subscriber::set_global_default(CountStatements).is_err() {
         eprintln!("a tracing subscriber was already set; statement counts will read 0");
@@ -752,13 +927,18 @@ fn main() {
     let tables = rt.block_on(async {
         let mut tables = Vec::new();
         let only = std::env::var("BENCH_ONLY").unwrap_or_default();
-        if only != "sqlite" {
+        if only.is_empty() || only == "postgres" {
             if let Some(t) = postgres(&cfg).await {
                 tables.push(t);
             }
         }
-        if only != "postgres" {
+        if only.is_empty() || only == "sqlite" {
             tables.push(sqlite(&cfg).await);
+        }
+        if only.is_empty() || only == "wait" {
+            tables.push(Table {
+                lines: wait_lines().await,
+            });
         }
         tables
     });

@@ -19,11 +19,13 @@ mod attempt;
 pub(crate) mod expiry;
 mod guard;
 mod secret;
+mod wait;
 
 use attempt::Attempt;
 use expiry::{Background, Reconcile};
 use guard::{bounded, ClaimGuard};
 use secret::SecretCheck;
+use wait::{Waited, Waiters, Waking};
 
 /// The store and clock every idempotent tool of a server shares. Cheap to clone.
 ///
@@ -44,6 +46,12 @@ pub struct Idempotency {
     background: Option<Arc<Background>>,
     /// Whether the store's records are keyed with this engine's secret (checked once).
     secret_check: Arc<SecretCheck>,
+    /// How long a repeat waits for a call in progress when its tool does not say.
+    wait: Duration,
+    /// At most this many repeats wait at once; the next is told "in progress" at once.
+    max_waiters: usize,
+    /// The repeats waiting now, woken when this engine settles their record.
+    waiters: Arc<Waiters>,
 }
 
 impl std::fmt::Debug for Idempotency {
@@ -72,6 +80,9 @@ pub struct IdempotencyBuilder {
     expiry: Expiry,
     secret: Option<Secret>,
     previous: Vec<Secret>,
+    wait: Duration,
+    max_waiters: usize,
+    waiters: Arc<Waiters>,
 }
 
 /// What the engine does about claims whose lease passed.
@@ -126,6 +137,29 @@ impl IdempotencyBuilder {
     /// worker renews it.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease.max(Duration::from_secs(1));
+        self
+    }
+
+    /// How long a repeat that finds its call in progress (claimed, lease live) waits for that
+    /// call's answer before it is told "in progress" (default zero: told at once). A tool's own
+    /// `wait` wins; a tool's `timeout` bounds it too. A waiting repeat holds no claim and no
+    /// store connection: it is woken at once when this engine settles the call, and reads the
+    /// record's status every 50 ms to 500 ms (doubling, jittered) to see a settlement by another
+    /// replica; the first of this engine's waiters on a call to see it wakes the others.
+    /// It then answers as a repeat would: the first call's answer (replayed), or, if the first
+    /// call gave its claim back, it claims and runs the body (one waiter wins; the others wait
+    /// on). Waiting copies a slow processor's latency into every retry, and under load holds
+    /// requests open: the immediate "in progress" stays the default.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// At most `max` repeats wait at once in this engine (default
+    /// [`Idempotency::DEFAULT_MAX_WAITERS`], 1,000); beyond that a repeat is told "in
+    /// progress" at once.
+    pub fn max_waiters(mut self, max: usize) -> Self {
+        self.max_waiters = max;
         self
     }
 
@@ -236,6 +270,9 @@ impl IdempotencyBuilder {
             previous: self.previous.into(),
             background,
             secret_check,
+            wait: self.wait,
+            max_waiters: self.max_waiters,
+            waiters: self.waiters,
         }
     }
 }
@@ -244,6 +281,13 @@ impl Idempotency {
     /// How long a claim's lease lasts unless renewed (30 s); a running body renews it every
     /// third of its lease.
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+    /// How many repeats may wait at once in one engine unless
+    /// [`IdempotencyBuilder::max_waiters`] says otherwise: 1,000. A waiter costs a parked task
+    /// and a request held open; at the slowest poll (500 ms) 1,000 of them read the store about
+    /// 2,000 times a second, which one PostgreSQL or Redis absorbs. Past that, a processor that
+    /// slow is better answered "in progress" than queued behind.
+    pub const DEFAULT_MAX_WAITERS: usize = 1_000;
 
     /// An engine over `store`, on the system clock, with the default lease (30 s) and the default
     /// lease-expiry handling (a claim whose lease passed becomes "outcome unknown").
@@ -258,8 +302,12 @@ impl Idempotency {
 
     /// A builder over a store shared with something else (another engine, an admin task).
     pub fn builder_shared(store: Arc<dyn Store>) -> IdempotencyBuilder {
+        let waiters = Arc::new(Waiters::default());
         IdempotencyBuilder {
-            store: Arc::new(crate::metrics::Metered(store)),
+            store: Arc::new(Waking {
+                store: Arc::new(crate::metrics::Metered(store)),
+                waiters: waiters.clone(),
+            }),
             clock: Arc::new(SystemClock),
             lease: Self::DEFAULT_LEASE,
             expiry: Expiry::On {
@@ -268,6 +316,9 @@ impl Idempotency {
             },
             secret: None,
             previous: Vec::new(),
+            wait: Duration::ZERO,
+            max_waiters: Self::DEFAULT_MAX_WAITERS,
+            waiters,
         }
     }
 
@@ -371,45 +422,63 @@ impl Idempotency {
         Fut: Future<Output = Result<T, E>> + Send,
     {
         let tool = spec.name;
-        let now = self.clock.now();
+        let started = tokio::time::Instant::now();
         // With a timeout, a store that does not answer the claim within it cannot hold the
         // caller: nothing ran, and the claim it may have made is released.
-        let by = spec.timeout.map(|t| tokio::time::Instant::now() + t);
+        let by = spec.timeout.map(|t| started + t);
         let key = prepared.key.key(&self.secret);
-        let claim = match self
-            .claim(spec, caller, &prepared, &self.secret, now, by)
-            .await
-        {
-            Ok(c) => c,
-            Err(out) => return out,
-        };
-        let claim = match claim {
-            Claim::New { reference, token } if !self.previous.is_empty() => {
-                // Held by a guard while the previous secrets' keys are probed: if this future is
-                // dropped, or the probe answers for the call, the claim (nothing ran under it)
-                // is given back in the background.
-                let mut held = ClaimGuard::new(self, key, token, tool);
-                match self.recognise(spec, caller, &prepared, now, by).await {
-                    Ok(None) => {
-                        held.armed = false;
-                        Claim::New { reference, token }
-                    }
-                    // Answered from the record under a previous secret: give this claim back
-                    // now (the guard retries in the background if that fails).
-                    Ok(Some(earlier)) => {
-                        match bounded(by, self.store.release(key, token, now)).await {
-                            Ok(()) => held.armed = false,
-                            Err(e) => {
-                                tracing::warn!(tool, %reference, error = %e, "idempotency: could not release a claim answered from a previous secret's record; retrying in the background");
-                            }
-                        }
-                        earlier
-                    }
-                    Err(out) => return out,
-                }
+        // A repeat that finds the call in progress may wait for it: up to the wait, and the
+        // timeout. It claims again only once the record may have moved on.
+        let wait = spec.wait.unwrap_or(self.wait);
+        let wait = spec.timeout.map_or(wait, |t| wait.min(t));
+        let wait_until = (!wait.is_zero()).then(|| started + wait);
+        let mut slot = None;
+        let (claim, now) = loop {
+            let now = self.clock.now();
+            let claim = match self.claim_any(spec, caller, &prepared, key, now, by).await {
+                Ok(c) => c,
+                Err(out) => return out,
+            };
+            let (
+                Some(until),
+                Claim::InFlight {
+                    reference,
+                    lease_expires_at,
+                    ..
+                },
+            ) = (wait_until, &claim)
+            else {
+                break (claim, now);
+            };
+            // Not waited on: a call whose lease passed (its worker is gone), and, while secrets
+            // are rotated, a call under a previous secret's key (this key's own claims, made and
+            // given back at each look, would wake its waiters for nothing).
+            if now >= *lease_expires_at || key.reference(reference.generation()) != *reference {
+                break (claim, now);
             }
-            claim => claim,
+            if slot.is_none() {
+                slot = self.waiters.enter(key, self.max_waiters);
+            }
+            let Some(waiting) = &slot else {
+                tracing::info!(tool, %reference, max = self.max_waiters, "idempotency: too many repeats waiting; answering in progress at once");
+                break (claim, now);
+            };
+            tracing::debug!(tool, %reference, "idempotency: waiting for the call in progress");
+            let waited = waiting
+                .wait(
+                    &*self.store,
+                    &*self.clock,
+                    &caller.tenant,
+                    &caller.subject,
+                    *reference,
+                    until,
+                )
+                .await;
+            if let Waited::Over = waited {
+                break (claim, now);
+            }
         };
+        drop(slot);
         // A call whose worker is gone (its lease passed unrenewed, or its outcome was lost) runs
         // again under the same reference when the tool says its side effect deduplicates on it.
         let gone = match &claim {
@@ -512,6 +581,49 @@ impl Idempotency {
 }
 
 impl Idempotency {
+    /// Claims the call's key under the current secret and, while secrets are rotated, answers
+    /// from a live record under a previous one; an error is the caller's answer (nothing ran).
+    async fn claim_any<T, E>(
+        &self,
+        spec: &ToolSpec,
+        caller: &Caller,
+        prepared: &Prepared,
+        key: crate::key::Key,
+        now: crate::clock::Timestamp,
+        by: Option<tokio::time::Instant>,
+    ) -> Result<Claim, Outcome<T, Failure<E>>> {
+        let claim = self
+            .claim(spec, caller, prepared, &self.secret, now, by)
+            .await?;
+        Ok(match claim {
+            Claim::New { reference, token } if !self.previous.is_empty() => {
+                // Held by a guard while the previous secrets' keys are probed: if this future is
+                // dropped, or the probe answers for the call, the claim (nothing ran under it)
+                // is given back in the background.
+                let mut held = ClaimGuard::new(self, key, token, spec.name);
+                match self.recognise(spec, caller, prepared, now, by).await {
+                    Ok(None) => {
+                        held.armed = false;
+                        Claim::New { reference, token }
+                    }
+                    // Answered from the record under a previous secret: give this claim back
+                    // now (the guard retries in the background if that fails).
+                    Ok(Some(earlier)) => {
+                        match bounded(by, self.store.release(key, token, now)).await {
+                            Ok(()) => held.armed = false,
+                            Err(e) => {
+                                tracing::warn!(tool = spec.name, %reference, error = %e, "idempotency: could not release a claim answered from a previous secret's record; retrying in the background");
+                            }
+                        }
+                        earlier
+                    }
+                    Err(out) => return Err(out),
+                }
+            }
+            claim => claim,
+        })
+    }
+
     /// Claims the call's key under `secret`; an error is the caller's answer (nothing ran).
     async fn claim<T, E>(
         &self,

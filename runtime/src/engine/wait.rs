@@ -1,0 +1,322 @@
+//! Repeats that wait for the call in progress (`wait`): the engine's waiters, woken at once when
+//! this engine settles the record they wait on, and a store that says so.
+//!
+//! A waiter holds no claim and no store connection: it parks on its key's [`Notify`] and, now
+//! and then (50 ms doubling to 500 ms, each pause jittered down to half), reads the record's
+//! status, which is how it sees a settlement made by another process; the first waiter of this
+//! engine to read it wakes the others on the key. When either says the record may have moved on, the
+//! engine claims again, which answers as any repeat would (replay, run, unknown...).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::clock::Timestamp;
+use crate::key::{Key, Reference, SecretFingerprint};
+use crate::record::{RecordState, RecordStatus};
+use crate::store::{
+    BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
+    RecordStore, SecretStore, Settlement, Store, StoreError, Token, Unsettled,
+};
+
+/// The first pause between two status reads of a waiter, and the longest (it doubles).
+const FIRST_POLL: Duration = Duration::from_millis(50);
+const LAST_POLL: Duration = Duration::from_millis(500);
+
+/// The repeats of one engine that are waiting, by key.
+#[derive(Default)]
+pub(super) struct Waiters {
+    count: AtomicUsize,
+    keys: Mutex<HashMap<Key, Entry>>,
+}
+
+struct Entry {
+    notify: Arc<Notify>,
+    waiters: usize,
+}
+
+impl Waiters {
+    /// A place among the waiters on `key`, unless `max` are waiting already.
+    pub(super) fn enter(self: &Arc<Self>, key: Key, max: usize) -> Option<Slot> {
+        let taken = self
+            .count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            });
+        if taken.is_err() {
+            return None;
+        }
+        let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = keys.entry(key).or_insert_with(|| Entry {
+            notify: Arc::new(Notify::new()),
+            waiters: 0,
+        });
+        entry.waiters += 1;
+        Some(Slot {
+            waiters: self.clone(),
+            key,
+            notify: entry.notify.clone(),
+        })
+    }
+
+    /// Wakes whoever waits on `key` (the record may have moved on).
+    fn wake(&self, key: Key) {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(entry) = keys.get(&key) {
+            entry.notify.notify_waiters();
+        }
+    }
+
+    /// How many repeats are waiting now.
+    #[cfg(test)]
+    pub(super) fn waiting(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+}
+
+/// One waiting repeat's place; dropping it (answered, or the caller gone) gives it back.
+pub(super) struct Slot {
+    waiters: Arc<Waiters>,
+    key: Key,
+    notify: Arc<Notify>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut keys = self
+            .waiters
+            .keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(entry) = keys.get_mut(&self.key) {
+            entry.waiters -= 1;
+            if entry.waiters == 0 {
+                keys.remove(&self.key);
+            }
+        }
+        drop(keys);
+        self.waiters.count.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How a wait ended.
+pub(super) enum Waited {
+    /// The record may have moved on: claim again.
+    Moved,
+    /// The time to wait is over.
+    Over,
+}
+
+impl Slot {
+    /// Waits until the record of `reference` may no longer be in flight (this engine settled
+    /// it, or a status read says so), or until `until`.
+    pub(super) async fn wait(
+        &self,
+        store: &dyn Store,
+        clock: &dyn crate::clock::Clock,
+        tenant: &str,
+        subject: &str,
+        reference: Reference,
+        until: tokio::time::Instant,
+    ) -> Waited {
+        let mut pause = FIRST_POLL;
+        loop {
+            // Listening before reading: a settlement after the read still wakes this waiter.
+            let woken = self.notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            // A slow read does not delay the wake-up.
+            let read = tokio::time::timeout_at(until, store.status(tenant, subject, reference));
+            tokio::select! {
+                () = &mut woken => return Waited::Moved,
+                read = read => match read {
+                    Err(_) => return Waited::Over,
+                    Ok(Ok(Some(s))) if running(&s, reference, clock.now()) => {}
+                    Ok(Ok(_)) => {
+                        // The others waiting on this key here need not read it too.
+                        self.notify.notify_waiters();
+                        return Waited::Moved;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(%reference, error = %e, "idempotency: a waiting repeat could not read the record; still waiting");
+                    }
+                },
+            }
+            tokio::select! {
+                () = &mut woken => return Waited::Moved,
+                () = tokio::time::sleep(jittered(pause)) => {}
+                () = tokio::time::sleep_until(until) => return Waited::Over,
+            }
+            pause = (pause * 2).min(LAST_POLL);
+        }
+    }
+}
+
+/// Between half `pause` and `pause`: waiters that began together do not read together (which
+/// would open store connections for them at once).
+fn jittered(pause: Duration) -> Duration {
+    use std::hash::BuildHasher;
+    static SEQ: AtomicUsize = AtomicUsize::new(0);
+    static KEYS: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+    let noise = KEYS
+        .get_or_init(std::hash::RandomState::new)
+        .hash_one(SEQ.fetch_add(1, Ordering::Relaxed));
+    let half = pause / 2;
+    let spread = u64::try_from(half.as_micros()).unwrap_or(u64::MAX).max(1);
+    half + Duration::from_micros(noise % spread)
+}
+
+/// Whether `s` is still `reference`'s call in flight with a live lease.
+fn running(s: &RecordStatus, reference: Reference, now: Timestamp) -> bool {
+    s.reference == reference && s.state == RecordState::InFlight && now < s.lease_expires_at
+}
+
+/// A store that wakes the engine's waiters on a key after each settlement of it (whatever the
+/// store answered: a waiter that wakes for nothing reads the record and waits on).
+pub(super) struct Waking {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) waiters: Arc<Waiters>,
+}
+
+impl Waking {
+    fn after<'a, T: 'a>(
+        &'a self,
+        key: Key,
+        fut: BoxFuture<'a, Result<T, StoreError>>,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        Box::pin(async move {
+            let out = fut.await;
+            self.waiters.wake(key);
+            out
+        })
+    }
+}
+
+impl RecordStore for Waking {
+    fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
+        self.store.claim(req)
+    }
+    fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.after(c.key, self.store.complete(c))
+    }
+    fn release(
+        &self,
+        key: Key,
+        token: Token,
+        at: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.after(key, self.store.release(key, token, at))
+    }
+    fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.after(key, self.store.mark_unknown(key, token))
+    }
+    fn renew(
+        &self,
+        key: Key,
+        token: Token,
+        now: Timestamp,
+        lease_expires_at: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.store.renew(key, token, now, lease_expires_at)
+    }
+    fn take_over(
+        &self,
+        key: Key,
+        token: Token,
+        now: Timestamp,
+        lease_expires_at: Timestamp,
+    ) -> BoxFuture<'_, Result<Reference, StoreError>> {
+        self.store.take_over(key, token, now, lease_expires_at)
+    }
+    fn settle<'a>(
+        &'a self,
+        key: Key,
+        token: Token,
+        settlement: &'a Settlement,
+        at: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.after(key, self.store.settle(key, token, settlement, at))
+    }
+    fn status<'a>(
+        &'a self,
+        tenant: &'a str,
+        subject: &'a str,
+        reference: Reference,
+    ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
+        self.store.status(tenant, subject, reference)
+    }
+}
+
+impl Maintenance for Waking {
+    fn purge(
+        &self,
+        now: Timestamp,
+        older_than: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<u64, StoreError>> {
+        self.store.purge(now, older_than, limit)
+    }
+    fn unsettled(
+        &self,
+        now: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
+        self.store.unsettled(now, limit)
+    }
+}
+
+impl OutboxStore for Waking {
+    fn fetch(
+        &self,
+        now: Timestamp,
+        invisible_until: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
+        self.store.fetch(now, invisible_until, limit)
+    }
+    fn ack<'a>(&'a self, receipt: &'a Receipt) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.store.ack(receipt)
+    }
+}
+
+impl SecretStore for Waking {
+    fn swap_secret(
+        &self,
+        expected: Option<SecretFingerprint>,
+        new: SecretFingerprint,
+    ) -> BoxFuture<'_, Result<Option<SecretFingerprint>, StoreError>> {
+        self.store.swap_secret(expected, new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: u8) -> Key {
+        Key::from_bytes([n; 32])
+    }
+
+    /// Places are counted against the cap and given back on drop; a key's entry goes with its
+    /// last waiter.
+    #[test]
+    fn places_are_capped_and_given_back() {
+        let waiters = Arc::new(Waiters::default());
+        let a = waiters.enter(key(1), 2).expect("room");
+        let b = waiters.enter(key(1), 2).expect("room");
+        assert!(waiters.enter(key(2), 2).is_none(), "past the cap");
+        assert_eq!(waiters.waiting(), 2);
+        drop(a);
+        assert_eq!(waiters.waiting(), 1);
+        let c = waiters.enter(key(2), 2).expect("a place was given back");
+        drop((b, c));
+        assert_eq!(waiters.waiting(), 0);
+        assert!(waiters.keys.lock().expect("lock").is_empty());
+    }
+}
