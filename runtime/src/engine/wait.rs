@@ -221,18 +221,18 @@ impl RecordStore for Waking {
         key: Key,
         token: Token,
         now: Timestamp,
-        lease_expires_at: Timestamp,
+        lease: Duration,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.store.renew(key, token, now, lease_expires_at)
+        self.store.renew(key, token, now, lease)
     }
     fn take_over(
         &self,
         key: Key,
         token: Token,
         now: Timestamp,
-        lease_expires_at: Timestamp,
+        lease: Duration,
     ) -> BoxFuture<'_, Result<Reference, StoreError>> {
-        self.store.take_over(key, token, now, lease_expires_at)
+        self.store.take_over(key, token, now, lease)
     }
     fn settle<'a>(
         &'a self,
