@@ -465,6 +465,108 @@ pub(crate) fn admin_stats(
     Ok(stats.sorted())
 }
 
+/// The [`SecretStore`](crate::store::SecretStore) of a SQL store, the same on both backends:
+/// each backend's `secret.rs` names its `INSERT` of the first fingerprint (`INSTALL`) and
+/// invokes this.
+macro_rules! sql_secret {
+    ($store:ty) => {
+        impl $crate::store::SecretStore for $store {
+            fn swap_secret(
+                &self,
+                expected: Option<$crate::key::SecretFingerprint>,
+                new: $crate::key::SecretFingerprint,
+            ) -> $crate::store::BoxFuture<
+                '_,
+                Result<Option<$crate::key::SecretFingerprint>, $crate::store::StoreError>,
+            > {
+                Box::pin(async move {
+                    let new = new.as_bytes().to_vec();
+                    let query = match expected {
+                        None => sqlx::query_scalar(INSTALL).bind(new),
+                        Some(e) => sqlx::query_scalar($crate::store::sql::secret::ROTATE)
+                            .bind(e.as_bytes().to_vec())
+                            .bind(new),
+                    };
+                    let found: Option<Vec<u8>> = query
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err($crate::store::sql::db_error)?;
+                    $crate::store::sql::secret::stored(found)
+                })
+            }
+        }
+    };
+}
+pub(crate) use sql_secret;
+
+/// The [`Admin`](crate::store::Admin) reads of a SQL store, the same on both backends: each
+/// backend's `admin.rs` names its statements (`RECORD`, `BY_STATE`, `OLDEST_IN_FLIGHT`, `SIZE`,
+/// `PURGEABLE`: the columns [`AdminRow`] and [`admin_stats`] read) and invokes this.
+macro_rules! sql_admin {
+    ($store:ty) => {
+        impl $crate::store::Admin for $store {
+            fn record(
+                &self,
+                reference: $crate::key::Reference,
+            ) -> $crate::store::BoxFuture<
+                '_,
+                Result<Option<$crate::store::AdminRecord>, $crate::store::StoreError>,
+            > {
+                Box::pin(async move {
+                    let row: Option<$crate::store::sql::AdminRow> = sqlx::query_as(RECORD)
+                        .bind($crate::store::sql::ref_value(&reference))
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err($crate::store::sql::db_error)?;
+                    row.map(|r| $crate::store::sql::admin_record(reference, r))
+                        .transpose()
+                })
+            }
+
+            fn stats(
+                &self,
+                now: $crate::clock::Timestamp,
+            ) -> $crate::store::BoxFuture<
+                '_,
+                Result<$crate::store::StoreStats, $crate::store::StoreError>,
+            > {
+                Box::pin(async move {
+                    let groups = sqlx::query_as(BY_STATE)
+                        .bind(now.as_millis())
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err($crate::store::sql::db_error)?;
+                    let oldest = sqlx::query_scalar(OLDEST_IN_FLIGHT)
+                        .fetch_one(&self.pool)
+                        .await
+                        .map_err($crate::store::sql::db_error)?;
+                    let bytes = sqlx::query_scalar(SIZE)
+                        .fetch_one(&self.pool)
+                        .await
+                        .map_err($crate::store::sql::db_error)?;
+                    $crate::store::sql::admin_stats(groups, oldest, bytes)
+                })
+            }
+
+            fn purgeable(
+                &self,
+                _now: $crate::clock::Timestamp,
+                older_than: $crate::clock::Timestamp,
+            ) -> $crate::store::BoxFuture<'_, Result<u64, $crate::store::StoreError>> {
+                Box::pin(async move {
+                    let n: i64 = sqlx::query_scalar(PURGEABLE)
+                        .bind(older_than.as_millis())
+                        .fetch_one(&self.pool)
+                        .await
+                        .map_err($crate::store::sql::db_error)?;
+                    Ok(u64::try_from(n).unwrap_or(0))
+                })
+            }
+        }
+    };
+}
+pub(crate) use sql_admin;
+
 /// The row id an outbox receipt of the SQL stores carries.
 pub(crate) fn receipt_id(receipt: &Receipt) -> Result<i64, StoreError> {
     receipt

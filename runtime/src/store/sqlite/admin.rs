@@ -2,10 +2,6 @@
 //! columns).
 
 use super::SqliteStore;
-use crate::clock::Timestamp;
-use crate::key::Reference;
-use crate::store::sql::{self, db_error, ref_value};
-use crate::store::{Admin, AdminRecord, BoxFuture, StoreError, StoreStats};
 
 const RECORD: &str =
     "SELECT tenant, subject, tool, CAST(generation AS BIGINT), CAST(state AS BIGINT), \
@@ -22,53 +18,4 @@ const SIZE: &str = "SELECT page_count * page_size FROM pragma_page_count(), prag
 const PURGEABLE: &str =
     "SELECT COUNT(*) FROM idempotency_records WHERE state IN (1, 3, 4) AND ends_at < $1";
 
-impl Admin for SqliteStore {
-    fn record(
-        &self,
-        reference: Reference,
-    ) -> BoxFuture<'_, Result<Option<AdminRecord>, StoreError>> {
-        Box::pin(async move {
-            let row: Option<sql::AdminRow> = sqlx::query_as(RECORD)
-                .bind(ref_value(&reference))
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(db_error)?;
-            row.map(|r| sql::admin_record(reference, r)).transpose()
-        })
-    }
-
-    /// The database file's size is `bytes`.
-    fn stats(&self, now: Timestamp) -> BoxFuture<'_, Result<StoreStats, StoreError>> {
-        Box::pin(async move {
-            let groups = sqlx::query_as(BY_STATE)
-                .bind(now.as_millis())
-                .fetch_all(&self.pool)
-                .await
-                .map_err(db_error)?;
-            let oldest = sqlx::query_scalar(OLDEST_IN_FLIGHT)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(db_error)?;
-            let bytes = sqlx::query_scalar(SIZE)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(db_error)?;
-            sql::admin_stats(groups, oldest, bytes)
-        })
-    }
-
-    fn purgeable(
-        &self,
-        _now: Timestamp,
-        older_than: Timestamp,
-    ) -> BoxFuture<'_, Result<u64, StoreError>> {
-        Box::pin(async move {
-            let n: i64 = sqlx::query_scalar(PURGEABLE)
-                .bind(older_than.as_millis())
-                .fetch_one(&self.pool)
-                .await
-                .map_err(db_error)?;
-            Ok(u64::try_from(n).unwrap_or(0))
-        })
-    }
-}
+crate::store::sql::sql_admin!(SqliteStore);
