@@ -13,14 +13,12 @@ use std::time::Duration;
 
 use idempotency::clock::{ManualClock, Timestamp};
 use idempotency::outcome::{ErrorPolicy, Failure, Outcome};
-use idempotency::store::{
-    MemoryStore, RecordState, RedisStore, Settlement, SqliteStore, Store, StoredResponse, Unsettled,
-};
+use idempotency::store::{RecordState, Settlement, Store, StoredResponse, Unsettled};
 use idempotency::tasks::Reconciler;
 use idempotency::tool::{Prepared, ToolSpec};
 use idempotency::{Caller, Error, Idempotency, IdempotencyBuilder, Reference};
-use idempotency_tests::pg::{unique_name, TestSchema};
-use idempotency_tests::redis_servers::shared_server;
+use idempotency_tests::backends::Backend;
+use idempotency_tests::pg::TestSchema;
 
 const T0: i64 = 1_796_000_000_000;
 const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -42,70 +40,6 @@ enum ToolError {
 impl From<Error> for ToolError {
     fn from(e: Error) -> Self {
         ToolError::Wrapper(e.advice())
-    }
-}
-
-/// A store under test; PostgreSQL's schema is dropped when the case ends.
-struct Backend {
-    store: Arc<dyn Store>,
-    schema: Option<TestSchema>,
-    file: Option<std::path::PathBuf>,
-}
-
-impl Backend {
-    async fn memory() -> Backend {
-        Backend {
-            store: Arc::new(MemoryStore::new()),
-            schema: None,
-            file: None,
-        }
-    }
-
-    async fn sqlite() -> Backend {
-        let path = std::env::temp_dir().join(format!("{}.db", unique_name("recovery")));
-        Backend {
-            store: Arc::new(SqliteStore::open(&path).await.expect("open sqlite")),
-            schema: None,
-            file: Some(path),
-        }
-    }
-
-    /// `None` without `DATABASE_URL` (the test is then marked ignored by the build script).
-    async fn postgres() -> Option<Backend> {
-        let schema = TestSchema::create("recovery").await?;
-        Some(Backend {
-            // Takes the engine's times, so the ManualClock moves the window.
-            store: Arc::new(schema.store().await),
-            schema: Some(schema),
-            file: None,
-        })
-    }
-
-    async fn redis() -> Backend {
-        let store = RedisStore::builder()
-            .namespace(unique_name("recovery"))
-            .trust_engine_clock()
-            .connect(&shared_server().url())
-            .await
-            .expect("redis");
-        Backend {
-            store: Arc::new(store),
-            schema: None,
-            file: None,
-        }
-    }
-
-    async fn finish(self) {
-        if let Some(schema) = self.schema {
-            schema.drop_schema().await;
-        }
-        if let Some(path) = self.file {
-            for suffix in ["", "-wal", "-shm"] {
-                let mut p = path.clone().into_os_string();
-                p.push(suffix);
-                std::fs::remove_file(p).ok();
-            }
-        }
     }
 }
 
@@ -295,18 +229,18 @@ async fn windows_live_on_the_record(b: Backend) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settled_answer_keeps_its_tools_window_memory() {
-    windows_live_on_the_record(Backend::memory().await).await;
+    windows_live_on_the_record(Backend::memory()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settled_answer_keeps_its_tools_window_sqlite() {
-    windows_live_on_the_record(Backend::sqlite().await).await;
+    windows_live_on_the_record(Backend::sqlite("recovery").await).await;
 }
 
 #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settled_answer_keeps_its_tools_window_postgres() {
-    let Some(b) = Backend::postgres().await else {
+    let Some(b) = Backend::postgres("recovery").await else {
         return;
     };
     windows_live_on_the_record(b).await;
@@ -314,7 +248,7 @@ async fn a_settled_answer_keeps_its_tools_window_postgres() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settled_answer_keeps_its_tools_window_redis() {
-    windows_live_on_the_record(Backend::redis().await).await;
+    windows_live_on_the_record(Backend::redis("recovery", true).await).await;
 }
 
 /// A sweep of 300 calls over 100 keys, each given up by its caller after a random 0–4 ms (so
@@ -441,7 +375,7 @@ async fn cancelled_calls_that_never_ran_end_released_postgres_2s_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_calls_that_never_ran_end_released_sqlite() {
-    let b = Backend::sqlite().await;
+    let b = Backend::sqlite("recovery").await;
     cancelled_calls_that_never_ran_end_released(b.store.clone(), Duration::from_secs(30)).await;
     b.finish().await;
 }
@@ -574,18 +508,18 @@ async fn a_gone_call_reruns_under_its_reference(b: Backend) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gone_call_reruns_under_its_reference_memory() {
-    a_gone_call_reruns_under_its_reference(Backend::memory().await).await;
+    a_gone_call_reruns_under_its_reference(Backend::memory()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gone_call_reruns_under_its_reference_sqlite() {
-    a_gone_call_reruns_under_its_reference(Backend::sqlite().await).await;
+    a_gone_call_reruns_under_its_reference(Backend::sqlite("recovery").await).await;
 }
 
 #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gone_call_reruns_under_its_reference_postgres() {
-    let Some(b) = Backend::postgres().await else {
+    let Some(b) = Backend::postgres("recovery").await else {
         return;
     };
     a_gone_call_reruns_under_its_reference(b).await;
@@ -593,7 +527,7 @@ async fn a_gone_call_reruns_under_its_reference_postgres() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gone_call_reruns_under_its_reference_redis() {
-    a_gone_call_reruns_under_its_reference(Backend::redis().await).await;
+    a_gone_call_reruns_under_its_reference(Backend::redis("recovery", true).await).await;
 }
 
 /// `recover = "rerun"` after a panic (the outcome lost after the side effect): the next repeat
@@ -608,7 +542,7 @@ async fn a_panicked_call_reruns_only_when_the_tool_says_so() {
             false,
         ),
     ] {
-        let b = Backend::memory().await;
+        let b = Backend::memory();
         let w = World::new(&b.store, Timestamp::from_millis(T0), |b| {
             b.without_reconciler()
         });

@@ -13,11 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idempotency::outcome::{ErrorPolicy, Failure, Outcome};
-use idempotency::store::{MemoryStore, RedisStore, SqliteStore, Store};
 use idempotency::tool::{Prepared, ToolSpec};
 use idempotency::{Caller, Error, Idempotency, IdempotencyBuilder};
-use idempotency_tests::pg::{unique_name, TestSchema};
-use idempotency_tests::redis_servers::shared_server;
+use idempotency_tests::backends::Backend;
 use idempotency_tests::scripted::{Act, Op, Scripted};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -43,68 +41,6 @@ impl From<Error> for ToolError {
 
 type Answer = Outcome<u64, Failure<ToolError>>;
 type Configure = fn(IdempotencyBuilder) -> IdempotencyBuilder;
-
-/// A store under test; PostgreSQL's schema is dropped when the case ends.
-struct Backend {
-    store: Arc<dyn Store>,
-    schema: Option<TestSchema>,
-    file: Option<std::path::PathBuf>,
-}
-
-impl Backend {
-    async fn memory() -> Option<Backend> {
-        Some(Backend {
-            store: Arc::new(MemoryStore::new()),
-            schema: None,
-            file: None,
-        })
-    }
-
-    async fn sqlite() -> Option<Backend> {
-        let path = std::env::temp_dir().join(format!("{}.db", unique_name("wait")));
-        Some(Backend {
-            store: Arc::new(SqliteStore::open(&path).await.expect("open sqlite")),
-            schema: None,
-            file: Some(path),
-        })
-    }
-
-    /// `None` without `DATABASE_URL` (the test is then marked ignored by the build script).
-    async fn postgres() -> Option<Backend> {
-        let schema = TestSchema::create("wait").await?;
-        Some(Backend {
-            store: Arc::new(schema.store().await),
-            schema: Some(schema),
-            file: None,
-        })
-    }
-
-    async fn redis() -> Option<Backend> {
-        let store = RedisStore::builder()
-            .namespace(unique_name("wait"))
-            .connect(&shared_server().url())
-            .await
-            .expect("redis");
-        Some(Backend {
-            store: Arc::new(store),
-            schema: None,
-            file: None,
-        })
-    }
-
-    async fn finish(self) {
-        if let Some(schema) = self.schema {
-            schema.drop_schema().await;
-        }
-        if let Some(path) = self.file {
-            for suffix in ["", "-wal", "-shm"] {
-                let mut p = path.clone().into_os_string();
-                p.push(suffix);
-                std::fs::remove_file(p).ok();
-            }
-        }
-    }
-}
 
 /// An engine over a scripted wrapper of the backend's store, and the far side's count.
 struct World {
@@ -444,7 +380,7 @@ macro_rules! on_every_store {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
-                    super::$case(Backend::memory().await.expect("memory")).await;
+                    super::$case(Backend::memory()).await;
                 }
             )*
         }
@@ -453,7 +389,7 @@ macro_rules! on_every_store {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
-                    super::$case(Backend::sqlite().await.expect("sqlite")).await;
+                    super::$case(Backend::sqlite("wait").await).await;
                 }
             )*
         }
@@ -463,7 +399,7 @@ macro_rules! on_every_store {
                 #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
-                    let Some(b) = Backend::postgres().await else {
+                    let Some(b) = Backend::postgres("wait").await else {
                         return;
                     };
                     super::$case(b).await;
@@ -475,7 +411,7 @@ macro_rules! on_every_store {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
-                    super::$case(Backend::redis().await.expect("redis")).await;
+                    super::$case(Backend::redis("wait", false).await).await;
                 }
             )*
         }

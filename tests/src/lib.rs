@@ -1,5 +1,7 @@
 //! Shared helpers for the integration tests.
 
+#[cfg(all(feature = "sqlite", feature = "redis"))]
+pub mod backends;
 pub mod pg;
 pub mod processes;
 pub mod proxy;
