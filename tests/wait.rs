@@ -270,6 +270,25 @@ async fn a_wait_that_runs_out_answers_in_flight(b: Backend) {
     b.finish().await;
 }
 
+/// A repeat's wait is capped by the tool's timeout: with `wait` an hour and `timeout` 300 ms,
+/// a repeat during a held first call is told "in progress" after the timeout, not an hour later
+/// (the test's own bound is 20 s).
+async fn the_timeout_caps_the_wait(b: Backend) {
+    let w = World::new(&b, |e| e);
+    let mut first = w.held(SPEC, 8).await;
+    started(&mut first).await;
+    let capped = SPEC
+        .with_wait(Duration::from_secs(3600))
+        .with_timeout(Duration::from_millis(300));
+    let repeat = answer(w.call(capped, 8)).await;
+    assert!(in_flight(&repeat), "{:?}", repeat.result);
+    assert!(w.store.calls(Op::Status) >= 1, "the repeat waited");
+    first.gate.send(Ok(80)).expect("gate");
+    assert_eq!(answer(first.call).await.result.ok(), Some(80));
+    assert_eq!(w.effects.load(Ordering::SeqCst), 1);
+    b.finish().await;
+}
+
 /// With room for one waiter: a second repeat is told "in progress" at once while the first
 /// waits; once the waiting repeat's caller is gone (its task aborted mid-wait), its place is
 /// free and the next repeat waits, and gets the answer.
@@ -424,6 +443,7 @@ on_every_store!(
     a_released_call_lets_one_waiter_run,
     a_lost_outcome_answers_the_waiter_unknown,
     a_wait_that_runs_out_answers_in_flight,
+    the_timeout_caps_the_wait,
     the_cap_on_waiters_and_a_cancelled_waiter,
     this_engines_completion_wakes_its_waiter,
     a_waiter_sees_another_replicas_answer,
