@@ -594,3 +594,71 @@ async fn a_panicked_call_reruns_only_when_the_tool_says_so() {
         assert_eq!(processor.effects(), 1);
     }
 }
+
+/// `recover = "rerun"`: a takeover whose reply is lost (the store took it over, then the answer
+/// failed) is answered "not done" (nothing ran under it), and the record is given back in the
+/// background, fenced by that takeover's token, so it is not left in flight for a lease: the
+/// next repeat runs the body under the same reference, and the deduplicating processor acted
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_whose_reply_is_lost_is_given_back() {
+    use idempotency_tests::scripted::{Act, Op, Scripted};
+    let scripted = Scripted::new(Arc::new(idempotency::store::MemoryStore::new()));
+    let store: Arc<dyn Store> = scripted.clone();
+    let w = World::new(&store, Timestamp::from_millis(T0), |b| {
+        b.without_reconciler()
+    });
+    let processor = Arc::new(DedupingProcessor::default());
+    let call = |panic: bool| {
+        let processor = processor.clone();
+        w.engine.execute_raw(
+            &RERUN,
+            &w.caller,
+            Prepared::call(&w.caller, &RERUN, &9u64).expect("key"),
+            ErrorPolicy::<ToolError>::retryable(),
+            async move {
+                let reference = idempotency::Call::current()
+                    .expect("a call")
+                    .reference()
+                    .to_string();
+                let id = processor.charge(&reference);
+                if panic {
+                    panic!("lost after the side effect");
+                }
+                Ok::<u64, ToolError>(id)
+            },
+        )
+    };
+    let first = call(true).await;
+    assert!(matches!(
+        first.result,
+        Err(Failure::Wrapper(Error::OutcomeUnknown { .. }))
+    ));
+    scripted.script(Op::TakeOver, [Act::CommitThenFail]);
+    let lost = call(false).await;
+    assert!(
+        matches!(&lost.result, Err(Failure::Wrapper(Error::Store { .. }))),
+        "{:?}",
+        lost.result
+    );
+    assert_eq!(processor.requests.load(Ordering::SeqCst), 1, "nothing ran");
+    let r = w.reference(&RERUN, 9);
+    // The release runs in the background: wait on the record (bounded).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while w.state(r).await != Some(RecordState::Released) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the taken-over record was not given back: {:?}",
+            w.state(r).await
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let again = call(false).await;
+    assert_eq!(
+        again.result.ok(),
+        Some(1),
+        "the processor's original charge"
+    );
+    assert_eq!(again.reference, Some(r));
+    assert_eq!(processor.effects(), 1);
+}

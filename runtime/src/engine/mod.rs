@@ -439,21 +439,13 @@ impl Idempotency {
                 Ok(c) => c,
                 Err(out) => return out,
             };
-            let (
-                Some(until),
-                Claim::InFlight {
-                    reference,
-                    lease_expires_at,
-                    ..
-                },
-            ) = (wait_until, &claim)
-            else {
+            let (Some(until), Claim::InFlight { reference, .. }) = (wait_until, &claim) else {
                 break (claim, now);
             };
             // Not waited on: a call whose lease passed (its worker is gone), and, while secrets
             // are rotated, a call under a previous secret's key (this key's own claims, made and
             // given back at each look, would wake its waiters for nothing).
-            if now >= *lease_expires_at || key.reference(reference.generation()) != *reference {
+            if gone(&claim, now).is_some() || key.reference(reference.generation()) != *reference {
                 break (claim, now);
             }
             if slot.is_none() {
@@ -481,23 +473,9 @@ impl Idempotency {
         drop(slot);
         // A call whose worker is gone (its lease passed unrenewed, or its outcome was lost) runs
         // again under the same reference when the tool says its side effect deduplicates on it.
-        let gone = match &claim {
-            Claim::InFlight {
-                reference,
-                lease_expires_at,
-                ..
-            } if Standing::of(RecordState::InFlight, None, now >= *lease_expires_at, false)
-                == Standing::LeasePassed =>
-            {
-                Some(*reference)
-            }
-            Claim::Unknown { reference, .. } => Some(*reference),
-            _ => None,
-        };
-        if let (Some(reference), Recover::Rerun) = (gone, spec.recover) {
-            return self
-                .rerun(spec, key, reference, now, by, policy, body)
-                .await;
+        let gone = gone(&claim, now);
+        if let (Some(gone), Recover::Rerun) = (gone, spec.recover) {
+            return self.rerun(spec, key, gone, now, by, policy, body).await;
         }
         match claim {
             Claim::New { reference, token } => {
@@ -537,10 +515,10 @@ impl Idempotency {
                 reference,
                 claimed_at,
                 lease_expires_at,
-            } => match Standing::of(RecordState::InFlight, None, now >= lease_expires_at, false) {
+            } => match gone {
                 // Nobody has renewed the claim since its lease ended: its worker is gone or
                 // could not record its outcome. Not "in progress" as if someone were working.
-                Standing::LeasePassed => {
+                Some(_) => {
                     tracing::info!(tool, %reference, %lease_expires_at, "idempotency in flight with its lease passed: outcome unknown");
                     answered(Error::OutcomeUnknown {
                         tool: tool.into(),
@@ -551,7 +529,7 @@ impl Idempotency {
                         source: None,
                     })
                 }
-                _ => {
+                None => {
                     tracing::info!(tool, %reference, "idempotency in flight");
                     answered(Error::InFlight {
                         tool: tool.into(),
@@ -697,15 +675,18 @@ impl Idempotency {
         }
     }
 
-    /// `recover = "rerun"`: takes over the call whose worker is gone and runs the body again
-    /// under its reference (same generation). One runner: a takeover that loses (another repeat
-    /// or replica took it over first, or the record settled meanwhile) answers "in progress".
+    /// `recover = "rerun"`: takes over the call whose worker is gone (its reference, and when it
+    /// started) and runs the body again under its reference (same generation). One runner: a
+    /// takeover that loses (another repeat or replica took it over first, or the record settled
+    /// meanwhile) answers "in progress". A takeover whose reply is lost (or whose caller goes
+    /// away meanwhile) is given back in the background, fenced by its own token, as a lost
+    /// claim is: nothing ran under it, and the next repeat runs it at once.
     #[allow(clippy::too_many_arguments)]
     async fn rerun<T, E, Fut>(
         &self,
         spec: &ToolSpec,
         key: crate::key::Key,
-        reference: Reference,
+        (reference, since): (Reference, crate::clock::Timestamp),
         now: crate::clock::Timestamp,
         by: Option<tokio::time::Instant>,
         policy: ErrorPolicy<E>,
@@ -717,7 +698,13 @@ impl Idempotency {
     {
         let tool = spec.name;
         let token = attempt_token(now);
-        match bounded(by, self.store.take_over(key, token, now, self.lease)).await {
+        let mut pending = ClaimGuard::new(self, key, token, tool);
+        let taken = bounded(by, self.store.take_over(key, token, now, self.lease)).await;
+        if taken.is_ok() {
+            pending.armed = false;
+        }
+        drop(pending);
+        match taken {
             Ok(reference) => {
                 tracing::warn!(tool, %reference, "idempotency: running a call whose worker is gone again under its reference (recover = \"rerun\")");
                 crate::metrics::rerun(tool);
@@ -730,7 +717,7 @@ impl Idempotency {
                 answered(Error::InFlight {
                     tool: tool.into(),
                     reference,
-                    since: now,
+                    since,
                 })
             }
             Err(source) => {
@@ -776,6 +763,27 @@ impl Idempotency {
     }
 }
 
+/// The call a claim found whose worker is gone, with when it started: in flight with its lease
+/// passed unrenewed ([`Standing::LeasePassed`]), or unknown. `None` for any other answer.
+fn gone(
+    claim: &Claim,
+    now: crate::clock::Timestamp,
+) -> Option<(Reference, crate::clock::Timestamp)> {
+    match *claim {
+        Claim::InFlight {
+            reference,
+            claimed_at,
+            lease_expires_at,
+        } if Standing::of(RecordState::InFlight, None, now >= lease_expires_at, false)
+            == Standing::LeasePassed =>
+        {
+            Some((reference, claimed_at))
+        }
+        Claim::Unknown { reference, since } => Some((reference, since)),
+        _ => None,
+    }
+}
+
 /// The wrapper's answer about an existing record (it names the record's reference).
 fn answered<T, E>(e: Error) -> Outcome<T, Failure<E>> {
     let reference = e.reference();
@@ -799,13 +807,17 @@ fn refused<T, E>(e: Error) -> Outcome<T, Failure<E>> {
 /// grow with time (a key claimed again after a purge never repeats a token a worker of the purged
 /// record could hold) and two attempts at the same millisecond practically never share one.
 fn attempt_token(now: crate::clock::Timestamp) -> Token {
+    let low = i64::try_from(noise() & 0xF_FFFF).unwrap_or(0);
+    Token(now.as_millis().saturating_mul(1 << 20) | low)
+}
+
+/// 64 bits that differ from one call to the next and from one process to the next (a randomly
+/// keyed hash of a counter): enough for tokens and jitter, not for secrets.
+fn noise() -> u64 {
     use std::hash::BuildHasher;
     use std::sync::atomic::{AtomicU64, Ordering};
     static SEQ: AtomicU64 = AtomicU64::new(0);
     static KEYS: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
-    let noise = KEYS
-        .get_or_init(std::hash::RandomState::new)
-        .hash_one(SEQ.fetch_add(1, Ordering::Relaxed));
-    let low = i64::try_from(noise & 0xF_FFFF).unwrap_or(0);
-    Token(now.as_millis().saturating_mul(1 << 20) | low)
+    KEYS.get_or_init(std::hash::RandomState::new)
+        .hash_one(SEQ.fetch_add(1, Ordering::Relaxed))
 }

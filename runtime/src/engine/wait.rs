@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 
 use crate::clock::Timestamp;
 use crate::key::{Key, Reference, SecretFingerprint};
-use crate::record::{RecordState, RecordStatus};
+use crate::record::{RecordStatus, Standing};
 use crate::store::{
     BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
     RecordStore, SecretStore, Settlement, Store, StoreError, Token, Unsettled,
@@ -161,20 +161,16 @@ impl Slot {
 /// Between half `pause` and `pause`: waiters that began together do not read together (which
 /// would open store connections for them at once).
 fn jittered(pause: Duration) -> Duration {
-    use std::hash::BuildHasher;
-    static SEQ: AtomicUsize = AtomicUsize::new(0);
-    static KEYS: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
-    let noise = KEYS
-        .get_or_init(std::hash::RandomState::new)
-        .hash_one(SEQ.fetch_add(1, Ordering::Relaxed));
+    let noise = super::noise();
     let half = pause / 2;
     let spread = u64::try_from(half.as_micros()).unwrap_or(u64::MAX).max(1);
     half + Duration::from_micros(noise % spread)
 }
 
-/// Whether `s` is still `reference`'s call in flight with a live lease.
+/// Whether `s` is still `reference`'s call in flight with a live lease: the reading a repeat
+/// and the status tool give ([`RecordStatus::standing`]).
 fn running(s: &RecordStatus, reference: Reference, now: Timestamp) -> bool {
-    s.reference == reference && s.state == RecordState::InFlight && now < s.lease_expires_at
+    s.standing(reference, now) == Standing::InFlight
 }
 
 /// A store that wakes the engine's waiters on a key after each settlement of it (whatever the
