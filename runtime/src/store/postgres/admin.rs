@@ -1,20 +1,12 @@
 //! [`Admin`] for [`PostgresStore`]: read-only queries on its table (see the migration for the
 //! columns).
 
-use super::PostgresStore;
-
-/// The row keeps the window's length and one time (the lease's end while unsettled, the
-/// settlement's after): the other stores' `ends_at` and `completed_at` worked out from them.
-macro_rules! ends_at {
-    () => {
-        "CASE WHEN state IN (0, 2) THEN lease_or_settled_at ELSE lease_or_settled_at + 1000::BIGINT * window_s END"
-    };
-}
+use super::{ends_and_completed, ends_at, PostgresStore};
 
 const RECORD: &str = concat!(
     "SELECT tenant, subject, tool, CAST(generation AS BIGINT), CAST(state AS BIGINT), claimed_at, ",
-    ends_at!(),
-    ", CASE WHEN state IN (0, 2) THEN NULL ELSE lease_or_settled_at END, 1000::BIGINT * window_s, response \
+    ends_and_completed!(),
+    ", 1000::BIGINT * window_s, response \
      FROM idempotency_records WHERE ref = $1"
 );
 /// Records by state, tool and whether their lease's or window's end has passed at `$1`.

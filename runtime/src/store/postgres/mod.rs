@@ -70,15 +70,25 @@ macro_rules! clock {
 }
 pub(super) use {clock, server_clock};
 
-/// The row's times as the other stores keep them (`RecordRow` reads these): the lease's end
-/// while in flight or unknown, else the window's end; and the completion (settlement) time,
-/// NULL while in flight or unknown. See the migration for the columns behind them.
-macro_rules! ends_and_completed {
+/// The row's `ends_at` as the other stores keep it: the lease's end while in flight or unknown,
+/// else the window's end. See the migration for the columns behind it.
+macro_rules! ends_at {
     () => {
-        "CASE WHEN state IN (0, 2) THEN lease_or_settled_at ELSE lease_or_settled_at + 1000::BIGINT * window_s END, \
-         CASE WHEN state IN (0, 2) THEN NULL ELSE lease_or_settled_at END"
+        "CASE WHEN state IN (0, 2) THEN lease_or_settled_at ELSE lease_or_settled_at + 1000::BIGINT * window_s END"
     };
 }
+
+/// The row's times as the other stores keep them (`RecordRow` reads these): [`ends_at!`], and
+/// the completion (settlement) time, NULL while in flight or unknown.
+macro_rules! ends_and_completed {
+    () => {
+        concat!(
+            ends_at!(),
+            ", CASE WHEN state IN (0, 2) THEN NULL ELSE lease_or_settled_at END"
+        )
+    };
+}
+use {ends_and_completed, ends_at};
 
 const MIGRATIONS: &[Migration] = &[Migration {
     version: 1,
