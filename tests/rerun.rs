@@ -13,9 +13,9 @@ use idempotency::store::{PostgresStore, RedisStore, Store};
 use idempotency::tool::{Prepared, Recover, ToolSpec};
 use idempotency::{Caller, Error, Idempotency};
 use idempotency_tests::pg::{database_url, unique_name, TestSchema};
+use idempotency_tests::processes::{say, Victim};
 use idempotency_tests::redis_servers::shared_cluster;
 use sqlx::SqlitePool;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 const LEASE: Duration = Duration::from_secs(2);
 const VICTIM_TEST: &str = "rerun_victim";
@@ -123,8 +123,7 @@ async fn call(
                     .to_string();
                 let id = charge(far, &reference).await;
                 if victim {
-                    println!("{CHARGED} {reference}");
-                    std::io::Write::flush(&mut std::io::stdout()).expect("flush");
+                    say(CHARGED, &reference);
                     std::future::pending::<()>().await;
                 }
                 Ok(id)
@@ -155,28 +154,9 @@ async fn a_killed_worker(store: String) {
         engine(open_store(&store).await),
     ];
 
-    let exe = std::env::current_exe().expect("the test binary");
-    let mut victim = tokio::process::Command::new(exe)
-        .args(["--exact", VICTIM_TEST, "--nocapture", "--test-threads", "1"])
-        .env(STORE_ENV, &store)
-        .env(FAR_ENV, &far_path)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the victim");
-    let mut lines = BufReader::new(victim.stdout.take().expect("stdout")).lines();
-    let reference = loop {
-        let line = tokio::time::timeout(Duration::from_secs(120), lines.next_line())
-            .await
-            .expect("the victim charges in time")
-            .expect("read")
-            .expect("the victim charged before it ended");
-        if let Some(at) = line.find(CHARGED) {
-            break line[at + CHARGED.len()..].trim().to_owned();
-        }
-    };
-    victim.kill().await.expect("kill -9");
+    let mut victim = Victim::spawn(VICTIM_TEST, &[(STORE_ENV, &store), (FAR_ENV, &far_path)]);
+    let reference = victim.said(CHARGED).await;
+    victim.kill().await;
     let killed = Instant::now();
 
     // Each replica repeats the call (every 100 ms, as a client retrying "in progress") until it

@@ -2,11 +2,15 @@
 //! sets itself up (connects, migrates), prints [`READY`] and waits for a line on its stdin; the
 //! parent releases all of them at once when every one has said it is ready. No agreed start time,
 //! so a slow machine cannot make a worker start late, or early.
+//!
+//! And a [`Victim`]: a worker process killed (`kill -9`) once it has said (a line on its stdout,
+//! [`say`]) that it is where the test wants it to die.
 
+use std::fmt::Display;
 use std::process::Stdio;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
 /// How long a worker may take to set itself up.
@@ -211,5 +215,99 @@ impl Tally {
             total.other += t.other;
         }
         total
+    }
+}
+
+/// In a worker: prints `marker value` on a line of its own and flushes it, for the parent's
+/// [`Victim::said`].
+pub fn say(marker: &str, value: impl Display) {
+    println!("{marker} {value}");
+    std::io::Write::flush(&mut std::io::stdout()).expect("flush stdout");
+}
+
+/// A worker process to be killed mid-call: this test binary run again as the one test `test`
+/// (which does nothing unless its environment says it is the worker), stdout read line by line,
+/// stderr kept for the failure message.
+pub struct Victim {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+    /// Lines read so far.
+    seen: Vec<String>,
+    stderr: JoinHandle<String>,
+}
+
+impl Victim {
+    /// Starts the worker with `env` set (killed if dropped).
+    ///
+    /// # Panics
+    /// If the process cannot be started.
+    pub fn spawn(test: &str, env: &[(&str, &str)]) -> Victim {
+        let exe = std::env::current_exe().expect("the test binary");
+        let mut child = Command::new(exe)
+            .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn the victim");
+        let lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        let mut stderr_pipe = child.stderr.take().expect("piped stderr");
+        // Drained from the start, so a chatty worker never blocks on a full pipe.
+        let stderr = tokio::spawn(async move {
+            let mut all = String::new();
+            let _ = stderr_pipe.read_to_string(&mut all).await;
+            all
+        });
+        Victim {
+            child,
+            lines,
+            seen: Vec::new(),
+            stderr,
+        }
+    }
+
+    /// What the worker [`say`]s after `marker` (trimmed; the test harness may have printed
+    /// "test NAME ... " before it on the line): from a line already read, or the next one that
+    /// has it. Bounded: panics, with the worker's output, if it ends or takes longer
+    /// than its set-up may (120 s) before saying it.
+    pub async fn said(&mut self, marker: &str) -> String {
+        let after = |line: &str| {
+            line.find(marker)
+                .map(|at| line[at + marker.len()..].trim().to_owned())
+        };
+        if let Some(v) = self.seen.iter().find_map(|l| after(l)) {
+            return v;
+        }
+        loop {
+            let line = match tokio::time::timeout(SET_UP, self.lines.next_line()).await {
+                Ok(Ok(Some(line))) => line,
+                other => {
+                    let _ = self.child.start_kill();
+                    let status = self.child.wait().await;
+                    let stderr = (&mut self.stderr).await.unwrap_or_default();
+                    panic!(
+                        "the victim never said {marker:?} ({other:?}, {status:?}):\n{}\n{stderr}",
+                        self.seen.join("\n")
+                    );
+                }
+            };
+            let found = after(&line);
+            self.seen.push(line);
+            if let Some(v) = found {
+                return v;
+            }
+        }
+    }
+
+    /// Kills it with SIGKILL (no unwinding, no destructors, nothing it could still record) and
+    /// reaps it.
+    ///
+    /// # Panics
+    /// If it cannot be killed.
+    pub async fn kill(mut self) {
+        self.child.kill().await.expect("kill -9 the victim");
+        self.stderr.abort();
     }
 }
