@@ -4,11 +4,15 @@
 //! The downstream stub counts the exports it really makes and holds each at its door until the
 //! test lets it through, so nothing here waits by the clock.
 //!
+//! Then a replica really dies: replica A is a process of its own, killed (`kill -9`) while its
+//! task runs, and replica B answers for the task once A's (2 s) lease has passed; B polls
+//! `tasks/get` for that, with a bound, as a client would.
+//!
 //! Ignored without `DATABASE_URL` at build time (see `build.rs`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use idempotency::key::Secret;
 use idempotency::mcp::{status_router, task, Identity, META_REF};
@@ -16,6 +20,7 @@ use idempotency::{
     idempotent, idempotent_tools, Call, Caller, Error, Idempotency, IdempotencyContext,
 };
 use idempotency_tests::pg::TestSchema;
+use idempotency_tests::processes::{say, Victim};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::model::{
@@ -167,7 +172,7 @@ async fn replica(schema: &TestSchema, warehouse: &Arc<Warehouse>, caller: Caller
 }
 
 /// A client of `server` on protocol 2026-07-28, declaring the tasks extension or not.
-async fn connect(server: Reports, tasks: bool) -> Client {
+async fn connect<S: ServerHandler>(server: S, tasks: bool) -> Client {
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
         if let Ok(s) = server.serve(server_io).await {
@@ -376,6 +381,391 @@ async fn a_task_whose_worker_is_gone_is_failed_and_a_retry_returns_it() {
     warehouse.gate.add_permits(1);
     assert_eq!(warehouse.exports.load(Ordering::SeqCst), 1);
     a.cancel().await.ok();
+    b.cancel().await.ok();
+    schema.drop_schema().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A replica killed mid-task: replica A is a process of its own (this test binary run again as
+// `task_victim`), serving the ledger and calling it through an rmcp client of its own; it is
+// killed (`kill -9`) while the task's body is running, and replica B (in the test process)
+// answers for the task once A's lease has passed.
+
+/// The lease of both replicas: short, so the dead worker's lease passes soon.
+const LEASE: Duration = Duration::from_secs(2);
+/// How long after the kill the task may take to leave `working` (a bound, not a pause).
+const AFTER_LEASE: Duration = Duration::from_secs(20);
+const VICTIM_TEST: &str = "task_victim";
+const VICTIM_URL: &str = "IDEMPOTENCY_TASK_VICTIM_URL";
+const VICTIM_SCHEMA: &str = "IDEMPOTENCY_TASK_VICTIM_SCHEMA";
+const VICTIM_TOOL: &str = "IDEMPOTENCY_TASK_VICTIM_TOOL";
+/// What the victim's body says once it has acted (then it blocks until it is killed).
+const POSTED: &str = "TASK BODY POSTED";
+/// What the victim says once its client holds the task handle.
+const HANDLE: &str = "TASK HANDLE";
+
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+struct EntryArgs {
+    account: String,
+    cents: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+struct Posted {
+    entry: i64,
+    reference: String,
+}
+
+/// One replica of the ledger server. Its far side is two tables in the test schema, which every
+/// process sees: `far_starts` (a row each time a body starts, and on which replica) and
+/// `far_entries` (the ledger: one entry per reference, whoever asks again).
+#[derive(Clone)]
+struct Ledger {
+    engine: Idempotency,
+    identity: Identity,
+    far: sqlx::PgPool,
+    /// `A` or `B`, recorded with each body start.
+    replica: &'static str,
+    /// A victim's body says it has posted, then never returns.
+    victim: bool,
+    tool_router: ToolRouter<Self>,
+}
+
+impl IdempotencyContext<RequestContext<RoleServer>> for Ledger {
+    fn idempotency(&self) -> &Idempotency {
+        &self.engine
+    }
+    fn caller(&self, request: &RequestContext<RoleServer>) -> Result<Caller, Error> {
+        self.identity.resolve(request)
+    }
+}
+
+#[idempotent_tools]
+#[tool_router]
+impl Ledger {
+    /// Post an entry (a task). A worker that dies leaves its outcome unknown.
+    #[idempotent(window = "1h", on_error = "retryable", task)]
+    #[tool]
+    async fn post_entry(
+        &self,
+        Parameters(args): Parameters<EntryArgs>,
+    ) -> Result<Json<Posted>, Unavailable> {
+        self.post(args).await
+    }
+
+    /// Post an entry (a task); the ledger deduplicates on the reference, so a repeat after its
+    /// worker died runs it again.
+    #[idempotent(window = "1h", on_error = "retryable", task, recover = "rerun")]
+    #[tool]
+    async fn post_entry_rerun(
+        &self,
+        Parameters(args): Parameters<EntryArgs>,
+    ) -> Result<Json<Posted>, Unavailable> {
+        self.post(args).await
+    }
+}
+
+impl Ledger {
+    async fn post(&self, args: EntryArgs) -> Result<Json<Posted>, Unavailable> {
+        let reference = Call::current().ok_or(Unavailable)?.reference().to_string();
+        sqlx::query("INSERT INTO far_starts (reference, replica) VALUES ($1, $2)")
+            .bind(&reference)
+            .bind(self.replica)
+            .execute(&self.far)
+            .await
+            .expect("record the start");
+        sqlx::query(
+            "INSERT INTO far_entries (reference, account, cents) VALUES ($1, $2, $3)
+             ON CONFLICT (reference) DO NOTHING",
+        )
+        .bind(&reference)
+        .bind(&args.account)
+        .bind(args.cents)
+        .execute(&self.far)
+        .await
+        .expect("post the entry");
+        let entry: i64 = sqlx::query_scalar("SELECT entry FROM far_entries WHERE reference = $1")
+            .bind(&reference)
+            .fetch_one(&self.far)
+            .await
+            .expect("the entry");
+        if self.victim {
+            say(POSTED, &reference);
+            std::future::pending::<()>().await;
+        }
+        Ok(Json(Posted { entry, reference }))
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Ledger {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        task::get_task(self, request, &context).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        task::cancel_task(self, request, &context).await
+    }
+}
+
+/// A replica of the ledger on `schema` (already migrated), with the short lease.
+async fn ledger(schema: &TestSchema, replica: &'static str, victim: bool) -> Ledger {
+    let engine = Idempotency::builder(schema.server_clock_store().await)
+        .secret(Secret::demo())
+        .lease(LEASE)
+        .build();
+    Ledger {
+        engine,
+        identity: Identity::stdio(Caller::new("acme", "alice")),
+        far: schema.pool(2).await,
+        replica,
+        victim,
+        tool_router: Ledger::tool_router(),
+    }
+}
+
+/// The one call every replica makes of `tool`.
+async fn post(client: &Client, tool: &str) -> CallToolResponse {
+    let args = json!({ "account": "acme-operating", "cents": 4200 });
+    let params = CallToolRequestParams::new(tool.to_owned())
+        .with_arguments(args.as_object().cloned().unwrap_or_default());
+    client.call_tool_once(params).await.expect("tools/call")
+}
+
+/// Runs only as the process a killed-replica test starts (replica A): calls the tool through its
+/// own client, says when the body has posted and when it holds the handle, and never returns.
+/// Otherwise passes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_victim() {
+    let (Ok(url), Ok(name), Ok(tool)) = (
+        std::env::var(VICTIM_URL),
+        std::env::var(VICTIM_SCHEMA),
+        std::env::var(VICTIM_TOOL),
+    ) else {
+        return;
+    };
+    let schema = TestSchema::attach(&url, &name);
+    let a = connect(ledger(&schema, "A", true).await, true).await;
+    let (id, status) = task_of(post(&a, &tool).await);
+    assert_eq!(status, TaskStatus::Working);
+    say(HANDLE, &id);
+    std::future::pending::<()>().await;
+}
+
+/// What the far side saw: the replicas whose bodies started, and the entries posted (reference,
+/// entry).
+async fn far_side(far: &sqlx::PgPool) -> (Vec<String>, Vec<(String, i64)>) {
+    let starts = sqlx::query_scalar("SELECT replica FROM far_starts ORDER BY at")
+        .fetch_all(far)
+        .await
+        .expect("the starts");
+    let entries = sqlx::query_as("SELECT reference, entry FROM far_entries")
+        .fetch_all(far)
+        .await
+        .expect("the entries");
+    (starts, entries)
+}
+
+/// Sets up the schema (store and far side), starts replica A as a process of its own calling
+/// `tool`, and kills it (`kill -9`) once its body has posted, its client holds the task, and its
+/// first lease has passed (A renews it: replica B sees the task `working` all along). Returns the
+/// task id, replica B's client and when A was killed.
+async fn kill_replica_a_mid_task(schema: &TestSchema, tool: &str) -> (String, Client, Instant) {
+    // Migrated once here, so the processes do not race to create the store's tables.
+    schema.server_clock_store().await;
+    let far = schema.pool(1).await;
+    sqlx::raw_sql(
+        "CREATE TABLE far_starts (reference TEXT NOT NULL, replica TEXT NOT NULL,
+                                  at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp());
+         CREATE TABLE far_entries (reference TEXT PRIMARY KEY, account TEXT NOT NULL,
+                                   cents BIGINT NOT NULL,
+                                   entry BIGINT GENERATED ALWAYS AS IDENTITY (START WITH 1000))",
+    )
+    .execute(&far)
+    .await
+    .expect("the far side's tables");
+    far.close().await;
+
+    let mut a = Victim::spawn(
+        VICTIM_TEST,
+        &[
+            (VICTIM_URL, schema.url()),
+            (VICTIM_SCHEMA, schema.name()),
+            (VICTIM_TOOL, tool),
+        ],
+    );
+    let posted = a.said(POSTED).await;
+    let id = a.said(HANDLE).await;
+    assert_eq!(posted, id, "the task id is the body's reference");
+
+    // Replica B: while A is alive the task is working, also once A's first lease has passed (A
+    // renews it), and a repeat there is the same task.
+    let b = ledger(schema, "B", false).await;
+    let clock = b.engine.clock().clone();
+    let first_lease = b
+        .engine
+        .status(
+            &Caller::new("acme", "alice"),
+            id.parse().expect("a reference"),
+        )
+        .await
+        .expect("the status")
+        .expect("the record")
+        .lease_expires_at;
+    let b = connect(b, true).await;
+    let (again, status) = task_of(post(&b, tool).await);
+    assert_eq!((again.as_str(), status), (id.as_str(), TaskStatus::Working));
+    soon("A's first lease to pass", async {
+        loop {
+            let now = clock.now();
+            assert_eq!(get(&b, &id).await.task.status(), TaskStatus::Working);
+            if now > first_lease {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+
+    a.kill().await;
+    (id, b, Instant::now())
+}
+
+/// Polls `tasks/get` on `client` every 100 ms (a client's poll, sooner than the 1 s it is told)
+/// until the task is no longer `working`; fails the test if it still is `AFTER_LEASE` after the
+/// lease. Returns the answer and how many `working` answers came first.
+async fn until_not_working(client: &Client, id: &str) -> (GetTaskResult, usize) {
+    let deadline = Instant::now() + LEASE + AFTER_LEASE;
+    let mut working = 0;
+    loop {
+        let r = get(client, id).await;
+        if r.task.status() != TaskStatus::Working {
+            return (r, working);
+        }
+        working += 1;
+        assert!(
+            Instant::now() < deadline,
+            "the task of a killed worker is still working {:?} after the kill",
+            LEASE + AFTER_LEASE
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Replica A, a process of its own, is killed (`kill -9`) in the middle of a task (default
+/// recovery). Once A's lease has passed, replica B's `tasks/get` reports the task failed with
+/// its outcome unknown, naming the reference — terminal, not `working` forever — and a retried
+/// `tools/call` on B returns that task (same id), not an inline error. The body started once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+async fn a_killed_replicas_task_fails_with_its_outcome_unknown() {
+    let Some(schema) = TestSchema::create("killedtask").await else {
+        return;
+    };
+    let (id, b, killed) = kill_replica_a_mid_task(&schema, "post_entry").await;
+
+    let (seen, working) = until_not_working(&b, &id).await;
+    let after = killed.elapsed();
+    assert_eq!(seen.task.status(), TaskStatus::Failed, "{seen:?}");
+    let message = seen.task.task.status_message.clone().unwrap_or_default();
+    assert!(message.contains("unknown"), "{message}");
+    assert!(message.contains(&format!("ref {id}")), "{message}");
+    match &seen.task.payload {
+        TaskPayload::Failed { error } => assert_eq!(error["message"], json!(message)),
+        other => panic!("expected a failed task, got {other:?}"),
+    }
+    // It stays so (nothing runs it again), and a retried tools/call is that task.
+    let (again, status) = task_of(post(&b, "post_entry").await);
+    assert_eq!((again.as_str(), status), (id.as_str(), TaskStatus::Failed));
+    assert_eq!(get(&b, &id).await.task.status(), TaskStatus::Failed);
+
+    let far = schema.pool(1).await;
+    let (starts, entries) = far_side(&far).await;
+    assert_eq!(
+        starts,
+        ["A"],
+        "the body started once, on the killed replica"
+    );
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0].0, id);
+    println!("failed {after:?} after the kill ({working} working answers first)");
+    far.close().await;
+    b.cancel().await.ok();
+    schema.drop_schema().await;
+}
+
+/// As above with `recover = "rerun"` (the ledger deduplicates on the reference): after the kill,
+/// replica B's client retries `tools/call` (each answer the same task) and polls `tasks/get`;
+/// once A's lease has passed a retry runs the body again under the same reference, and the task
+/// ends `completed` with the entry A posted. Two body starts (A, then B), one entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+async fn a_killed_replicas_task_is_rerun_once_and_completes() {
+    let Some(schema) = TestSchema::create("reruntask").await else {
+        return;
+    };
+    let tool = "post_entry_rerun";
+    let (id, b, killed) = kill_replica_a_mid_task(&schema, tool).await;
+
+    let deadline = Instant::now() + LEASE + AFTER_LEASE;
+    // What the retries were answered, and what tasks/get said after each (in order, repeats
+    // folded).
+    let mut seen: Vec<String> = Vec::new();
+    let done = loop {
+        let (again, status) = task_of(post(&b, tool).await);
+        assert_eq!(again, id, "a retry is the same task");
+        let r = get(&b, &id).await;
+        let step = format!("call {status:?} / get {:?}", r.task.status());
+        if seen.last() != Some(&step) {
+            seen.push(step);
+        }
+        if r.task.status() == TaskStatus::Completed {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the task never completed after the kill: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let after = killed.elapsed();
+    let far = schema.pool(1).await;
+    let (starts, entries) = far_side(&far).await;
+    assert_eq!(starts, ["A", "B"], "the body ran again once, on B");
+    assert_eq!(entries.len(), 1, "the ledger posted once: {entries:?}");
+    let (reference, entry) = entries[0].clone();
+    assert_eq!(reference, id);
+    let result = completed_result(&done);
+    assert_eq!(
+        result["structuredContent"],
+        json!({ "entry": entry, "reference": id })
+    );
+    assert_eq!(result["_meta"][META_REF], json!(id));
+    // A repeat now is the completed task.
+    let (again, status) = task_of(post(&b, tool).await);
+    assert_eq!(
+        (again.as_str(), status),
+        (id.as_str(), TaskStatus::Completed)
+    );
+    println!("completed {after:?} after the kill: {seen:?}");
+    far.close().await;
     b.cancel().await.ok();
     schema.drop_schema().await;
 }
