@@ -59,7 +59,19 @@ struct Held {
 
 impl World {
     fn new(b: &Backend, configure: impl FnOnce(IdempotencyBuilder) -> IdempotencyBuilder) -> World {
-        let store = Scripted::new(b.store.clone());
+        World::on(b.store.clone(), configure)
+    }
+
+    /// A world on another replica: a store of its own over the same records.
+    async fn replica(b: &Backend) -> World {
+        World::on(b.replica().await, |e| e)
+    }
+
+    fn on(
+        store: Arc<dyn idempotency::store::Store>,
+        configure: impl FnOnce(IdempotencyBuilder) -> IdempotencyBuilder,
+    ) -> World {
+        let store = Scripted::new(store);
         World {
             engine: configure(Idempotency::builder_shared(store.clone())).build(),
             store,
@@ -121,10 +133,15 @@ impl World {
 
     /// Waits until a scripted status read has parked or reported: a repeat is waiting.
     async fn a_repeat_waits(&self) {
-        let op = tokio::time::timeout(BOUND, self.store.parked())
+        self.a_repeat_did(Op::Status).await;
+    }
+
+    /// Waits until a scripted call of `op` has parked or reported.
+    async fn a_repeat_did(&self, op: Op) {
+        let parked = tokio::time::timeout(BOUND, self.store.parked())
             .await
-            .expect("no repeat waited (it never read the record's status)");
-        assert_eq!(op, Op::Status);
+            .unwrap_or_else(|_| panic!("no repeat waited (no {op:?} reached the store)"));
+        assert_eq!(parked, op);
     }
 }
 
@@ -342,11 +359,11 @@ async fn this_engines_completion_wakes_its_waiter(b: Backend) {
     b.finish().await;
 }
 
-/// A waiter on one replica sees the answer another replica recorded (its reads of the record):
-/// two engines over one store, the first call on one, the repeat on the other.
+/// A waiter on one replica sees the answer another replica recorded: two engines, each with a
+/// store of its own over the same records, the first call on one, the repeat on the other.
 async fn a_waiter_sees_another_replicas_answer(b: Backend) {
     let here = World::new(&b, |e| e);
-    let there = World::new(&b, |e| e);
+    let there = World::replica(&b).await;
     there.store.script(Op::Status, [Act::Report]);
     let mut first = here.held(WAITING, 7).await;
     started(&mut first).await;
@@ -366,7 +383,7 @@ async fn a_waiter_sees_another_replicas_answer(b: Backend) {
 /// other is woken by it (every read it makes after its first hangs).
 async fn the_first_waiter_to_see_the_answer_wakes_the_others(b: Backend) {
     let here = World::new(&b, |e| e);
-    let there = World::new(&b, |e| e);
+    let there = World::replica(&b).await;
     there.store.script(
         Op::Status,
         [Act::Report, Act::Report, Act::Park]
@@ -390,6 +407,70 @@ async fn the_first_waiter_to_see_the_answer_wakes_the_others(b: Backend) {
     }
     assert_eq!(here.effects.load(Ordering::SeqCst), 1);
     b.finish().await;
+}
+
+/// On a store that sends word of settlements (PostgreSQL's notices, Redis's channels), a waiter on one replica is
+/// woken by that word when another replica records the answer: every read of the record it
+/// makes hangs, and it still gets the answer. Without the word (asking for it fails), the same
+/// waiter, its reads hanging after the first, is told "in progress" when its wait runs out.
+async fn the_stores_word_wakes_a_waiter_on_another_replica(b: Backend) {
+    let here = World::new(&b, |e| e);
+    let there = World::replica(&b).await;
+    there.store.script(Op::Watch, [Act::Report]);
+    there
+        .store
+        .script(Op::Status, std::iter::repeat_n(Act::Hang, 100));
+    let mut first = here.held(WAITING, 7).await;
+    started(&mut first).await;
+    let repeat = there.call(WAITING, 7);
+    there.a_repeat_did(Op::Watch).await;
+    first.gate.send(Ok(70)).expect("gate");
+    assert_eq!(answer(first.call).await.result.ok(), Some(70));
+    let repeat = answer(repeat).await;
+    assert!(repeat.replayed, "{:?}", repeat.result);
+    assert_eq!(repeat.result.ok(), Some(70));
+
+    let there = World::replica(&b).await;
+    there.store.script(Op::Watch, [Act::Fail]);
+    there.store.script(
+        Op::Status,
+        std::iter::once(Act::Report).chain(std::iter::repeat_n(Act::Hang, 100)),
+    );
+    let mut first = here.held(WAITING, 8).await;
+    started(&mut first).await;
+    let repeat = there.call(SPEC.with_wait(Duration::from_millis(500)), 8);
+    there.a_repeat_waits().await;
+    first.gate.send(Ok(80)).expect("gate");
+    assert_eq!(answer(first.call).await.result.ok(), Some(80));
+    assert!(in_flight(&answer(repeat).await));
+    assert_eq!(here.effects.load(Ordering::SeqCst), 2);
+    assert_eq!(there.effects.load(Ordering::SeqCst), 0);
+    b.finish().await;
+}
+
+mod with_word {
+    use super::*;
+
+    #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        let Some(b) = Backend::postgres("wait").await else {
+            return;
+        };
+        the_stores_word_wakes_a_waiter_on_another_replica(b).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis() {
+        the_stores_word_wakes_a_waiter_on_another_replica(Backend::redis("wait", false).await)
+            .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_cluster() {
+        the_stores_word_wakes_a_waiter_on_another_replica(Backend::redis_cluster("wait").await)
+            .await;
+    }
 }
 
 macro_rules! on_every_store {

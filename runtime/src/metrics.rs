@@ -20,7 +20,7 @@ use crate::outcome::{Failure, Outcome};
 use crate::record::RecordStatus;
 use crate::store::{
     BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
-    RecordStore, SecretStore, Settlement, Store, StoreError, Token, Unsettled,
+    RecordStore, SecretStore, Settlement, Store, StoreError, Token, Unsettled, Wake,
 };
 
 /// Counter: calls by tool and answer.
@@ -145,6 +145,14 @@ impl RecordStore for Metered {
         reference: Reference,
     ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
         timed("status", self.0.status(tenant, subject, reference))
+    }
+    fn watch<'a>(
+        &'a self,
+        key: Key,
+        reference: Reference,
+        wake: Wake,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        timed("watch", self.0.watch(key, reference, wake))
     }
 }
 

@@ -835,14 +835,25 @@ async fn wait_lines() -> Vec<String> {
     if let Some(schema) = TestSchema::create("bench_wait").await {
         let first = schema.server_clock_store().await;
         let second = schema.server_clock_store().await;
-        let pool = second.pool().clone();
+        // Counted by the server, so that every connection a store opens is seen (the one that
+        // listens for notices is not in the store's pool).
+        let counter = schema.pool(1).await;
         let line = wait_line(
             "postgres",
             Arc::new(first),
             Arc::new(second),
             move || {
-                let pool = pool.clone();
-                Box::pin(async move { pool.size() as usize })
+                let counter = counter.clone();
+                Box::pin(async move {
+                    let n: i64 = sqlx::query_scalar(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                         AND backend_type = 'client backend'",
+                    )
+                    .fetch_one(&counter)
+                    .await
+                    .expect("count connections");
+                    n as usize
+                })
             },
             rounds,
         )

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use idempotency::store::{MemoryStore, RedisStore, SqliteStore, Store};
 
 use crate::pg::{unique_name, TestSchema};
-use crate::redis_servers::shared_server;
+use crate::redis_servers::{shared_cluster, shared_server};
 
 /// A store under test, and what to clean up after it.
 pub struct Backend {
@@ -16,6 +16,8 @@ pub struct Backend {
     pub store: Arc<dyn Store>,
     schema: Option<TestSchema>,
     file: Option<PathBuf>,
+    /// Where the Redis records are.
+    redis: Option<RedisAt>,
 }
 
 impl Backend {
@@ -24,6 +26,7 @@ impl Backend {
             store,
             schema: None,
             file: None,
+            redis: None,
         }
     }
 
@@ -54,6 +57,7 @@ impl Backend {
             store: Arc::new(schema.store().await),
             schema: Some(schema),
             file: None,
+            redis: None,
         })
     }
 
@@ -63,15 +67,52 @@ impl Backend {
     /// # Panics
     /// If Redis cannot be reached.
     pub async fn redis(what: &str, trust_engine_clock: bool) -> Backend {
-        let mut builder = RedisStore::builder().namespace(unique_name(what));
-        if trust_engine_clock {
-            builder = builder.trust_engine_clock();
+        Backend::redis_at(RedisAt {
+            namespace: unique_name(what),
+            trust_engine_clock,
+            seeds: None,
+        })
+        .await
+    }
+
+    /// A namespace of its own on this process's Redis Cluster (3 masters), on the servers'
+    /// clocks.
+    ///
+    /// # Panics
+    /// If the cluster cannot be started or reached.
+    pub async fn redis_cluster(what: &str) -> Backend {
+        Backend::redis_at(RedisAt {
+            namespace: unique_name(what),
+            trust_engine_clock: false,
+            seeds: Some(shared_cluster().seeds()),
+        })
+        .await
+    }
+
+    async fn redis_at(at: RedisAt) -> Backend {
+        let store = Arc::new(at.connect().await);
+        Backend {
+            redis: Some(at),
+            ..Backend::of(store)
         }
-        let store = builder
-            .connect(&shared_server().url())
-            .await
-            .expect("redis");
-        Backend::of(Arc::new(store))
+    }
+
+    /// Another replica's store over the same records: a store of its own (its own connections)
+    /// on the same file, schema or namespace; for memory, the same store (one process).
+    ///
+    /// # Panics
+    /// If it cannot connect.
+    pub async fn replica(&self) -> Arc<dyn Store> {
+        if let Some(schema) = &self.schema {
+            return Arc::new(schema.store().await);
+        }
+        if let Some(path) = &self.file {
+            return Arc::new(SqliteStore::open(path).await.expect("open sqlite"));
+        }
+        if let Some(at) = &self.redis {
+            return Arc::new(at.connect().await);
+        }
+        self.store.clone()
     }
 
     /// Drops the PostgreSQL schema or removes the SQLite files the case made.
@@ -86,5 +127,29 @@ impl Backend {
                 std::fs::remove_file(p).ok();
             }
         }
+    }
+}
+
+/// A Redis namespace, on the shared server or a cluster.
+struct RedisAt {
+    namespace: String,
+    trust_engine_clock: bool,
+    seeds: Option<Vec<String>>,
+}
+
+impl RedisAt {
+    async fn connect(&self) -> RedisStore {
+        let mut builder = RedisStore::builder().namespace(self.namespace.clone());
+        if self.trust_engine_clock {
+            builder = builder.trust_engine_clock();
+        }
+        match &self.seeds {
+            Some(seeds) => {
+                let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+                builder.connect_cluster(&seeds).await
+            }
+            None => builder.connect(&shared_server().url()).await,
+        }
+        .expect("redis")
     }
 }

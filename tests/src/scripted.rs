@@ -10,7 +10,7 @@ use idempotency::clock::Timestamp;
 use idempotency::key::{Key, SecretFingerprint};
 use idempotency::store::{
     BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
-    RecordStatus, RecordStore, SecretStore, Settlement, Store, StoreError, Token, Unsettled,
+    RecordStatus, RecordStore, SecretStore, Settlement, Store, StoreError, Token, Unsettled, Wake,
 };
 use idempotency::Reference;
 use tokio::sync::{mpsc, Semaphore};
@@ -26,6 +26,7 @@ pub enum Op {
     TakeOver,
     Settle,
     Status,
+    Watch,
     Purge,
     Unsettled,
     Fetch,
@@ -218,6 +219,14 @@ impl RecordStore for Scripted {
         self.run(Op::Status, move || {
             self.inner.status(tenant, subject, reference)
         })
+    }
+    fn watch<'a>(
+        &'a self,
+        key: Key,
+        reference: Reference,
+        wake: Wake,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.run(Op::Watch, move || self.inner.watch(key, reference, wake))
     }
 }
 

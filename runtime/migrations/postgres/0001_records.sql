@@ -17,6 +17,9 @@
 --   once completed or released. The window ends at `lease_or_settled_at + 1000 * window_s`.
 -- * `state`: 0 in flight, 1 completed with an Ok answer, 2 unknown, 3 released, 4 completed with
 --   a definitive error (the answer's `ok` folded into the state).
+-- * `watched`: a repeat on some replica waits for this call (`wait`); when the record then
+--   leaves flight, `idempotency_records_settled` tells the replicas listening (below). False
+--   for a new claim, so a call nobody waits on pays nothing for it.
 -- * `fingerprint` is empty, not NULL, for call keys, so a completed row has no NULL and no null
 --   bitmap.
 --
@@ -30,6 +33,7 @@ CREATE TABLE idempotency_records (
     window_s            INTEGER  NOT NULL,
     generation          INTEGER  NOT NULL,
     state               SMALLINT NOT NULL,
+    watched             BOOLEAN  NOT NULL DEFAULT false,
     key_rest            BYTEA    NOT NULL,
     tenant              TEXT     NOT NULL,
     subject             TEXT     NOT NULL,
@@ -56,6 +60,21 @@ CREATE TABLE idempotency_records (
 -- then changed their columns, so none was a HOT update (32-client throughput 0.78-0.87x the raw
 -- SQL's, 291-299 bytes a row filled by calls). The alternatives weighed are in BENCHMARKS.md.
 CREATE INDEX idempotency_records_window ON idempotency_records (window_s, claimed_at);
+
+-- Settlement notices for repeats that wait on another replica: when a watched record leaves
+-- flight, a NOTIFY on channel `idempotency_settled` whose payload is the schema, a space, and
+-- the key (hex). The notice is sent at commit; the trigger's condition keeps every unwatched
+-- update (nearly all) free of it, and of NOTIFY's commit-time lock.
+CREATE FUNCTION idempotency_records_settled() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('idempotency_settled',
+        TG_TABLE_SCHEMA || ' ' || encode(int8send(NEW.ref) || NEW.key_rest, 'hex'));
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER idempotency_records_settled AFTER UPDATE ON idempotency_records
+    FOR EACH ROW WHEN (OLD.watched AND OLD.state = 0 AND NEW.state <> 0)
+    EXECUTE FUNCTION idempotency_records_settled();
 
 -- Claims a reconciler round found in flight or unknown, until they settle.
 CREATE TABLE idempotency_watch (

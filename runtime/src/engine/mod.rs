@@ -456,16 +456,7 @@ impl Idempotency {
                 break (claim, now);
             };
             tracing::debug!(tool, %reference, "idempotency: waiting for the call in progress");
-            let waited = waiting
-                .wait(
-                    &*self.store,
-                    &*self.clock,
-                    &caller.tenant,
-                    &caller.subject,
-                    *reference,
-                    until,
-                )
-                .await;
+            let waited = waiting.wait(self, caller, *reference, until).await;
             if let Waited::Over = waited {
                 break (claim, now);
             }

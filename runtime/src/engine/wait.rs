@@ -1,10 +1,12 @@
 //! Repeats that wait for the call in progress (`wait`): the engine's waiters, woken at once when
 //! this engine settles the record they wait on, and a store that says so.
 //!
-//! A waiter holds no claim and no store connection: it parks on its key's [`Notify`] and, now
-//! and then (50 ms doubling to 500 ms, each pause jittered down to half), reads the record's
-//! status, which is how it sees a settlement made by another process; the first waiter of this
-//! engine to read it wakes the others on the key. When either says the record may have moved on, the
+//! A waiter holds no claim and no store connection: it parks on its key's [`Notify`]. A store
+//! that hears of other processes' settlements ([`RecordStore::watch`]: PostgreSQL's notices)
+//! wakes it too; otherwise, now and then (50 ms doubling to 500 ms, each pause jittered down to
+//! half), it reads the record's status, which is how it sees a settlement made by another
+//! process (with notices it still reads, from 500 ms doubling to 2 s, for a lease that passed).
+//! The first waiter of this engine to see a settlement wakes the others on the key. When either says the record may have moved on, the
 //! engine claims again, which answers as any repeat would (replay, run, unknown...).
 
 use std::collections::HashMap;
@@ -15,16 +17,20 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::clock::Timestamp;
-use crate::key::{Key, Reference, SecretFingerprint};
+use crate::key::{Caller, Key, Reference, SecretFingerprint};
 use crate::record::{RecordStatus, Standing};
 use crate::store::{
     BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
-    RecordStore, SecretStore, Settlement, Store, StoreError, Token, Unsettled,
+    RecordStore, SecretStore, Settlement, Store, StoreError, Token, Unsettled, Wake,
 };
 
 /// The first pause between two status reads of a waiter, and the longest (it doubles).
 const FIRST_POLL: Duration = Duration::from_millis(50);
 const LAST_POLL: Duration = Duration::from_millis(500);
+/// The same, when the store sends word of settlements ([`RecordStore::watch`]): the reads only
+/// catch what no notice tells (a lease that passed, a notice lost with its connection).
+const FIRST_POLL_HEARD: Duration = Duration::from_millis(500);
+const LAST_POLL_HEARD: Duration = Duration::from_secs(2);
 
 /// The repeats of one engine that are waiting, by key.
 #[derive(Default)]
@@ -115,29 +121,49 @@ pub(super) enum Waited {
 
 impl Slot {
     /// Waits until the record of `reference` may no longer be in flight (this engine settled
-    /// it, or a status read says so), or until `until`.
+    /// it, the store sent word of a settlement, or a status read says so), or until `until`.
     pub(super) async fn wait(
         &self,
-        store: &dyn Store,
-        clock: &dyn crate::clock::Clock,
-        tenant: &str,
-        subject: &str,
+        engine: &super::Idempotency,
+        caller: &Caller,
         reference: Reference,
         until: tokio::time::Instant,
     ) -> Waited {
-        let mut pause = FIRST_POLL;
+        let store = &*engine.store;
+        // Listening before anything is read: a settlement after the read still wakes this
+        // waiter.
+        let woken = self.notify.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        // A store that sends word of other processes' settlements: read the record less often
+        // (a read still sees a lease that passed, or a notice lost with a connection).
+        let heard = tokio::select! {
+            () = &mut woken => return Waited::Moved,
+            () = tokio::time::sleep_until(until) => return Waited::Over,
+            watched = store.watch(self.key, reference, Wake::new(&self.notify)) => match watched {
+                Ok(heard) => heard,
+                Err(e) => {
+                    tracing::debug!(%reference, error = %e, "idempotency: a waiting repeat could not ask for word of the settlement; reading the record instead");
+                    false
+                }
+            },
+        };
+        let (mut pause, last) = if heard {
+            (FIRST_POLL_HEARD, LAST_POLL_HEARD)
+        } else {
+            (FIRST_POLL, LAST_POLL)
+        };
         loop {
-            // Listening before reading: a settlement after the read still wakes this waiter.
-            let woken = self.notify.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
             // A slow read does not delay the wake-up.
-            let read = tokio::time::timeout_at(until, store.status(tenant, subject, reference));
+            let read = tokio::time::timeout_at(
+                until,
+                store.status(&caller.tenant, &caller.subject, reference),
+            );
             tokio::select! {
                 () = &mut woken => return Waited::Moved,
                 read = read => match read {
                     Err(_) => return Waited::Over,
-                    Ok(Ok(Some(s))) if running(&s, reference, clock.now()) => {}
+                    Ok(Ok(Some(s))) if running(&s, reference, engine.clock.now()) => {}
                     Ok(Ok(_)) => {
                         // The others waiting on this key here need not read it too.
                         self.notify.notify_waiters();
@@ -153,7 +179,7 @@ impl Slot {
                 () = tokio::time::sleep(jittered(pause)) => {}
                 () = tokio::time::sleep_until(until) => return Waited::Over,
             }
-            pause = (pause * 2).min(LAST_POLL);
+            pause = (pause * 2).min(last);
         }
     }
 }
@@ -246,6 +272,14 @@ impl RecordStore for Waking {
         reference: Reference,
     ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
         self.store.status(tenant, subject, reference)
+    }
+    fn watch<'a>(
+        &'a self,
+        key: Key,
+        reference: Reference,
+        wake: Wake,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.store.watch(key, reference, wake)
     }
 }
 

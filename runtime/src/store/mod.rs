@@ -132,6 +132,7 @@ mod redis;
 mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod wake;
 
 pub use crate::outbox::{OutboxEntry, OutboxMessage, Receipt};
 pub use crate::record::{RecordState, RecordStatus, Standing, StoredResponse};
@@ -147,6 +148,7 @@ pub use redis::{RedisConnection, RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::SqliteStore;
+pub use wake::Wake;
 
 /// A boxed, `Send` future: what the store methods return, so the traits stay object-safe
 /// (`Arc<dyn Store>`).
@@ -355,6 +357,24 @@ pub trait RecordStore: Send + Sync + 'static {
         subject: &'a str,
         reference: Reference,
     ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>>;
+
+    /// Asks to be told when the record of `key` under `reference` leaves flight (completed,
+    /// released, unknown, settled) through any process: from then on, such a change calls
+    /// `wake.wake()` once, soon after it commits. Answers whether it will: `false` when this
+    /// store cannot hear of other processes' changes (the default; the engine's waiting repeats
+    /// then read the record now and then) or when the record is no longer that call in flight.
+    /// A store that answers `true` must not miss a change committed after this call returned,
+    /// and may wake for nothing (the repeats read the record again). Used only by repeats that
+    /// wait (`wait`); the engine wakes its own waiters itself.
+    fn watch<'a>(
+        &'a self,
+        key: Key,
+        reference: Reference,
+        wake: Wake,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let _ = (key, reference, wake);
+        Box::pin(std::future::ready(Ok(false)))
+    }
 }
 
 /// Background work over many records: retention and reconciliation.

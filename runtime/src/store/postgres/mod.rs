@@ -25,7 +25,7 @@ use super::sql::{
     Migration, RecordRow, CLAIM_ATTEMPTS, FENCE_ATTEMPTS,
 };
 use super::{
-    BoxFuture, Claim, ClaimRequest, Completion, RecordStore, Settlement, StoreError, Token,
+    BoxFuture, Claim, ClaimRequest, Completion, RecordStore, Settlement, StoreError, Token, Wake,
 };
 use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
@@ -33,6 +33,7 @@ use crate::record::{RecordState, RecordStatus};
 
 mod admin;
 mod background;
+mod notices;
 mod secret;
 
 /// The database server's clock in ms since the epoch (`statement_timestamp()`, one value for the
@@ -188,6 +189,7 @@ fn found_row(value: sqlx::postgres::PgValueRef<'_>) -> Result<RecordRow, sqlx::E
     let window_s: i32 = r.try_decode().map_err(decode)?;
     let generation: i32 = r.try_decode().map_err(decode)?;
     let state: i16 = r.try_decode().map_err(decode)?;
+    let _watched: bool = r.try_decode().map_err(decode)?;
     let key_rest: Vec<u8> = r.try_decode().map_err(decode)?;
     let _tenant: String = r.try_decode().map_err(decode)?;
     let _subject: String = r.try_decode().map_err(decode)?;
@@ -230,6 +232,7 @@ UPDATE idempotency_records SET
     " + ($7 - $6),
     generation = CASE WHEN state = 3 THEN generation ELSE generation + 1 END,
     state = 0,
+    watched = false,
     tenant = $3,
     subject = $9,
     tool = $4,
@@ -323,6 +326,8 @@ pub struct PostgresStore {
     /// `Some(offset)`: the server's clock plus `offset` ms (0 outside tests); `None`: the
     /// engine's times as given (tests that move time by hand).
     clock_offset: Option<i64>,
+    /// Settlement notices for waiting repeats, shared by the store's clones.
+    notices: std::sync::Arc<notices::Notices>,
 }
 
 impl PostgresStore {
@@ -385,6 +390,7 @@ impl PostgresStore {
         let store = PostgresStore {
             pool,
             clock_offset: Some(0),
+            notices: std::sync::Arc::default(),
         };
         store.migrate().await?;
         let seqscan: String = sqlx::query_scalar("SELECT current_setting('enable_seqscan')")
@@ -746,6 +752,16 @@ impl RecordStore for PostgresStore {
                 .status(reference, tool)
                 .map(Some)
         })
+    }
+
+    /// A flag on the record and a notice from the migration's trigger (see `notices.rs`).
+    fn watch<'a>(
+        &'a self,
+        key: Key,
+        reference: Reference,
+        wake: Wake,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(self.notices.watch(&self.pool, key, reference, wake))
     }
 
     fn settle<'a>(

@@ -13,6 +13,7 @@
 //! | `{ns}:{XX}:i` | sorted set | the shard's records by time, in two bands: unsettled ones by lease end (unknown ones at 0), what [`unsettled`](crate::store::Maintenance::unsettled) reads; settled ones by window end - 2^50, what [`purge`](crate::store::Maintenance::purge) reads |
 //! | `{ns}:{XX}:o` | stream | the shard's outbox messages (consumer group `g`) |
 //! | `{ns}:{XX}:ov` | sorted set | when each handed-out message becomes visible again |
+//! | `{ns}:{XX}:w:<ref>` | string, and a channel | set (with an expiry) while a repeat on another process waits for the record; a settlement deletes it and announces itself on the channel of that name (`SPUBLISH` on a cluster), see `notices.rs` |
 //! | `{ns}:secret` | string | the fingerprint of the secret the keys are made with (see [`SecretStore`](crate::store::SecretStore)) |
 //!
 //! One index with two bands rather than two indexes: a completion moves its record's entry with
@@ -37,7 +38,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::Value;
 
 use super::{
-    BoxFuture, Claim, ClaimRequest, Completion, RecordStore, Settlement, StoreError, Token,
+    BoxFuture, Claim, ClaimRequest, Completion, RecordStore, Settlement, StoreError, Token, Wake,
     DEFAULT_RETENTION,
 };
 use crate::clock::Timestamp;
@@ -47,6 +48,7 @@ use crate::record::{RecordState, RecordStatus, StoredResponse};
 mod admin;
 mod background;
 mod conn;
+mod notices;
 mod secret;
 
 pub use conn::RedisConnection;
@@ -135,6 +137,8 @@ struct Inner {
     trusted: &'static [u8],
     scripts: Scripts,
     next_shard: AtomicUsize,
+    /// Settlement notices for waiting repeats.
+    notices: notices::Notices,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -256,7 +260,7 @@ impl RedisStoreBuilder {
                 .map_err(unreachable)?;
             waiting.push(Conn::Single(c));
         }
-        Ok(self.finish(Conn::Single(conn), waiting))
+        Ok(self.finish(Conn::Single(conn), waiting, notices::Source::Single(client)))
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each); the
@@ -284,10 +288,14 @@ impl RedisStoreBuilder {
                 client.get_async_connection().await.map_err(unreachable)?,
             ));
         }
-        Ok(self.finish(Conn::Cluster(conn), waiting))
+        Ok(self.finish(
+            Conn::Cluster(conn),
+            waiting,
+            notices::Source::Cluster(seeds.iter().map(|s| (*s).to_owned()).collect()),
+        ))
     }
 
-    fn finish(self, conn: Conn, waiting: Vec<Conn>) -> RedisStore {
+    fn finish(self, conn: Conn, waiting: Vec<Conn>, source: notices::Source) -> RedisStore {
         RedisStore {
             inner: Arc::new(Inner {
                 conn: RedisConnection(conn),
@@ -299,6 +307,7 @@ impl RedisStoreBuilder {
                 trusted: if self.trusted { b"1" } else { b"0" },
                 scripts: Scripts::new(),
                 next_shard: AtomicUsize::new(0),
+                notices: notices::Notices::new(source),
             }),
         }
     }
@@ -347,6 +356,9 @@ struct ShardKeys {
     record: String,
     index: String,
     outbox: String,
+    /// Set while a repeat on another process waits for the record; also the name of the
+    /// channel that announces its settlement (see `notices.rs`).
+    watch: String,
 }
 
 impl Inner {
@@ -366,6 +378,7 @@ impl Inner {
             record: format!("{base}:r:{}", hex(prefix)),
             index: format!("{base}:i"),
             outbox: format!("{base}:o"),
+            watch: format!("{base}:w:{}", hex(prefix)),
         }
     }
 
@@ -478,11 +491,19 @@ impl RedisStore {
             Op::TakeOver(now, _) => (b"t", ms(*now)),
             Op::Settle(_, at) => (b"s", ms(*at)),
         };
+        let flags = [
+            inner.trusted[0],
+            if matches!(inner.conn.0, Conn::Cluster(_)) {
+                b's'
+            } else {
+                b'p'
+            },
+        ];
         let mut args: Vec<Vec<u8>> = vec![
             code.to_vec(),
             key.as_bytes()[8..].to_vec(),
             token_b.to_vec(),
-            inner.trusted.to_vec(),
+            flags.to_vec(),
             now,
             retention.into_bytes(),
         ];
@@ -522,7 +543,12 @@ impl RedisStore {
             }
             Op::Release(_) | Op::Unknown => {}
         }
-        let keys = [k.record.as_str(), k.index.as_str(), k.outbox.as_str()];
+        let keys = [
+            k.record.as_str(),
+            k.index.as_str(),
+            k.outbox.as_str(),
+            k.watch.as_str(),
+        ];
         let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         let (reply, acked) = inner
             .conn_for(wait)
@@ -723,6 +749,23 @@ impl RecordStore for RedisStore {
                 expires_at: settled.then_some(ends),
                 response,
             }))
+        })
+    }
+
+    /// A watch key beside the record, and a notice on the channel of its name (see
+    /// `notices.rs`).
+    fn watch<'a>(
+        &'a self,
+        key: Key,
+        _reference: Reference,
+        wake: Wake,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let k = self.inner.keys(key.reference(1).prefix());
+            self.inner
+                .notices
+                .watch(&self.inner.conn, &k.watch, wake)
+                .await
         })
     }
 }

@@ -2,9 +2,11 @@
 -- takeover of a call whose worker is gone. Each applies only when the token presented is the
 -- record's and its state allows it; the takeover is fenced by the state and the lease instead
 -- (its token is the new one).
--- KEYS: 1 record, 2 the shard's index, 3 the shard's outbox stream (one hash slot).
+-- KEYS: 1 record, 2 the shard's index, 3 the shard's outbox stream, 4 the record's watch key
+-- (one hash slot).
 -- ARGV: 1 op ('c' complete, 'r' release, 'u' unknown, 'n' renew, 's' settle, 't' take over), 2 key_rest
--- (24 bytes), 3 token (8 bytes), 4 '1' to trust the caller's times, 5 now ('0' for 'u'),
+-- (24 bytes), 3 token (8 bytes), 4 two flags: '1' to trust the caller's times (else '0'), then
+-- 's' to announce on a shard channel (a cluster) or 'p' on a channel, 5 now ('0' for 'u'),
 -- 6 retention ms, then per op:
 --   c: 7 state code (1 ok, 4 error), 8 body, 9 message count, then topic, payload...
 --   n: 7 lease end
@@ -40,9 +42,22 @@ local mid = string.sub(blob, 38, -5)
 local member = string.sub(rec, -16)
 local EMPTY = '\0\0\0\0'
 
+-- A repeat waiting on another process set the watch key: tell it the record left flight (on
+-- the channel of the same name), once.
+local function announce()
+  if redis.call('DEL', KEYS[4]) == 1 then
+    if string.sub(ARGV[4], 2, 2) == 's' then
+      redis.call('SPUBLISH', KEYS[4], '')
+    else
+      redis.call('PUBLISH', KEYS[4], '')
+    end
+  end
+end
+
 local function unknown()
   redis.call('SET', rec, struct.pack('>BI4dddd', 2, g, c, e, d, w) .. mid .. EMPTY)
   redis.call('ZADD', KEYS[2], 0, member)
+  announce()
   return {0, g}
 end
 
@@ -54,7 +69,7 @@ local time = redis.call('TIME')
 local real = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local given = tonumber(ARGV[5])
 local now = given
-if ARGV[4] ~= '1' then
+if string.sub(ARGV[4], 1, 1) ~= '1' then
   now = real
 end
 local off = now - given
@@ -84,6 +99,7 @@ local function settled(state, body, ends)
   redis.call('SET', rec, struct.pack('>BI4dddd', state, g, c, ends, at, w) .. mid ..
     struct.pack('>I4', #body) .. body, 'PXAT', ends + tonumber(ARGV[6]) + (real - now))
   redis.call('ZADD', KEYS[2], ends - BAND, member)
+  announce()
 end
 
 if op == 'r' then
