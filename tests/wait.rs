@@ -380,7 +380,8 @@ async fn a_waiter_sees_another_replicas_answer(b: Backend) {
 }
 
 /// Two repeats wait on one replica for a call on another; once one of them reads the answer, the
-/// other is woken by it (every read it makes after its first hangs).
+/// other is woken by it (every read it makes after its first hangs), and the store is asked for
+/// the answer once for both.
 async fn the_first_waiter_to_see_the_answer_wakes_the_others(b: Backend) {
     let here = World::new(&b, |e| e);
     let there = World::replica(&b).await;
@@ -406,6 +407,9 @@ async fn the_first_waiter_to_see_the_answer_wakes_the_others(b: Backend) {
         assert_eq!(repeat.result.ok(), Some(70));
     }
     assert_eq!(here.effects.load(Ordering::SeqCst), 1);
+    // One claim each on arrival, then one for both once woken: the answer one of them read is
+    // the other's too.
+    assert_eq!(there.store.calls(Op::Claim), 3);
     b.finish().await;
 }
 

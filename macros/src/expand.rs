@@ -396,6 +396,7 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
             .insert(at, syn::parse_quote!(#raw_local: #p::mcp::RawArguments));
         let cx = quote!(#p::IdempotencyContext::<#p::mcp::Request>);
         let as_task = local("__idem_as_task");
+        let progress = local("__idem_progress");
         let wants_task = if opts.task.is_some() {
             quote!(let #as_task = #p::mcp::wants_task(self, &#request);)
         } else {
@@ -416,7 +417,11 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
                 #p::Result::Err(#e) => return #p::mcp::refuse_into(#e),
             };
             #wants_task
+            let #progress = #p::mcp::progress_of(&#request);
         };
+        // A repeat that waits for the call in progress tells a client that sent a progress
+        // token how long it has waited.
+        let execute = quote!(#p::mcp::reporting(#progress, async { #execute }).await);
         // A tool that answers with a `CallToolResult` itself gets it back verbatim.
         let verbatim = matches!(ok, syn::Type::Path(t)
             if t.path.segments.last().is_some_and(|s| s.ident == "CallToolResult"));

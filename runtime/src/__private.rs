@@ -21,6 +21,7 @@ pub use ::rmcp;
 #[cfg(feature = "rmcp")]
 pub mod mcp {
     pub use crate::mcp::arguments::{check_arguments, closed_input_schema, RawArguments};
+    pub use crate::mcp::progress::{progress_of, reporting};
     pub use crate::mcp::task::{
         call as task_call, render as task_render, render_verbatim as task_render_verbatim,
     };

@@ -90,6 +90,7 @@ pub mod metrics;
 pub mod outbox;
 pub mod outcome;
 mod periodic;
+mod progress;
 mod record;
 pub mod store;
 pub mod tasks;

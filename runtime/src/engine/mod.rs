@@ -432,10 +432,24 @@ impl Idempotency {
         let wait = spec.wait.unwrap_or(self.wait);
         let wait = spec.timeout.map_or(wait, |t| wait.min(t));
         let wait_until = (!wait.is_zero()).then(|| started + wait);
-        let mut slot = None;
+        let mut slot: Option<wait::Slot> = None;
         let (claim, now) = loop {
             let now = self.clock.now();
-            let claim = match self.claim_any(spec, caller, &prepared, key, now, by).await {
+            let claim = match &slot {
+                None => self.claim_any(spec, caller, &prepared, key, now, by).await,
+                Some(woken) => {
+                    woken
+                        .read_again(
+                            prepared
+                                .fingerprint
+                                .as_ref()
+                                .map(|f| f.fingerprint(&self.secret)),
+                            || self.claim_any(spec, caller, &prepared, key, now, by),
+                        )
+                        .await
+                }
+            };
+            let claim = match claim {
                 Ok(c) => c,
                 Err(out) => return out,
             };
@@ -456,7 +470,13 @@ impl Idempotency {
                 break (claim, now);
             };
             tracing::debug!(tool, %reference, "idempotency: waiting for the call in progress");
-            let waited = waiting.wait(self, caller, *reference, until).await;
+            let waited = crate::progress::reporting(
+                *reference,
+                started,
+                wait,
+                waiting.wait(self, caller, *reference, until),
+            )
+            .await;
             if let Waited::Over = waited {
                 break (claim, now);
             }

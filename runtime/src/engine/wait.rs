@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::clock::Timestamp;
-use crate::key::{Caller, Key, Reference, SecretFingerprint};
+use crate::key::{Caller, Fingerprint, Key, Reference, SecretFingerprint};
 use crate::record::{RecordStatus, Standing};
 use crate::store::{
     BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
@@ -42,7 +42,16 @@ pub(super) struct Waiters {
 struct Entry {
     notify: Arc<Notify>,
     waiters: usize,
+    read: Arc<SharedRead>,
 }
+
+/// The claim read again after a wake, by one of the key's waiters for all: a completed answer
+/// (with the fingerprint it was read for) is the others' too.
+type SharedRead = tokio::sync::Mutex<Option<(Option<Fingerprint>, Claim)>>;
+
+/// How long a woken waiter waits for another one's read of the record before reading it itself
+/// (a store that does not answer the first holds the others up no longer than this).
+const SHARED_READ_WAIT: Duration = Duration::from_millis(500);
 
 impl Waiters {
     /// A place among the waiters on `key`, unless `max` are waiting already.
@@ -59,12 +68,14 @@ impl Waiters {
         let entry = keys.entry(key).or_insert_with(|| Entry {
             notify: Arc::new(Notify::new()),
             waiters: 0,
+            read: Arc::default(),
         });
         entry.waiters += 1;
         Some(Slot {
             waiters: self.clone(),
             key,
             notify: entry.notify.clone(),
+            read: entry.read.clone(),
         })
     }
 
@@ -91,6 +102,7 @@ pub(super) struct Slot {
     waiters: Arc<Waiters>,
     key: Key,
     notify: Arc<Notify>,
+    read: Arc<SharedRead>,
 }
 
 impl Drop for Slot {
@@ -120,6 +132,33 @@ pub(super) enum Waited {
 }
 
 impl Slot {
+    /// After a wake, the claim again, read once for this engine's waiters on the key: one reads
+    /// it (`read`, a claim) while the others wait their turn, and a completed answer is theirs
+    /// too (same key, same fingerprint), so a hundred woken waiters cost the store one read.
+    /// Any other answer each reads for itself (a released call lets one of them run).
+    pub(super) async fn read_again<E, Fut>(
+        &self,
+        fingerprint: Option<Fingerprint>,
+        read: impl FnOnce() -> Fut,
+    ) -> Result<Claim, E>
+    where
+        Fut: std::future::Future<Output = Result<Claim, E>>,
+    {
+        let Ok(mut shared) = tokio::time::timeout(SHARED_READ_WAIT, self.read.lock()).await else {
+            return read().await;
+        };
+        if let Some((f, claim)) = &*shared {
+            if *f == fingerprint {
+                return Ok(claim.clone());
+            }
+        }
+        let claim = read().await?;
+        if matches!(claim, Claim::Completed { .. }) {
+            *shared = Some((fingerprint, claim.clone()));
+        }
+        Ok(claim)
+    }
+
     /// Waits until the record of `reference` may no longer be in flight (this engine settled
     /// it, the store sent word of a settlement, or a status read says so), or until `until`.
     pub(super) async fn wait(

@@ -34,6 +34,7 @@ mod answer;
 pub(crate) mod arguments;
 mod identity;
 mod interim;
+pub(crate) mod progress;
 mod session;
 mod status;
 pub mod task;

@@ -1,0 +1,63 @@
+//! Word to the caller while a repeat waits for the call in progress (`wait`): the integration
+//! that knows the caller (rmcp: a client that sent a progress token) sets a reporter for the
+//! call, and the engine calls it as the wait begins and then every second.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::key::Reference;
+
+/// How a waiting repeat stands: what it waits for, how long it has waited, for how long it may.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Waiting {
+    pub(crate) reference: Reference,
+    pub(crate) waited: Duration,
+    pub(crate) wait: Duration,
+}
+
+/// Told how a waiting repeat stands; must not block (it runs on the waiting task).
+#[derive(Clone)]
+pub struct Reporter(pub(crate) Arc<dyn Fn(Waiting) + Send + Sync>);
+
+impl std::fmt::Debug for Reporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Reporter")
+    }
+}
+
+/// How often a waiting repeat reports.
+const EVERY: Duration = Duration::from_secs(1);
+
+tokio::task_local! {
+    static REPORTER: Reporter;
+}
+
+/// Runs `call` with `reporter` (if any) told how its waits stand.
+pub(crate) async fn scope<F: Future>(reporter: Option<Reporter>, call: F) -> F::Output {
+    match reporter {
+        Some(r) => REPORTER.scope(r, call).await,
+        None => call.await,
+    }
+}
+
+/// Runs `wait` (a repeat waiting for `reference`, since `since`, for at most `wait`), reporting
+/// as it begins and every second to the reporter of the call, if it has one.
+pub(crate) async fn reporting<F: Future>(
+    reference: Reference,
+    since: tokio::time::Instant,
+    wait: Duration,
+    waiting: F,
+) -> F::Output {
+    let Ok(reporter) = REPORTER.try_with(Reporter::clone) else {
+        return waiting.await;
+    };
+    tokio::pin!(waiting);
+    let mut tick = tokio::time::interval(EVERY);
+    loop {
+        tokio::select! {
+            out = &mut waiting => return out,
+            _ = tick.tick() => (reporter.0)(Waiting { reference, waited: since.elapsed(), wait }),
+        }
+    }
+}
