@@ -45,6 +45,9 @@ use proc_macro::TokenStream;
 /// |---|---|---|
 /// | `window = "15m"` | how long a completed answer is replayed, counted from completion | `"15m"` |
 /// | `business_key = "order_id"` | key on a field instead of all arguments; a nested path `"order.id"` (tuple fields by index, `"pair.0"`); several fields as a list `["tenant_order", "line"]`. The full arguments are fingerprinted: the same key with other arguments is a payload mismatch | all arguments |
+/// | `missing_key = "refuse" \| "call_key"` | what a call without its business key (`null`, `""`) means: refused naming the field, or keyed by all its arguments. Required when a business-key field is an `Option` (without it, a compile error at the field) | refused |
+/// | `scope = "tenant" \| "subject"` | who shares the records (and may ask their status): every subject of the caller's tenant, or only the caller's subject | `"tenant"` for business keys, `"subject"` for call keys |
+/// | `ignore = ["sent_at"]` | top-level fields left out of the key and the fingerprint (volatile values a retry carries fresh; the handler still reads them) | none |
 /// | `name = "charge_card"` | the tool name in the key | rmcp: `#[tool(name = ...)]`, else the fn name |
 /// | `on_error = "retryable" \| "definitive" \| "unknown"` | one disposition for every error | each error's `idempotency::Classify` |
 /// | `timeout = "30s"` | abandon a running call as "outcome unknown" after this | none |
@@ -179,5 +182,48 @@ mod layering {
             uses("use crate::ast::X; use crate::{check, fallback};"),
             ["ast", "check", "fallback"]
         );
+    }
+}
+
+#[cfg(test)]
+mod documented {
+    /// The options a table documents: the first cell of each row, up to ` =` or its closing
+    /// backtick.
+    fn table(src: &str, row: &str) -> Vec<String> {
+        let mut found: Vec<String> = src
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix(row))
+            .filter_map(|cell| {
+                let name: String = cell
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                (!name.is_empty()).then_some(name)
+            })
+            .collect();
+        found.sort();
+        found
+    }
+
+    fn accepted() -> Vec<String> {
+        let mut all: Vec<String> = crate::attr::OPTIONS
+            .split(", ")
+            .map(|o| o.trim_matches('`').to_owned())
+            .collect();
+        all.sort();
+        all
+    }
+
+    /// The attribute's rustdoc table and the README's list every option the attribute accepts,
+    /// and nothing else.
+    #[test]
+    fn every_option_is_documented() {
+        assert_eq!(table(include_str!("lib.rs"), "/// | `"), accepted());
+        let readme = include_str!("../../README.md");
+        let section = &readme[readme
+            .find("## The attribute")
+            .expect("the README's attribute section")..];
+        let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+        assert_eq!(table(section, "| `"), accepted());
     }
 }
