@@ -413,6 +413,36 @@ async fn the_first_waiter_to_see_the_answer_wakes_the_others(b: Backend) {
     b.finish().await;
 }
 
+fn secret(s: &str) -> idempotency::key::Secret {
+    idempotency::key::Secret::new(s).expect("16 bytes or more")
+}
+
+/// While the secret is rotated, a repeat on an engine with the new secret that finds the call in
+/// progress under the previous secret's key is told "in progress" at once, even with a wait (it
+/// would otherwise claim and give back its own key at each look); once that call is recorded, a
+/// repeat replays it, and the body ran once.
+async fn a_call_under_the_previous_secret_is_not_waited_on(b: Backend) {
+    let old = World::on(b.store.clone(), |e| {
+        e.secret(secret("the old secret, 16+ bytes"))
+    });
+    let new = World::on(b.replica().await, |e| {
+        e.secret(secret("the new secret, 16+ bytes"))
+            .previous_secrets([secret("the old secret, 16+ bytes")])
+    });
+    let mut first = old.held(WAITING, 7).await;
+    started(&mut first).await;
+    let repeat = answer(new.call(SPEC.with_wait(Duration::from_secs(60)), 7)).await;
+    assert!(in_flight(&repeat), "{:?}", repeat.result);
+    first.gate.send(Ok(70)).expect("gate");
+    assert_eq!(answer(first.call).await.result.ok(), Some(70));
+    let again = answer(new.call(WAITING, 7)).await;
+    assert!(again.replayed, "{:?}", again.result);
+    assert_eq!(again.result.ok(), Some(70));
+    assert_eq!(old.effects.load(Ordering::SeqCst), 1);
+    assert_eq!(new.effects.load(Ordering::SeqCst), 0);
+    b.finish().await;
+}
+
 /// On a store that sends word of settlements (PostgreSQL's notices, Redis's channels), a waiter on one replica is
 /// woken by that word when another replica records the answer: every read of the record it
 /// makes hangs, and it still gets the answer. Without the word (asking for it fails), the same
@@ -533,4 +563,5 @@ on_every_store!(
     this_engines_completion_wakes_its_waiter,
     a_waiter_sees_another_replicas_answer,
     the_first_waiter_to_see_the_answer_wakes_the_others,
+    a_call_under_the_previous_secret_is_not_waited_on,
 );
