@@ -714,7 +714,7 @@ mod mcp {
             .into_iter()
             .map(|e| {
                 let text = e.advice();
-                let result = idempotency::mcp::refuse(e).unwrap();
+                let result = idempotency::__private::mcp::refuse(e).unwrap();
                 assert_eq!(result.is_error, Some(true));
                 assert!(format!("{:?}", result.content).contains(&text[..20]));
                 meta(&result, META_STATUS)

@@ -20,13 +20,12 @@ pub use ::rmcp;
 /// The MCP side of generated code.
 #[cfg(feature = "rmcp")]
 pub mod mcp {
+    pub use crate::mcp::answer::{answer, answer_verbatim, refuse};
     pub use crate::mcp::arguments::{check_arguments, closed_input_schema, RawArguments};
+    pub use crate::mcp::interim::{answer_response, split_response, Interim};
     pub use crate::mcp::progress::{progress_of, reporting};
-    pub use crate::mcp::task::{
+    pub use crate::mcp::task_impl::{
         call as task_call, render as task_render, render_verbatim as task_render_verbatim,
-    };
-    pub use crate::mcp::{
-        answer, answer_response, answer_verbatim, refuse, split_response, Interim,
     };
 
     /// Whether a `task` tool answers `request` with a task: the server declares the tasks

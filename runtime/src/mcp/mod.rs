@@ -30,17 +30,47 @@
 //!
 //! See `examples/` for complete servers.
 
-mod answer;
+pub(crate) mod answer;
 pub(crate) mod arguments;
 mod identity;
-mod interim;
+pub(crate) mod interim;
 pub(crate) mod progress;
 mod session;
 mod status;
-pub mod task;
+pub(crate) mod task_impl;
 
-pub use answer::{answer, answer_verbatim, refuse, META_REF, META_REPLAYED, META_STATUS, STATUSES};
+pub(crate) use answer::answer_verbatim;
+pub use answer::{META_REF, META_REPLAYED, META_STATUS, STATUSES};
 pub use identity::Identity;
-pub use interim::{answer_response, split_response, Interim};
+
+/// Wrapped tools as MCP tasks (the tasks extension, SEP-2663), durable in the idempotency store.
+///
+/// A tool wrapped with `#[idempotent(task)]` answers a client that declared the tasks extension
+/// with a task handle instead of waiting for the body:
+///
+/// - the task id is the operation's reference: the key is claimed (durably, in the store)
+///   before the body starts and before the handle is returned, so `tasks/get` finds it on any
+///   replica sharing the store, and after a restart;
+/// - a repeat of the call (same key) gets the same task id: running → the handle (`working`)
+///   instead of an "in flight" error; completed → the handle, whose `tasks/get` gives the stored
+///   result; nothing runs twice;
+/// - the task's state is the record's: in flight → `working`; completed → `completed` with the
+///   stored `CallToolResult` (a definitive error is a completed `isError` result, as for any
+///   tool); released (a retryable error: nothing was done) → `failed`, saying it is safe to call
+///   again; outcome unknown, or its worker gone (the lease passed) → `failed`, saying the outcome
+///   is unknown and naming the reference (a retried `tools/call` returns the same task);
+/// - `tasks/cancel` is acknowledged for a task the caller owns and does not interrupt the work:
+///   a side effect stopped halfway is worse than one finished, and cancellation is cooperative
+///   (the status may lag); `tasks/get` keeps telling the truth;
+/// - a client without the tasks extension (or a server that does not declare it) gets the same
+///   tool answered inline, from the same record (a task tool always stores its answer as the
+///   `CallToolResult` it renders).
+///
+/// The server declares the extension (`ServerCapabilities::builder().enable_tasks()`) and routes
+/// `tasks/get` and `tasks/cancel` to [`get_task`](crate::mcp::task::get_task) and
+/// [`cancel_task`](crate::mcp::task::cancel_task).
+pub mod task {
+    pub use super::task_impl::{cancel_task, get_task, POLL_INTERVAL_MS};
+}
 pub use session::CallerBoundSessions;
 pub use status::{status_router, status_tool};

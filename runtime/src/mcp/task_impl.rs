@@ -1,27 +1,5 @@
-//! Wrapped tools as MCP tasks (the tasks extension, SEP-2663), durable in the idempotency store.
-//!
-//! A tool wrapped with `#[idempotent(task)]` answers a client that declared the tasks extension
-//! with a task handle instead of waiting for the body:
-//!
-//! - the task id is the operation's reference: the key is claimed (durably, in the store)
-//!   before the body starts and before the handle is returned, so `tasks/get` finds it on any
-//!   replica sharing the store, and after a restart;
-//! - a repeat of the call (same key) gets the same task id: running → the handle (`working`)
-//!   instead of an "in flight" error; completed → the handle, whose `tasks/get` gives the stored
-//!   result; nothing runs twice;
-//! - the task's state is the record's: in flight → `working`; completed → `completed` with the
-//!   stored `CallToolResult` (a definitive error is a completed `isError` result, as for any
-//!   tool); released (a retryable error: nothing was done) → `failed`, saying it is safe to call
-//!   again; outcome unknown → `working`, with a message that it is being reconciled;
-//! - `tasks/cancel` is acknowledged for a task the caller owns and does not interrupt the work:
-//!   a side effect stopped halfway is worse than one finished, and cancellation is cooperative
-//!   (the status may lag); `tasks/get` keeps telling the truth;
-//! - a client without the tasks extension (or a server that does not declare it) gets the same
-//!   tool answered inline, from the same record (a task tool always stores its answer as the
-//!   `CallToolResult` it renders).
-//!
-//! The server declares the extension (`ServerCapabilities::builder().enable_tasks()`) and routes
-//! `tasks/get` and `tasks/cancel` to [`get_task`] and [`cancel_task`].
+//! Wrapped tools as MCP tasks: what the generated code runs (`call`, `render`), behind
+//! [`crate::mcp::task`], the public face ([`get_task`], [`cancel_task`]).
 
 use std::fmt::Display;
 use std::future::Future;
