@@ -76,7 +76,6 @@
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
 
-mod call;
 mod canonical;
 pub mod clock;
 mod context;
@@ -99,9 +98,9 @@ pub mod tool;
 #[doc(hidden)]
 pub mod __private;
 
-pub use call::Call;
 pub use canonical::canonical_json;
 pub use context::IdempotencyContext;
+pub use engine::Call;
 pub use engine::{Idempotency, IdempotencyBuilder};
 pub use error::Error;
 pub use key::{Caller, Reference};

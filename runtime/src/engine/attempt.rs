@@ -12,8 +12,8 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::call::Call;
 use super::guard::{bounded, is_elapsed, Answer, Guard, OnDrop};
-use crate::call::Call;
 use crate::clock::Timestamp;
 use crate::error::{Error, UnknownReason};
 use crate::key::{Key, Reference};

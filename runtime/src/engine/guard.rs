@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use crate::clock::{Clock, Timestamp};
 use crate::key::{Key, Reference};
-use crate::outbox::OutboxMessage;
 use crate::record::StoredResponse;
+use crate::store::OutboxMessage;
 use crate::store::{Completion, Store, StoreError, Token};
 
 /// What an attempt holds of its claim, and what to do with it if dropped now.

@@ -16,6 +16,7 @@ use crate::store::{Claim, ClaimRequest, Store, StoreError, Token};
 use crate::tool::{Prepared, Recover, Scope, ToolSpec};
 
 mod attempt;
+mod call;
 pub(crate) mod expiry;
 mod guard;
 mod secret;
@@ -26,6 +27,8 @@ use expiry::{Background, Reconcile};
 use guard::{bounded, ClaimGuard};
 use secret::SecretCheck;
 use wait::{Waited, Waiters, Waking};
+
+pub use call::Call;
 
 /// The store and clock every idempotent tool of a server shares. Cheap to clone.
 ///

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use super::OutboxEntry;
 use crate::clock::Clock;
 use crate::engine::Idempotency;
 use crate::periodic::spawn_periodic;
+use crate::store::OutboxEntry;
 use crate::store::{BoxError, Store, StoreError};
 
 /// How many times a message is handed out before the dispatcher gives up on it.
@@ -27,7 +27,7 @@ const DEFAULT_MAX_ATTEMPTS: i32 = 10;
 /// use std::time::Duration;
 /// use idempotency::{outbox::Dispatcher, store::MemoryStore, Idempotency};
 /// let engine = Idempotency::new(MemoryStore::new());
-/// let dispatcher = Dispatcher::new(&engine, |m: idempotency::outbox::OutboxEntry| async move {
+/// let dispatcher = Dispatcher::new(&engine, |m: idempotency::store::OutboxEntry| async move {
 ///     println!("send {} for ref {}", m.topic, m.reference);
 ///     Ok::<(), idempotency::store::BoxError>(())
 /// })

@@ -124,6 +124,7 @@ use crate::key::{Fingerprint, Key, Reference, SecretFingerprint};
 mod admin;
 mod error;
 mod memory;
+mod outbox;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "redis")]
@@ -134,11 +135,11 @@ mod sql;
 mod sqlite;
 mod wake;
 
-pub use crate::outbox::{OutboxEntry, OutboxMessage, Receipt};
 pub use crate::record::{RecordState, RecordStatus, Standing, StoredResponse};
 pub use admin::{Admin, AdminRecord, StoreStats};
 pub use error::{BoxError, StoreError};
 pub use memory::MemoryStore;
+pub use outbox::{OutboxEntry, OutboxMessage, Receipt};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::PostgresStore;

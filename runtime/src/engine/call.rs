@@ -6,7 +6,8 @@ use serde::Serialize;
 
 use crate::canonical::canonical_json;
 use crate::key::Reference;
-use crate::outbox::{EnqueueError, OutboxMessage, Pending};
+use crate::outbox::{EnqueueError, Pending};
+use crate::store::OutboxMessage;
 
 tokio::task_local! {
     static CURRENT: Call;
