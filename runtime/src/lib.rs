@@ -80,6 +80,7 @@ mod call;
 mod canonical;
 pub mod clock;
 mod context;
+mod duration;
 mod engine;
 pub mod error;
 pub mod key;
