@@ -2,6 +2,7 @@
 
 #[cfg(all(feature = "sqlite", feature = "redis"))]
 pub mod backends;
+pub mod conformance;
 pub mod pg;
 pub mod processes;
 pub mod proxy;
