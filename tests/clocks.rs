@@ -10,15 +10,13 @@ use idempotency::clock::{ManualClock, Timestamp};
 use idempotency::outcome::{ErrorPolicy, Outcome};
 use idempotency::store::{MemoryStore, SqliteStore, Store};
 use idempotency::tool::{Prepared, ToolSpec};
-use idempotency::{Caller, Error, Idempotency};
+use idempotency::{Caller, Idempotency};
+use idempotency_tests::charge::Wrapper;
 use idempotency_tests::pg::{unique_name, TestSchema};
+use idempotency_tests::sqlite_file::remove_sqlite_files;
 
 const T0: i64 = 1_796_000_000_000;
 const WINDOW: Duration = Duration::from_secs(900);
-
-#[derive(Debug, thiserror::Error)]
-#[error(transparent)]
-struct Wrapper(#[from] Error);
 
 async fn step_back_while_running(store: Arc<dyn Store>) {
     let clock = ManualClock::new(Timestamp::from_millis(T0));
@@ -84,11 +82,7 @@ async fn a_clock_stepped_back_does_not_shorten_the_window_sqlite() {
     let store = SqliteStore::open(&path).await.expect("open");
     step_back_while_running(Arc::new(store.clone())).await;
     store.pool().close().await;
-    for suffix in ["", "-wal", "-shm"] {
-        let mut p = path.clone().into_os_string();
-        p.push(suffix);
-        std::fs::remove_file(p).ok();
-    }
+    remove_sqlite_files(&path);
 }
 
 #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]

@@ -17,15 +17,12 @@ use idempotency::store::{
 use idempotency::tasks::{Purger, Reconciler};
 use idempotency::tool::{Prepared, ToolSpec};
 use idempotency::{Caller, Error, Idempotency};
+use idempotency_tests::charge::Wrapper;
 use idempotency_tests::pg::TestSchema;
 use tokio::sync::Notify;
 
 const WINDOW: Duration = Duration::from_secs(15 * 60);
 const SKEW: Duration = Duration::from_secs(16 * 60);
-
-#[derive(Debug, thiserror::Error)]
-#[error(transparent)]
-struct Wrapper(#[from] Error);
 
 /// A replica: an engine on the shared store whose clock is `ahead` (or behind) of the real time
 /// by [`SKEW`].

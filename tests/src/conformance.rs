@@ -2,7 +2,6 @@
 //! `tests/sql_conformance.rs`, the SQL stores): fixed times, keys and requests, the assertions on
 //! a store's refusals, and [`Backend`], the store under test with helpers for each operation.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +15,7 @@ use idempotency::{
     Caller,
 };
 
-use crate::pg::unique_name;
+pub use crate::sqlite_file::SqliteFile;
 
 pub const T0: i64 = 1_796_000_000_000;
 pub const S: i64 = 1_000;
@@ -229,24 +228,5 @@ impl Backend {
         now: i64,
     ) -> Result<(), StoreError> {
         self.store.settle(key, token, s, at(now)).await
-    }
-}
-
-/// A SQLite file in the temp directory, deleted (with its WAL files) afterwards.
-pub struct SqliteFile(pub PathBuf);
-
-impl SqliteFile {
-    pub fn new(what: &str) -> Self {
-        SqliteFile(std::env::temp_dir().join(format!("{}.db", unique_name(what))))
-    }
-}
-
-impl Drop for SqliteFile {
-    fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let mut p = self.0.clone().into_os_string();
-            p.push(suffix);
-            std::fs::remove_file(p).ok();
-        }
     }
 }

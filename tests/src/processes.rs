@@ -213,3 +213,50 @@ impl Tally {
         total
     }
 }
+
+/// What a replica's `charge_card` call answers: the reference it ran under.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Receipt {
+    /// The call's reference.
+    pub reference: String,
+}
+
+/// In a worker: one replica's share of the load. Once the parent lets the workers go, makes
+/// `calls` identical `charge_card` calls at once through `engine` (same caller, same arguments,
+/// a 15-minute window), each running `side_effect()` as its handler, then reports the tally;
+/// `in_flight` says whether an error is the in-progress answer.
+pub async fn replica_calls<E, F, Fut>(
+    engine: &idempotency::Idempotency,
+    replica: usize,
+    calls: usize,
+    side_effect: F,
+    in_flight: impl Fn(&E) -> bool,
+) where
+    E: From<idempotency::Error> + std::fmt::Display + Send + 'static,
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<Receipt, E>> + Send + 'static,
+{
+    use idempotency::{outcome::ErrorPolicy, tool::Prepared, tool::ToolSpec, Caller};
+    let caller = Caller::new("acme", "alice");
+    let args = serde_json::json!({"amount": 4200, "currency": "EUR", "card": "tok_visa"});
+
+    ready_then_wait().await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..calls {
+        let (engine, caller, args, body) =
+            (engine.clone(), caller.clone(), args.clone(), side_effect());
+        tasks.spawn(async move {
+            let spec = ToolSpec::new("charge_card", std::time::Duration::from_secs(900));
+            let prepared = Prepared::call(&caller, &crate::CHARGE_CARD, &args).expect("key");
+            engine
+                .execute(&spec, &caller, prepared, ErrorPolicy::retryable(), body)
+                .await
+        });
+    }
+    let mut tally = Tally::default();
+    while let Some(done) = tasks.join_next().await {
+        let out = done.expect("call task");
+        tally.count(replica, &out, &in_flight);
+    }
+    tally.report(replica);
+}
