@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use idempotency::key::Key;
 use idempotency::store::{
     Claim, ClaimRequest, Completion, Maintenance, PostgresStore, RecordStore, Settlement,
     SqliteStore, StoreError,
@@ -138,6 +139,20 @@ async fn postgres_migrations_run_once_under_a_lock() {
     schema.drop_schema().await;
 }
 
+/// A claim of `k` and the unsettled listing both report the rows as corrupt.
+async fn assert_reads_are_corrupt(store: &(impl RecordStore + Maintenance), k: Key) {
+    let claim = store.claim(&req(k, None, 0)).await;
+    assert!(
+        matches!(claim, Err(StoreError::Corrupt { .. })),
+        "{claim:?}"
+    );
+    let unsettled = store.unsettled(at(0), 10).await;
+    assert!(
+        matches!(unsettled, Err(StoreError::Corrupt { .. })),
+        "{unsettled:?}"
+    );
+}
+
 #[tokio::test]
 async fn sqlite_undecodable_rows_are_corrupt() {
     let file = SqliteFile::new("corrupt");
@@ -153,16 +168,7 @@ async fn sqlite_undecodable_rows_are_corrupt() {
     .execute(store.pool())
     .await
     .expect("insert");
-    let claim = store.claim(&req(k, None, 0)).await;
-    assert!(
-        matches!(claim, Err(StoreError::Corrupt { .. })),
-        "{claim:?}"
-    );
-    let unsettled = store.unsettled(at(0), 10).await;
-    assert!(
-        matches!(unsettled, Err(StoreError::Corrupt { .. })),
-        "{unsettled:?}"
-    );
+    assert_reads_are_corrupt(&store, k).await;
     store.pool().close().await;
 }
 
@@ -184,16 +190,7 @@ async fn postgres_undecodable_rows_are_corrupt() {
     .execute(store.pool())
     .await
     .expect("insert");
-    let claim = store.claim(&req(k, None, 0)).await;
-    assert!(
-        matches!(claim, Err(StoreError::Corrupt { .. })),
-        "{claim:?}"
-    );
-    let unsettled = store.unsettled(at(0), 10).await;
-    assert!(
-        matches!(unsettled, Err(StoreError::Corrupt { .. })),
-        "{unsettled:?}"
-    );
+    assert_reads_are_corrupt(&store, k).await;
     store.pool().close().await;
     schema.drop_schema().await;
 }
@@ -211,16 +208,9 @@ fn literal(ty: &str) -> &'static str {
     }
 }
 
-/// Every statement the store runs on its records, prepared on an analysed EMPTY table with
-/// generic plans forced from the first execution, still uses the primary key once the table
-/// is full (purge and the reconciler's query: `postgres_background_work_reads_its_indexes`).
-#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
-#[tokio::test]
-async fn postgres_generic_plans_use_the_primary_key() {
-    let Some(schema) = TestSchema::create("plans").await else {
-        return;
-    };
-    // One connection, so every statement the store prepares is on it.
+/// The store in `schema` on one connection (so every statement it prepares is on it) with
+/// generic plans forced from the first execution, its table analysed while EMPTY.
+async fn generic_plan_store(schema: &TestSchema) -> (PostgresStore, sqlx::PgPool) {
     let options =
         PostgresStore::tune(schema.options()).options([("plan_cache_mode", "force_generic_plan")]);
     let pool = PgPoolOptions::new()
@@ -233,6 +223,19 @@ async fn postgres_generic_plans_use_the_primary_key() {
         .execute(&pool)
         .await
         .expect("analyze");
+    (store, pool)
+}
+
+/// Every statement the store runs on its records, prepared on an analysed EMPTY table with
+/// generic plans forced from the first execution, still uses the primary key once the table
+/// is full (purge and the reconciler's query: `postgres_background_work_reads_its_indexes`).
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+#[tokio::test]
+async fn postgres_generic_plans_use_the_primary_key() {
+    let Some(schema) = TestSchema::create("plans").await else {
+        return;
+    };
+    let (store, pool) = generic_plan_store(&schema).await;
 
     // Exercise every lookup.
     let (a, b, c) = (key("a"), key("b"), key("c"));
@@ -399,18 +402,7 @@ async fn postgres_background_work_reads_its_indexes() {
     let Some(schema) = TestSchema::create("bgplans").await else {
         return;
     };
-    let options =
-        PostgresStore::tune(schema.options()).options([("plan_cache_mode", "force_generic_plan")]);
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .connect_with(options)
-        .await
-        .expect("pool");
-    let store = PostgresStore::from_pool(pool.clone()).await.expect("store");
-    sqlx::raw_sql("ANALYZE idempotency_records")
-        .execute(&pool)
-        .await
-        .expect("analyze");
+    let (store, pool) = generic_plan_store(&schema).await;
     store.purge(at(0), at(0), 1_000).await.expect("purge");
     store.unsettled(at(0), 100).await.expect("unsettled");
 
