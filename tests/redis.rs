@@ -241,15 +241,7 @@ async fn eight_replicas_charge_once_on_a_cluster() {
         total.fresh, total.replayed, total.in_flight, total.other
     );
     assert_eq!(charges, Some(1), "exactly one side effect");
-    assert_eq!(
-        total.fresh + total.replayed + total.in_flight + total.other,
-        REPLICAS * CALLS_PER_REPLICA
-    );
-    assert_eq!(total.fresh, 1, "one call ran the handler");
-    assert_eq!(
-        total.other, 0,
-        "every call got the charge or an honest in-progress answer"
-    );
+    total.assert_one_run(REPLICAS * CALLS_PER_REPLICA);
 }
 
 /// Runs only as a worker process started by `eight_replicas_charge_once_on_a_cluster`.

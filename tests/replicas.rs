@@ -84,15 +84,7 @@ async fn eight_replicas_charge_once() {
         rows.len()
     );
     assert_eq!(rows.len(), 1, "exactly one charge: {rows:?}");
-    assert_eq!(
-        total.fresh + total.replayed + total.in_flight + total.other,
-        REPLICAS * CALLS_PER_REPLICA
-    );
-    assert_eq!(total.fresh, 1, "one call ran the handler");
-    assert_eq!(
-        total.other, 0,
-        "every call got the charge or an honest in-progress answer"
-    );
+    total.assert_one_run(REPLICAS * CALLS_PER_REPLICA);
     pool.close().await;
     schema.drop_schema().await;
 }

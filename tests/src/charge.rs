@@ -50,3 +50,32 @@ pub fn current_reference() -> String {
         .map(|c| c.reference().to_string())
         .unwrap_or_default()
 }
+
+/// Charges `amount` as alice's `charge_card` call through `engine` (a 15-minute window, errors
+/// retryable). The handler counts one charge in `charges`, then awaits `meanwhile` (what the test
+/// does while the processor works) and answers `amount`.
+pub async fn counted_charge(
+    engine: &idempotency::Idempotency,
+    charges: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    amount: u64,
+    meanwhile: impl std::future::Future<Output = ()> + Send,
+) -> idempotency::outcome::Outcome<u64, Wrapper> {
+    use idempotency::{outcome::ErrorPolicy, tool::Prepared, tool::ToolSpec, Caller};
+    let caller = Caller::new("acme", "alice");
+    let spec = ToolSpec::new("charge_card", std::time::Duration::from_secs(15 * 60));
+    let prepared = Prepared::call(&caller, &crate::CHARGE_CARD, &amount).expect("key");
+    let charges = charges.clone();
+    engine
+        .execute(
+            &spec,
+            &caller,
+            prepared,
+            ErrorPolicy::retryable(),
+            async move {
+                charges.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                meanwhile.await;
+                Ok(amount)
+            },
+        )
+        .await
+}

@@ -164,6 +164,20 @@ impl Tally {
         }
     }
 
+    /// In the parent: all `calls` calls were answered, exactly one ran the handler, and every
+    /// other got the charge or an honest in-progress answer.
+    pub fn assert_one_run(&self, calls: usize) {
+        assert_eq!(
+            self.fresh + self.replayed + self.in_flight + self.other,
+            calls
+        );
+        assert_eq!(self.fresh, 1, "one call ran the handler");
+        assert_eq!(
+            self.other, 0,
+            "every call got the charge or an honest in-progress answer"
+        );
+    }
+
     /// In a worker: prints the tally for the parent.
     pub fn report(&self, worker: usize) {
         println!(
