@@ -14,7 +14,7 @@ use idempotency::tool::{Prepared, ToolSpec};
 use idempotency::{Caller, Error, Idempotency};
 use idempotency_tests::charge::current_reference;
 use idempotency_tests::pg::unique_name;
-use idempotency_tests::processes::{replica_calls, Receipt, Tally, Workers};
+use idempotency_tests::processes::{replica_calls, worker_command, Receipt, Tally, Workers};
 use idempotency_tests::redis_servers::{shared_server, RedisCluster};
 
 const WINDOW: Duration = Duration::from_secs(900);
@@ -213,15 +213,12 @@ async fn eight_replicas_charge_once_on_a_cluster() {
     let seeds = cluster.seeds().join(",");
     let namespace = unique_name("replicas");
     // Each replica connects, says it is ready, and all are let go at once.
-    let exe = std::env::current_exe().expect("the test binary");
     let commands = (0..REPLICAS)
         .map(|replica| {
-            let mut command = tokio::process::Command::new(&exe);
+            let mut command = worker_command(WORKER_TEST, ID_ENV, replica);
             command
-                .args(["--exact", WORKER_TEST, "--nocapture", "--test-threads", "1"])
                 .env(SEEDS_ENV, &seeds)
-                .env(NAMESPACE_ENV, &namespace)
-                .env(ID_ENV, replica.to_string());
+                .env(NAMESPACE_ENV, &namespace);
             command
         })
         .collect();

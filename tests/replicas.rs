@@ -12,7 +12,7 @@ use idempotency::store::PostgresStore;
 use idempotency::{Error, Idempotency};
 use idempotency_tests::charge::current_reference;
 use idempotency_tests::pg::{database_url, TestSchema};
-use idempotency_tests::processes::{replica_calls, Receipt, Tally, Workers};
+use idempotency_tests::processes::{replica_calls, worker_command, Receipt, Tally, Workers};
 use sqlx::PgPool;
 
 const REPLICAS: usize = 8;
@@ -56,15 +56,12 @@ async fn eight_replicas_charge_once() {
 
     // The replicas migrate the empty schema themselves, all at once, and start calling together
     // (each says when it is set up; all are let go at once).
-    let exe = std::env::current_exe().expect("the test binary");
     let commands = (0..REPLICAS)
         .map(|replica| {
-            let mut command = tokio::process::Command::new(&exe);
+            let mut command = worker_command(WORKER_TEST, ID_ENV, replica);
             command
-                .args(["--exact", WORKER_TEST, "--nocapture", "--test-threads", "1"])
                 .env("DATABASE_URL", schema.url())
-                .env(SCHEMA_ENV, schema.name())
-                .env(ID_ENV, replica.to_string());
+                .env(SCHEMA_ENV, schema.name());
             command
         })
         .collect();

@@ -44,6 +44,20 @@ struct Worker {
     stderr: JoinHandle<String>,
 }
 
+/// A command that runs this test binary's `test` alone as worker number `replica` (given to it
+/// in the environment variable `id_env`), its output not captured.
+///
+/// # Panics
+/// If the test binary's path cannot be read.
+pub fn worker_command(test: &str, id_env: &str, replica: usize) -> Command {
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut command = Command::new(exe);
+    command
+        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+        .env(id_env, replica.to_string());
+    command
+}
+
 /// Workers released together.
 pub struct Workers(Vec<Worker>);
 
