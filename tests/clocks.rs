@@ -7,18 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idempotency::clock::{ManualClock, Timestamp};
-use idempotency::outcome::{ErrorPolicy, Outcome};
 use idempotency::store::{MemoryStore, SqliteStore, Store};
-use idempotency::tool::{Prepared, ToolSpec};
-use idempotency::{Caller, Error, Idempotency};
+use idempotency::Idempotency;
+use idempotency_tests::charge::counted_charge;
 use idempotency_tests::pg::{unique_name, TestSchema};
+use idempotency_tests::sqlite_file::remove_sqlite_files;
 
 const T0: i64 = 1_796_000_000_000;
 const WINDOW: Duration = Duration::from_secs(900);
-
-#[derive(Debug, thiserror::Error)]
-#[error(transparent)]
-struct Wrapper(#[from] Error);
 
 async fn step_back_while_running(store: Arc<dyn Store>) {
     let clock = ManualClock::new(Timestamp::from_millis(T0));
@@ -26,37 +22,15 @@ async fn step_back_while_running(store: Arc<dyn Store>) {
         .clock(clock.clone())
         .without_reconciler()
         .build();
-    let caller = Caller::new("acme", "alice");
-    let spec = ToolSpec::new("charge_card", WINDOW);
     let charges = Arc::new(AtomicUsize::new(0));
     let run = |step_back: bool| {
-        let (engine, caller, clock, charges) = (
-            engine.clone(),
-            caller.clone(),
-            clock.clone(),
-            charges.clone(),
-        );
-        async move {
-            let prepared =
-                Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &4200u64).expect("key");
-            let out: Outcome<u64, Wrapper> = engine
-                .execute(
-                    &spec,
-                    &caller,
-                    prepared,
-                    ErrorPolicy::retryable(),
-                    async move {
-                        charges.fetch_add(1, Ordering::SeqCst);
-                        if step_back {
-                            // The system clock is stepped back an hour while the processor works.
-                            clock.set(Timestamp::from_millis(T0 - 3_600_000));
-                        }
-                        Ok(4200)
-                    },
-                )
-                .await;
-            out
-        }
+        let clock = clock.clone();
+        counted_charge(&engine, &charges, 4200, async move {
+            if step_back {
+                // The system clock is stepped back an hour while the processor works.
+                clock.set(Timestamp::from_millis(T0 - 3_600_000));
+            }
+        })
     };
     let first = run(true).await;
     assert!(first.result.is_ok());
@@ -84,11 +58,7 @@ async fn a_clock_stepped_back_does_not_shorten_the_window_sqlite() {
     let store = SqliteStore::open(&path).await.expect("open");
     step_back_while_running(Arc::new(store.clone())).await;
     store.pool().close().await;
-    for suffix in ["", "-wal", "-shm"] {
-        let mut p = path.clone().into_os_string();
-        p.push(suffix);
-        std::fs::remove_file(p).ok();
-    }
+    remove_sqlite_files(&path);
 }
 
 #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]

@@ -15,8 +15,9 @@ use idempotency::{
     outcome::{ErrorPolicy, Outcome},
     store::{Claim, ClaimRequest, MemoryStore, RecordState},
     tool::{Prepared, ToolSpec},
-    Caller, Classify, Disposition, Error, Idempotency,
+    Caller, Error, Idempotency,
 };
+use idempotency_tests::charge::{current_reference, ChargeError};
 use serde::{Deserialize, Serialize};
 
 const T0: i64 = 1_796_000_000_000;
@@ -24,34 +25,6 @@ const WINDOW: Duration = Duration::from_secs(15 * 60);
 
 fn spec() -> ToolSpec {
     ToolSpec::new("charge_card", WINDOW)
-}
-
-#[derive(Debug, thiserror::Error, Serialize, Deserialize, PartialEq)]
-enum ChargeError {
-    #[error("card declined")]
-    Declined,
-    #[error("processor unreachable")]
-    Down,
-    #[error("processor timed out")]
-    Timeout,
-    #[error("{0}")]
-    Wrapper(String),
-}
-
-impl From<Error> for ChargeError {
-    fn from(e: Error) -> Self {
-        ChargeError::Wrapper(e.advice())
-    }
-}
-
-impl Classify for ChargeError {
-    fn disposition(&self) -> Disposition {
-        match self {
-            ChargeError::Declined => Disposition::Definitive,
-            ChargeError::Down => Disposition::Retryable,
-            ChargeError::Timeout | ChargeError::Wrapper(_) => Disposition::Unknown,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -67,12 +40,9 @@ struct Processor(Arc<AtomicUsize>);
 impl Processor {
     fn charge(&self) -> Receipt {
         let n = self.0.fetch_add(1, Ordering::SeqCst) + 1;
-        let reference = idempotency::Call::current()
-            .map(|c| c.reference().to_string())
-            .unwrap_or_default();
         Receipt {
             charge: n,
-            reference,
+            reference: current_reference(),
         }
     }
     fn count(&self) -> usize {

@@ -16,9 +16,11 @@ use idempotency::{
     outcome::{ErrorPolicy, Failure, Outcome},
     store::{MemoryStore, RecordState, Settlement, StoredResponse},
     tool::{Prepared, ToolSpec},
-    Caller, Classify, Disposition, Error, Idempotency,
+    Caller, Error, Idempotency,
 };
+use idempotency_tests::charge::{current_reference, ChargeError};
 use idempotency_tests::proxy::Proxy;
+use idempotency_tests::sqlite_file::remove_sqlite_files;
 use serde::{Deserialize, Serialize};
 
 const WINDOW: Duration = Duration::from_secs(900);
@@ -35,29 +37,6 @@ fn caller() -> Caller {
 struct Receipt {
     charge_id: i64,
     reference: String,
-}
-
-#[derive(Debug, thiserror::Error, Serialize, Deserialize)]
-enum ChargeError {
-    #[error("processor down")]
-    Down,
-    #[error("{0}")]
-    Wrapper(String),
-}
-
-impl From<Error> for ChargeError {
-    fn from(e: Error) -> Self {
-        ChargeError::Wrapper(e.advice())
-    }
-}
-
-impl Classify for ChargeError {
-    fn disposition(&self) -> Disposition {
-        match self {
-            ChargeError::Down => Disposition::Retryable,
-            ChargeError::Wrapper(_) => Disposition::Unknown,
-        }
-    }
 }
 
 /// Runs `body` as the `charge_card` call keyed by `prepared`, classifying `ChargeError`s.
@@ -80,12 +59,6 @@ where
         .await
 }
 
-fn current_ref() -> String {
-    idempotency::Call::current()
-        .map(|c| c.reference().to_string())
-        .unwrap_or_default()
-}
-
 fn temp_path(name: &str) -> std::path::PathBuf {
     let p = std::env::temp_dir().join(format!(
         "idem-faults-{name}-{}-{}.db",
@@ -94,12 +67,6 @@ fn temp_path(name: &str) -> std::path::PathBuf {
     ));
     let _ = std::fs::remove_file(&p);
     p
-}
-
-fn remove_db(path: &std::path::Path) {
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
 }
 
 fn nanos() -> u128 {
@@ -249,7 +216,7 @@ async fn kill9_worker() {
             prepared,
             ErrorPolicy::classified(),
             async move {
-                let reference = current_ref();
+                let reference = current_reference();
                 let id = db.charge(&reference).await;
                 println!("CHARGED {reference}");
                 use std::io::Write;
@@ -373,7 +340,7 @@ async fn kill9_scenario(target: String) {
 async fn kill9_between_claim_and_complete_sqlite() {
     let path = temp_path("kill9");
     kill9_scenario(format!("sqlite:{}", path.display())).await;
-    remove_db(&path);
+    remove_sqlite_files(&path);
 }
 
 #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
@@ -424,7 +391,7 @@ async fn postgres_outage_fails_closed_and_recovers() {
                 }
                 Ok(Receipt {
                     charge_id: amount as i64,
-                    reference: current_ref(),
+                    reference: current_reference(),
                 })
             })
             .await
@@ -595,7 +562,7 @@ async fn outbox_survives_a_crash_and_a_replay_sends_nothing_more() {
         "one email per reference"
     );
     assert_eq!(charges.load(Ordering::SeqCst), 1);
-    remove_db(&path);
+    remove_sqlite_files(&path);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -660,7 +627,7 @@ async fn contention_after_release(store: Arc<dyn Store>) {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     Ok(Receipt {
                         charge_id: 9,
-                        reference: current_ref(),
+                        reference: current_reference(),
                     })
                 })
                 .await
@@ -692,7 +659,7 @@ async fn released_claim_is_taken_over_by_exactly_one_of_32_memory() {
 async fn released_claim_is_taken_over_by_exactly_one_of_32_sqlite() {
     let path = temp_path("contention");
     contention_after_release(Arc::new(SqliteStore::open(&path).await.expect("open"))).await;
-    remove_db(&path);
+    remove_sqlite_files(&path);
 }
 
 #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
@@ -730,7 +697,7 @@ async fn a_panic_before_the_side_effect_is_unknown_until_reconciled_then_runs_on
                 charges.fetch_add(1, Ordering::SeqCst);
                 Ok(Receipt {
                     charge_id: 5,
-                    reference: current_ref(),
+                    reference: current_reference(),
                 })
             })
             .await
@@ -793,7 +760,7 @@ async fn a_late_completion_after_settlement_is_rejected() {
                 g2.notified().await;
                 Ok(Receipt {
                     charge_id: 111,
-                    reference: current_ref(),
+                    reference: current_reference(),
                 })
             },
         )

@@ -12,10 +12,10 @@ use idempotency::outcome::{ErrorPolicy, Outcome};
 use idempotency::store::{RedisStore, StoreError};
 use idempotency::tool::{Prepared, ToolSpec};
 use idempotency::{Caller, Error, Idempotency};
+use idempotency_tests::charge::current_reference;
 use idempotency_tests::pg::unique_name;
-use idempotency_tests::processes::{ready_then_wait, Tally, Workers};
+use idempotency_tests::processes::{replica_calls, worker_command, Receipt, Tally, Workers};
 use idempotency_tests::redis_servers::{shared_server, RedisCluster};
-use serde::{Deserialize, Serialize};
 
 const WINDOW: Duration = Duration::from_secs(900);
 const SKEW: Duration = Duration::from_secs(16 * 60);
@@ -201,11 +201,6 @@ const SEEDS_ENV: &str = "IDEMPOTENCY_REDIS_SEEDS";
 const NAMESPACE_ENV: &str = "IDEMPOTENCY_REDIS_NAMESPACE";
 const ID_ENV: &str = "IDEMPOTENCY_REPLICA_ID";
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Receipt {
-    reference: String,
-}
-
 /// The counter the side effect increments, on the cluster beside the records (its own slot).
 fn charges_key(namespace: &str) -> String {
     format!("{namespace}:charges")
@@ -218,15 +213,12 @@ async fn eight_replicas_charge_once_on_a_cluster() {
     let seeds = cluster.seeds().join(",");
     let namespace = unique_name("replicas");
     // Each replica connects, says it is ready, and all are let go at once.
-    let exe = std::env::current_exe().expect("the test binary");
     let commands = (0..REPLICAS)
         .map(|replica| {
-            let mut command = tokio::process::Command::new(&exe);
+            let mut command = worker_command(WORKER_TEST, ID_ENV, replica);
             command
-                .args(["--exact", WORKER_TEST, "--nocapture", "--test-threads", "1"])
                 .env(SEEDS_ENV, &seeds)
-                .env(NAMESPACE_ENV, &namespace)
-                .env(ID_ENV, replica.to_string());
+                .env(NAMESPACE_ENV, &namespace);
             command
         })
         .collect();
@@ -246,15 +238,7 @@ async fn eight_replicas_charge_once_on_a_cluster() {
         total.fresh, total.replayed, total.in_flight, total.other
     );
     assert_eq!(charges, Some(1), "exactly one side effect");
-    assert_eq!(
-        total.fresh + total.replayed + total.in_flight + total.other,
-        REPLICAS * CALLS_PER_REPLICA
-    );
-    assert_eq!(total.fresh, 1, "one call ran the handler");
-    assert_eq!(
-        total.other, 0,
-        "every call got the charge or an honest in-progress answer"
-    );
+    total.assert_one_run(REPLICAS * CALLS_PER_REPLICA);
 }
 
 /// Runs only as a worker process started by `eight_replicas_charge_once_on_a_cluster`.
@@ -279,55 +263,25 @@ async fn cluster_replica_worker() {
         .expect("the replica's store");
     let conn = store.connection();
     let engine = Idempotency::new(store);
-    let caller = Caller::new("acme", "alice");
-    let args = serde_json::json!({"amount": 4200, "currency": "EUR", "card": "tok_visa"});
     let counter = charges_key(&namespace);
-
-    ready_then_wait().await;
-    let mut calls = tokio::task::JoinSet::new();
-    for _ in 0..CALLS_PER_REPLICA {
-        let (engine, caller, args, mut conn, counter) = (
-            engine.clone(),
-            caller.clone(),
-            args.clone(),
-            conn.clone(),
-            counter.clone(),
-        );
-        calls.spawn(async move {
-            let spec = ToolSpec::new("charge_card", WINDOW);
-            let prepared =
-                Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &args).expect("key");
-            engine
-                .execute(
-                    &spec,
-                    &caller,
-                    prepared,
-                    ErrorPolicy::retryable(),
-                    async move {
-                        let reference = idempotency::Call::current()
-                            .map(|c| c.reference().to_string())
-                            .unwrap_or_default();
-                        let _: i64 = redis::cmd("INCR")
-                            .arg(&counter)
-                            .query_async(&mut conn)
-                            .await
-                            .map_err(|e| ChargeError::Counter(e.to_string()))?;
-                        // The processor takes its time, so the other replicas' calls overlap it.
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        Ok(Receipt { reference })
-                    },
-                )
+    let side_effect = || {
+        let (mut conn, counter) = (conn.clone(), counter.clone());
+        async move {
+            let reference = current_reference();
+            let _: i64 = redis::cmd("INCR")
+                .arg(&counter)
+                .query_async(&mut conn)
                 .await
-        });
-    }
-    let mut tally = Tally::default();
-    while let Some(done) = calls.join_next().await {
-        let out = done.expect("call task");
-        tally.count(replica, &out, |e| {
-            matches!(e, ChargeError::Wrapper(Error::InFlight { .. }))
-        });
-    }
-    tally.report(replica);
+                .map_err(|e| ChargeError::Counter(e.to_string()))?;
+            // The processor takes its time, so the other replicas' calls overlap it.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok(Receipt { reference })
+        }
+    };
+    replica_calls(&engine, replica, CALLS_PER_REPLICA, side_effect, |e| {
+        matches!(e, ChargeError::Wrapper(Error::InFlight { .. }))
+    })
+    .await;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -9,14 +9,10 @@
 use std::time::Duration;
 
 use idempotency::store::PostgresStore;
-use idempotency::{
-    outcome::ErrorPolicy,
-    tool::{Prepared, ToolSpec},
-    Caller, Error, Idempotency,
-};
+use idempotency::{Error, Idempotency};
+use idempotency_tests::charge::current_reference;
 use idempotency_tests::pg::{database_url, TestSchema};
-use idempotency_tests::processes::{ready_then_wait, Tally, Workers};
-use serde::{Deserialize, Serialize};
+use idempotency_tests::processes::{replica_calls, worker_command, Receipt, Tally, Workers};
 use sqlx::PgPool;
 
 const REPLICAS: usize = 8;
@@ -33,16 +29,9 @@ enum ChargeError {
     Db(String),
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Receipt {
-    reference: String,
-}
-
 /// The processor: records the charge in the database, then takes its time.
 async fn charge(pool: PgPool, replica: usize) -> Result<Receipt, ChargeError> {
-    let reference = idempotency::Call::current()
-        .map(|c| c.reference().to_string())
-        .unwrap_or_default();
+    let reference = current_reference();
     sqlx::query("INSERT INTO charges (reference, replica) VALUES ($1, $2)")
         .bind(&reference)
         .bind(replica as i32)
@@ -67,15 +56,12 @@ async fn eight_replicas_charge_once() {
 
     // The replicas migrate the empty schema themselves, all at once, and start calling together
     // (each says when it is set up; all are let go at once).
-    let exe = std::env::current_exe().expect("the test binary");
     let commands = (0..REPLICAS)
         .map(|replica| {
-            let mut command = tokio::process::Command::new(&exe);
+            let mut command = worker_command(WORKER_TEST, ID_ENV, replica);
             command
-                .args(["--exact", WORKER_TEST, "--nocapture", "--test-threads", "1"])
                 .env("DATABASE_URL", schema.url())
-                .env(SCHEMA_ENV, schema.name())
-                .env(ID_ENV, replica.to_string());
+                .env(SCHEMA_ENV, schema.name());
             command
         })
         .collect();
@@ -95,15 +81,7 @@ async fn eight_replicas_charge_once() {
         rows.len()
     );
     assert_eq!(rows.len(), 1, "exactly one charge: {rows:?}");
-    assert_eq!(
-        total.fresh + total.replayed + total.in_flight + total.other,
-        REPLICAS * CALLS_PER_REPLICA
-    );
-    assert_eq!(total.fresh, 1, "one call ran the handler");
-    assert_eq!(
-        total.other, 0,
-        "every call got the charge or an honest in-progress answer"
-    );
+    total.assert_one_run(REPLICAS * CALLS_PER_REPLICA);
     pool.close().await;
     schema.drop_schema().await;
 }
@@ -124,35 +102,12 @@ async fn replica_worker() {
         .await
         .expect("the replica's store");
     let engine = Idempotency::new(store);
-    let caller = Caller::new("acme", "alice");
-    let args = serde_json::json!({"amount": 4200, "currency": "EUR", "card": "tok_visa"});
-
-    ready_then_wait().await;
-    let mut calls = tokio::task::JoinSet::new();
-    for _ in 0..CALLS_PER_REPLICA {
-        let (engine, caller, args, pool) =
-            (engine.clone(), caller.clone(), args.clone(), pool.clone());
-        calls.spawn(async move {
-            let spec = ToolSpec::new("charge_card", Duration::from_secs(900));
-            let prepared =
-                Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &args).expect("key");
-            engine
-                .execute(
-                    &spec,
-                    &caller,
-                    prepared,
-                    ErrorPolicy::retryable(),
-                    charge(pool, replica),
-                )
-                .await
-        });
-    }
-    let mut tally = Tally::default();
-    while let Some(done) = calls.join_next().await {
-        let out = done.expect("call task");
-        tally.count(replica, &out, |e| {
-            matches!(e, ChargeError::Wrapper(Error::InFlight { .. }))
-        });
-    }
-    tally.report(replica);
+    replica_calls(
+        &engine,
+        replica,
+        CALLS_PER_REPLICA,
+        || charge(pool.clone(), replica),
+        |e| matches!(e, ChargeError::Wrapper(Error::InFlight { .. })),
+    )
+    .await;
 }

@@ -21,6 +21,7 @@ use idempotency::{Caller, Error, Idempotency, IdempotencyBuilder};
 use idempotency_tests::pg::{unique_name, TestSchema};
 use idempotency_tests::redis_servers::{shared_cluster, shared_server};
 use idempotency_tests::scripted::{Act, Op, Scripted};
+use idempotency_tests::sqlite_file::SqliteFile;
 use idempotency_tests::CHARGE_CARD;
 use serde_json::json;
 
@@ -221,30 +222,12 @@ async fn the_swap_is_a_compare_and_set(open: Open<'_>) {
 // The backends
 // ---------------------------------------------------------------------------------------------
 
-/// A SQLite file in the temp directory, deleted (with its WAL files) afterwards.
-struct SqliteFile(std::path::PathBuf);
-
-impl SqliteFile {
-    fn new(what: &str) -> Self {
-        SqliteFile(std::env::temp_dir().join(format!("{}.db", unique_name(what))))
-    }
-
-    fn open(&self) -> Opening {
-        let path = self.0.clone();
-        Box::pin(async move {
-            Arc::new(SqliteStore::open(&path).await.expect("open the file")) as Arc<dyn Store>
-        })
-    }
-}
-
-impl Drop for SqliteFile {
-    fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let mut p = self.0.clone().into_os_string();
-            p.push(suffix);
-            std::fs::remove_file(p).ok();
-        }
-    }
+/// Opens the SQLite store in `file`.
+fn open_sqlite(file: &SqliteFile) -> Opening {
+    let path = file.0.clone();
+    Box::pin(async move {
+        Arc::new(SqliteStore::open(&path).await.expect("open the file")) as Arc<dyn Store>
+    })
 }
 
 /// Runs `case` on a fresh store of each kind.
@@ -266,7 +249,7 @@ macro_rules! on_every_backend {
             #[tokio::test]
             async fn sqlite_file() {
                 let file = SqliteFile::new("secrets");
-                super::$case(&|| file.open()).await;
+                super::$case(&|| super::open_sqlite(&file)).await;
             }
 
             #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]

@@ -9,23 +9,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idempotency::clock::{Clock, ManualClock, SystemClock};
-use idempotency::outcome::{ErrorPolicy, Outcome};
+use idempotency::outcome::Outcome;
 use idempotency::store::{
     BoxError, Claim, ClaimRequest, Maintenance, PostgresStore, RecordState, RecordStore,
     Settlement, Store, Token, Unsettled,
 };
 use idempotency::tasks::{Purger, Reconciler};
-use idempotency::tool::{Prepared, ToolSpec};
 use idempotency::{Caller, Error, Idempotency};
+use idempotency_tests::charge::{counted_charge, Wrapper};
 use idempotency_tests::pg::TestSchema;
 use tokio::sync::Notify;
 
 const WINDOW: Duration = Duration::from_secs(15 * 60);
 const SKEW: Duration = Duration::from_secs(16 * 60);
-
-#[derive(Debug, thiserror::Error)]
-#[error(transparent)]
-struct Wrapper(#[from] Error);
 
 /// A replica: an engine on the shared store whose clock is `ahead` (or behind) of the real time
 /// by [`SKEW`].
@@ -44,22 +40,7 @@ async fn charge(
     charges: &Arc<AtomicUsize>,
     amount: u64,
 ) -> Outcome<u64, Wrapper> {
-    let caller = Caller::new("acme", "alice");
-    let spec = ToolSpec::new("charge_card", WINDOW);
-    let prepared = Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &amount).expect("key");
-    let charges = charges.clone();
-    engine
-        .execute(
-            &spec,
-            &caller,
-            prepared,
-            ErrorPolicy::retryable(),
-            async move {
-                charges.fetch_add(1, Ordering::SeqCst);
-                Ok(amount)
-            },
-        )
-        .await
+    counted_charge(engine, charges, amount, async {}).await
 }
 
 #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
@@ -116,25 +97,11 @@ async fn a_live_lease_is_live_for_every_replica_and_its_reconciler() {
             charges.clone(),
         );
         tokio::spawn(async move {
-            let caller = Caller::new("acme", "alice");
-            let spec = ToolSpec::new("charge_card", WINDOW);
-            let prepared =
-                Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &300u64).expect("key");
-            let out: Outcome<u64, Wrapper> = slow
-                .execute(
-                    &spec,
-                    &caller,
-                    prepared,
-                    ErrorPolicy::retryable(),
-                    async move {
-                        charges.fetch_add(1, Ordering::SeqCst);
-                        started.notify_one();
-                        finish.notified().await;
-                        Ok(300)
-                    },
-                )
-                .await;
-            out
+            counted_charge(&slow, &charges, 300, async move {
+                started.notify_one();
+                finish.notified().await;
+            })
+            .await
         })
     };
     // The body signals that it runs; a call that ends before that (a store error) fails the test

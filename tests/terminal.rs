@@ -14,25 +14,12 @@ use idempotency::store::{MemoryStore, RecordState, Settlement, Store};
 use idempotency::store::{StoredResponse, Unsettled};
 use idempotency::tool::{Prepared, ToolSpec};
 use idempotency::{Caller, Error, Idempotency, IdempotencyBuilder, Reference};
+use idempotency_tests::charge::ChargeError;
 use idempotency_tests::scripted::{Act, Op, Scripted};
 
 const T0: i64 = 1_796_000_000_000;
 const WINDOW: Duration = Duration::from_secs(900);
 const LEASE: Duration = Duration::from_secs(30);
-
-#[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
-enum ChargeError {
-    #[error("processor unreachable")]
-    Down,
-    #[error("{0}")]
-    Wrapper(String),
-}
-
-impl From<Error> for ChargeError {
-    fn from(e: Error) -> Self {
-        ChargeError::Wrapper(e.advice())
-    }
-}
 
 struct World {
     engine: Idempotency,

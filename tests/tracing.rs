@@ -11,8 +11,9 @@ use idempotency::{
     outcome::{ErrorPolicy, Outcome},
     store::MemoryStore,
     tool::{Prepared, ToolSpec},
-    Caller, Classify, Disposition, Error, Idempotency,
+    Caller, Idempotency,
 };
+use idempotency_tests::charge::ChargeError;
 
 fn spec() -> ToolSpec {
     ToolSpec::new("charge_card", Duration::from_secs(900))
@@ -20,24 +21,6 @@ fn spec() -> ToolSpec {
 
 fn caller() -> Caller {
     Caller::new("acme", "alice")
-}
-
-#[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
-enum ChargeError {
-    #[error("{0}")]
-    Wrapper(String),
-}
-
-impl From<Error> for ChargeError {
-    fn from(e: Error) -> Self {
-        ChargeError::Wrapper(e.advice())
-    }
-}
-
-impl Classify for ChargeError {
-    fn disposition(&self) -> Disposition {
-        Disposition::Unknown
-    }
 }
 
 #[derive(Clone, Default)]

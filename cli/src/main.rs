@@ -96,24 +96,10 @@ enum Command {
     Migrate,
 }
 
-/// `90s`, `15m`, `2h`, `1d`, `500ms`.
+/// `90s`, `15m`, `2h`, `1d`, `500ms`: the attribute's grammar (`window = "15m"`), which the
+/// runtime owns, so a duration reads the same in code and on the command line.
 fn duration(s: &str) -> Result<Duration, String> {
-    let split = s
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("`{s}` has no unit: use ms, s, m, h or d"))?;
-    let (n, unit) = s.split_at(split);
-    let n: u64 = n.parse().map_err(|_| format!("`{s}` is not a duration"))?;
-    let ms = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(format!("`{s}`: the unit must be ms, s, m, h or d")),
-    };
-    n.checked_mul(ms)
-        .map(Duration::from_millis)
-        .ok_or_else(|| format!("`{s}` is too long"))
+    idempotency::__private::parse_duration(s).map(Duration::from_millis)
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

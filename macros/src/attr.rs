@@ -8,6 +8,7 @@ use syn::parse::{ParseStream, Parser};
 use syn::{Ident, LitStr, Token};
 
 use crate::ctxt::Ctxt;
+use crate::duration::parse_duration;
 
 mod kw {
     syn::custom_keyword!(window);
@@ -31,9 +32,6 @@ pub const OPTIONS: &str = "`window`, `business_key`, `missing_key`, `scope`, `ig
 
 /// The replay window when `window` is not given: 15 minutes.
 pub const DEFAULT_WINDOW_MS: u64 = 15 * 60 * 1000;
-
-const DURATION_FORMS: &str =
-    "a positive whole number and a unit (`ms`, `s`, `m`, `h` or `d`), e.g. \"500ms\", \"90s\", \"15m\", \"2h\", \"1d\"";
 
 /// One option's value, with the span of its name (for duplicates) and of its value.
 pub struct Opt<T> {
@@ -133,49 +131,6 @@ fn set<T>(
     if let Some(value) = value {
         *slot = Some(Opt { value, span });
     }
-}
-
-/// `"15m"` → 900 000 ms. Units `ms`, `s`, `m`, `h`, `d`; zero, a missing number or unit, spaces and
-/// values that overflow `u64` milliseconds are errors.
-pub fn parse_duration(s: &str) -> Result<u64, String> {
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (digits, unit) = s.split_at(split);
-    let factor: u64 = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ if s.is_empty() => {
-            return Err(format!(
-                "an empty string is not a duration: expected {DURATION_FORMS}"
-            ))
-        }
-        _ if digits.is_empty() => {
-            return Err(format!(
-                "`{s}` is not a duration: expected {DURATION_FORMS}"
-            ))
-        }
-        _ => {
-            return Err(format!(
-                "`{s}` has no valid unit: expected {DURATION_FORMS}"
-            ))
-        }
-    };
-    if digits.is_empty() {
-        return Err(format!("`{s}` has no number: expected {DURATION_FORMS}"));
-    }
-    let too_large = || {
-        format!(
-            "`{s}` is too large: expected {DURATION_FORMS}, at most {} ms",
-            u64::MAX
-        )
-    };
-    let n: u64 = digits.parse().map_err(|_| too_large())?;
-    if n == 0 {
-        return Err(format!("`{s}` is zero: expected {DURATION_FORMS}"));
-    }
-    n.checked_mul(factor).ok_or_else(too_large)
 }
 
 fn key_path(cx: &mut Ctxt, lit: &LitStr) -> Option<KeyPath> {
@@ -573,30 +528,6 @@ mod tests {
     }
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("15m"), Ok(900_000));
-        assert_eq!(parse_duration("90s"), Ok(90_000));
-        assert_eq!(parse_duration("500ms"), Ok(500));
-        assert_eq!(parse_duration("2h"), Ok(7_200_000));
-        assert_eq!(parse_duration("1d"), Ok(86_400_000));
-        for bad in [
-            "15x",
-            "0s",
-            "",
-            "m",
-            "15",
-            " 15m",
-            "15 m",
-            "1.5h",
-            "-1s",
-            "99999999999999999999h",
-            "9999999999999999d",
-        ] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
-        }
-    }
-
-    #[test]
     fn options() {
         let (o, e) = parse(quote!(
             window = "2h",
@@ -639,11 +570,6 @@ mod tests {
     }
 
     proptest::proptest! {
-        #[test]
-        fn duration_parser_never_panics(s in "\\PC{0,12}") {
-            let _ = parse_duration(&s);
-        }
-
         #[test]
         fn option_parser_never_panics(s in "[a-z_=\", \\[\\]0-9.:]{0,40}") {
             let mut cx = Ctxt::new();

@@ -79,6 +79,7 @@ pub struct ReadmeDoctests;
 mod canonical;
 pub mod clock;
 mod context;
+mod duration;
 mod engine;
 pub mod error;
 pub mod key;

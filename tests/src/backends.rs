@@ -9,6 +9,7 @@ use idempotency::store::{MemoryStore, RedisStore, SqliteStore, Store};
 
 use crate::pg::{unique_name, TestSchema};
 use crate::redis_servers::{shared_cluster, shared_server};
+use crate::sqlite_file::remove_sqlite_files;
 
 /// A store under test, and what to clean up after it.
 pub struct Backend {
@@ -121,11 +122,7 @@ impl Backend {
             schema.drop_schema().await;
         }
         if let Some(path) = self.file {
-            for suffix in ["", "-wal", "-shm"] {
-                let mut p = path.clone().into_os_string();
-                p.push(suffix);
-                std::fs::remove_file(p).ok();
-            }
+            remove_sqlite_files(&path);
         }
     }
 }

@@ -2,6 +2,8 @@
 
 #[cfg(all(feature = "sqlite", feature = "redis"))]
 pub mod backends;
+pub mod charge;
+pub mod conformance;
 pub mod pg;
 pub mod processes;
 pub mod proxy;
@@ -9,6 +11,7 @@ pub mod raw;
 #[cfg(feature = "redis")]
 pub mod redis_servers;
 pub mod scripted;
+pub mod sqlite_file;
 
 /// The example tool most tests key their calls for: only its name (and default scope) matters to
 /// the key.

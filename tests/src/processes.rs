@@ -48,6 +48,20 @@ struct Worker {
     stderr: JoinHandle<String>,
 }
 
+/// A command that runs this test binary's `test` alone as worker number `replica` (given to it
+/// in the environment variable `id_env`), its output not captured.
+///
+/// # Panics
+/// If the test binary's path cannot be read.
+pub fn worker_command(test: &str, id_env: &str, replica: usize) -> Command {
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut command = Command::new(exe);
+    command
+        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+        .env(id_env, replica.to_string());
+    command
+}
+
 /// Workers released together.
 pub struct Workers(Vec<Worker>);
 
@@ -166,6 +180,20 @@ impl Tally {
                 self.other += 1;
             }
         }
+    }
+
+    /// In the parent: all `calls` calls were answered, exactly one ran the handler, and every
+    /// other got the charge or an honest in-progress answer.
+    pub fn assert_one_run(&self, calls: usize) {
+        assert_eq!(
+            self.fresh + self.replayed + self.in_flight + self.other,
+            calls
+        );
+        assert_eq!(self.fresh, 1, "one call ran the handler");
+        assert_eq!(
+            self.other, 0,
+            "every call got the charge or an honest in-progress answer"
+        );
     }
 
     /// In a worker: prints the tally for the parent.
@@ -310,4 +338,51 @@ impl Victim {
         self.child.kill().await.expect("kill -9 the victim");
         self.stderr.abort();
     }
+}
+
+/// What a replica's `charge_card` call answers: the reference it ran under.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Receipt {
+    /// The call's reference.
+    pub reference: String,
+}
+
+/// In a worker: one replica's share of the load. Once the parent lets the workers go, makes
+/// `calls` identical `charge_card` calls at once through `engine` (same caller, same arguments,
+/// a 15-minute window), each running `side_effect()` as its handler, then reports the tally;
+/// `in_flight` says whether an error is the in-progress answer.
+pub async fn replica_calls<E, F, Fut>(
+    engine: &idempotency::Idempotency,
+    replica: usize,
+    calls: usize,
+    side_effect: F,
+    in_flight: impl Fn(&E) -> bool,
+) where
+    E: From<idempotency::Error> + std::fmt::Display + Send + 'static,
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<Receipt, E>> + Send + 'static,
+{
+    use idempotency::{outcome::ErrorPolicy, tool::Prepared, tool::ToolSpec, Caller};
+    let caller = Caller::new("acme", "alice");
+    let args = serde_json::json!({"amount": 4200, "currency": "EUR", "card": "tok_visa"});
+
+    ready_then_wait().await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..calls {
+        let (engine, caller, args, body) =
+            (engine.clone(), caller.clone(), args.clone(), side_effect());
+        tasks.spawn(async move {
+            let spec = ToolSpec::new("charge_card", std::time::Duration::from_secs(900));
+            let prepared = Prepared::call(&caller, &crate::CHARGE_CARD, &args).expect("key");
+            engine
+                .execute(&spec, &caller, prepared, ErrorPolicy::retryable(), body)
+                .await
+        });
+    }
+    let mut tally = Tally::default();
+    while let Some(done) = tasks.join_next().await {
+        let out = done.expect("call task");
+        tally.count(replica, &out, &in_flight);
+    }
+    tally.report(replica);
 }
