@@ -14,21 +14,21 @@ use serde_json::{json, Value};
 
 use crate::BoxError;
 
-pub enum Db {
+pub(crate) enum Db {
     Sqlite(SqliteStore),
     Postgres(PostgresStore),
     Redis(RedisStore),
 }
 
 /// How the CLI opens a Redis store: the application's namespace and retention.
-pub struct RedisOptions<'a> {
+pub(crate) struct RedisOptions<'a> {
     pub namespace: &'a str,
     pub retention: Duration,
 }
 
 impl Db {
     /// Opens (and migrates) the store at `url`.
-    pub async fn open(url: &str, redis: RedisOptions<'_>) -> Result<Db, BoxError> {
+    pub(crate) async fn open(url: &str, redis: RedisOptions<'_>) -> Result<Db, BoxError> {
         if let Some(path) = url.strip_prefix("sqlite:") {
             let store = SqliteStore::open(path)
                 .await
@@ -74,7 +74,7 @@ impl Db {
         }
     }
 
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Db::Sqlite(_) => "SQLite",
             Db::Postgres(_) => "PostgreSQL",
@@ -82,7 +82,7 @@ impl Db {
         }
     }
 
-    pub fn store(&self) -> &dyn Store {
+    pub(crate) fn store(&self) -> &dyn Store {
         match self {
             Db::Sqlite(s) => s,
             Db::Postgres(s) => s,
@@ -101,7 +101,7 @@ impl Db {
 
     /// The record `reference` names (any tenant, or only `tenant`'s), as JSON, read as it means
     /// at `now`.
-    pub async fn inspect(
+    pub(crate) async fn inspect(
         &self,
         reference: Reference,
         tenant: Option<&str>,
@@ -125,12 +125,16 @@ impl Db {
     }
 
     /// Records by tool and standing at `now`, the oldest claim in flight, the store's size.
-    pub async fn stats(&self, now: Timestamp) -> Result<Value, BoxError> {
+    pub(crate) async fn stats(&self, now: Timestamp) -> Result<Value, BoxError> {
         Ok(stats_json(&self.admin().stats(now).await?))
     }
 
     /// How many records a purge at `older_than` would delete.
-    pub async fn purgeable(&self, now: Timestamp, older_than: Timestamp) -> Result<u64, BoxError> {
+    pub(crate) async fn purgeable(
+        &self,
+        now: Timestamp,
+        older_than: Timestamp,
+    ) -> Result<u64, BoxError> {
         Ok(self.admin().purgeable(now, older_than).await?)
     }
 }
@@ -170,7 +174,7 @@ fn stats_json(s: &StoreStats) -> Value {
 }
 
 /// A record for a person.
-pub fn describe(record: &Value) -> String {
+pub(crate) fn describe(record: &Value) -> String {
     let field = |k: &str| match &record[k] {
         Value::Null => "-".to_owned(),
         Value::String(s) => s.clone(),
@@ -198,7 +202,7 @@ pub fn describe(record: &Value) -> String {
 }
 
 /// Stats for a person.
-pub fn describe_stats(stats: &Value) -> String {
+pub(crate) fn describe_stats(stats: &Value) -> String {
     let mut out = format!("records    {}\n", stats["records"]);
     if let Some(groups) = stats["by_tool_and_state"].as_array() {
         for g in groups {

@@ -18,14 +18,14 @@ use crate::attr::{InImpl, Options};
 use crate::ctxt::Ctxt;
 
 /// What `#[idempotent]` applies to when the item is not a function at all.
-pub const NOT_A_FN: &str =
+pub(crate) const NOT_A_FN: &str =
     "#[idempotent] applies to an `async fn` (a free function or a `&self` method)";
 
 /// `#[attrs] vis sig { body }`, the body kept as unparsed tokens (tracing-attributes'
 /// `MaybeItemFn`, tokio-macros' `ItemFn`): a syntax error in the body is rustc's to report, at the
 /// bad token, and the body is not parsed twice.
 #[derive(Clone)]
-pub struct ItemFn {
+pub(crate) struct ItemFn {
     pub attrs: Vec<Attribute>,
     pub vis: Visibility,
     pub sig: Signature,
@@ -97,7 +97,7 @@ impl ToTokens for ItemFn {
 
 /// `Pin<Box<dyn Future<Output = ..> + ..>>` (any paths ending in `Pin`, `Box`, `Future`): the
 /// shape rmcp's `#[tool]` gives an `async fn`. Read from the syntax tree, not from its text.
-pub fn is_boxed_future(ret: &ReturnType) -> bool {
+pub(crate) fn is_boxed_future(ret: &ReturnType) -> bool {
     let ReturnType::Type(_, ty) = ret else {
         return false;
     };
@@ -139,14 +139,14 @@ fn only_type_arg<'a>(ty: &'a Type, name: &str) -> Option<&'a Type> {
     }
 }
 
-pub enum Mode {
+pub(crate) enum Mode {
     /// A free function or method taking a context (`IdempotencyContext`).
     Plain,
     /// An rmcp `#[tool]` method; `tool` is the index of that attribute.
     Rmcp { tool: usize },
 }
 
-pub enum Context {
+pub(crate) enum Context {
     /// `&self`.
     Receiver,
     /// A parameter `ctx: &Ctx`.
@@ -154,7 +154,7 @@ pub enum Context {
 }
 
 /// The parameter the key is computed from (`args: ChargeArgs`, or rmcp's `Parameters<T>`).
-pub struct Args {
+pub(crate) struct Args {
     pub index: usize,
     pub pat: Pat,
     /// The type the key is computed from: the parameter's type, or rmcp's `T` of `Parameters<T>`.
@@ -162,7 +162,7 @@ pub struct Args {
 }
 
 /// rmcp: where the `RequestContext<RoleServer>` comes from.
-pub enum Request {
+pub(crate) enum Request {
     /// The user's own parameter, bound to a plain name.
     Named(Ident),
     /// The user's parameter with another pattern (`_`, a destructuring): renamed, then rebound.
@@ -171,7 +171,7 @@ pub enum Request {
     Injected,
 }
 
-pub struct Function {
+pub(crate) struct Function {
     pub item: ItemFn,
     pub mode: Mode,
     pub context: Context,
@@ -193,11 +193,11 @@ pub struct Function {
     pub in_trait: bool,
 }
 
-pub fn last_segment_is(path: &syn::Path, name: &str) -> bool {
+pub(crate) fn last_segment_is(path: &syn::Path, name: &str) -> bool {
     path.segments.last().is_some_and(|s| s.ident == name)
 }
 
-pub fn is_attr(attr: &Attribute, name: &str) -> bool {
+pub(crate) fn is_attr(attr: &Attribute, name: &str) -> bool {
     last_segment_is(attr.path(), name)
 }
 
@@ -248,14 +248,14 @@ fn ident_of(pat: &Pat) -> Option<&Ident> {
 }
 
 /// Whether the receiver is `&self` (or `self: &Self`).
-pub fn shared_receiver(r: &syn::Receiver) -> bool {
+pub(crate) fn shared_receiver(r: &syn::Receiver) -> bool {
     matches!(&*r.ty, Type::Reference(t) if t.mutability.is_none())
 }
 
 impl Function {
     /// Reads `item` (already known to be an `async fn`). `None` when the shape is wrong; the
     /// reasons are in `cx`.
-    pub fn from_item(cx: &mut Ctxt, item: &ItemFn, opts: &Options) -> Option<Function> {
+    pub(crate) fn from_item(cx: &mut Ctxt, item: &ItemFn, opts: &Options) -> Option<Function> {
         let sig = &item.sig;
         let tool = item.attrs.iter().position(|a| is_attr(a, "tool"));
         let mode = match tool {
@@ -467,10 +467,10 @@ impl Function {
 }
 
 /// The comma-separated contents of `#[tool(...)]` or `annotations(...)`.
-pub type Metas = Punctuated<Meta, Token![,]>;
+pub(crate) type Metas = Punctuated<Meta, Token![,]>;
 
 /// The contents of rmcp's `#[tool]` / `#[tool(...)]`.
-pub fn tool_args(attr: &Attribute) -> syn::Result<Metas> {
+pub(crate) fn tool_args(attr: &Attribute) -> syn::Result<Metas> {
     match &attr.meta {
         Meta::Path(_) => Ok(Metas::new()),
         Meta::List(list) => list.parse_args_with(Metas::parse_terminated),

@@ -27,28 +27,29 @@ mod kw {
 }
 
 /// Listed in the "unknown option" error.
-pub const OPTIONS: &str = "`window`, `business_key`, `missing_key`, `scope`, `ignore`, `name`, \
+pub(crate) const OPTIONS: &str =
+    "`window`, `business_key`, `missing_key`, `scope`, `ignore`, `name`, \
                             `on_error`, `timeout`, `wait`, `recover`, `context`, `task`, `crate`";
 
 /// The replay window when `window` is not given: 15 minutes.
-pub const DEFAULT_WINDOW_MS: u64 = 15 * 60 * 1000;
+pub(crate) const DEFAULT_WINDOW_MS: u64 = 15 * 60 * 1000;
 
 /// One option's value, with the span of its name (for duplicates) and of its value.
-pub struct Opt<T> {
+pub(crate) struct Opt<T> {
     pub value: T,
     pub span: Span,
 }
 
 /// Who shares a tool's records (`scope = "tenant" | "subject"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scope {
+pub(crate) enum Scope {
     Tenant,
     Subject,
 }
 
 /// What a missing business key means (`missing_key = "refuse" | "call_key"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MissingKey {
+pub(crate) enum MissingKey {
     Refuse,
     CallKey,
 }
@@ -56,7 +57,7 @@ pub enum MissingKey {
 /// Where `#[idempotent_tools]` found the function (its hidden `__in_impl` marker): an attribute
 /// on a function cannot see the block around it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InImpl {
+pub(crate) enum InImpl {
     /// An inherent `impl X`: the descriptor is an associated const, even without `self`.
     Inherent,
     /// An `impl Trait for X`: it can hold only the trait's items, so the descriptor stays in the
@@ -67,33 +68,33 @@ pub enum InImpl {
 /// What a repeat does once the call's worker is gone (`recover = "unknown" | "rerun" |
 /// "reconcile"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Recover {
+pub(crate) enum Recover {
     Unknown,
     Rerun,
     Reconcile,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnError {
+pub(crate) enum OnError {
     Retryable,
     Definitive,
     Unknown,
 }
 
 /// One business-key field path (`"order.id"` → `["order", "id"]`), spanned at its string.
-pub struct KeyPath {
+pub(crate) struct KeyPath {
     pub segments: Vec<Segment>,
     pub text: String,
     pub span: Span,
 }
 
-pub enum Segment {
+pub(crate) enum Segment {
     Field(Ident),
     Index(u32),
 }
 
 #[derive(Default)]
-pub struct Options {
+pub(crate) struct Options {
     pub window: Option<Opt<u64>>,
     pub business_key: Option<Opt<Vec<KeyPath>>>,
     pub missing_key: Option<Opt<MissingKey>>,
@@ -179,7 +180,7 @@ fn string(input: ParseStream, key: &str, example: &str) -> syn::Result<LitStr> {
 }
 
 impl Options {
-    pub fn parse(cx: &mut Ctxt, tokens: TokenStream) -> Options {
+    pub(crate) fn parse(cx: &mut Ctxt, tokens: TokenStream) -> Options {
         let mut opts = Options::default();
         let parser = |input: ParseStream| -> syn::Result<()> {
             while !input.is_empty() {
@@ -478,12 +479,12 @@ impl Options {
         Ok(())
     }
 
-    pub fn window_ms(&self) -> u64 {
+    pub(crate) fn window_ms(&self) -> u64 {
         self.window.as_ref().map_or(DEFAULT_WINDOW_MS, |w| w.value)
     }
 
     /// The runtime's path: `crate = "..."`, else `::idempotency`.
-    pub fn krate(&self) -> syn::Path {
+    pub(crate) fn krate(&self) -> syn::Path {
         match &self.krate {
             Some(p) => p.value.clone(),
             None => syn::parse_quote!(::idempotency),

@@ -10,7 +10,7 @@ use crate::ctxt::Ctxt;
 use crate::hint;
 
 /// Checks the raw item. `false` when it cannot be read further (not an `async fn`).
-pub fn item(cx: &mut Ctxt, item: &ItemFn) -> bool {
+pub(crate) fn item(cx: &mut Ctxt, item: &ItemFn) -> bool {
     for a in item.attrs.iter().filter(|a| is_attr(a, "idempotent")) {
         cx.spanned(a, "#[idempotent] is applied twice; keep one");
     }
@@ -47,7 +47,7 @@ pub fn item(cx: &mut Ctxt, item: &ItemFn) -> bool {
 }
 
 /// Checks the options against the function read from the item.
-pub fn function(cx: &mut Ctxt, f: &Function, opts: &Options) {
+pub(crate) fn function(cx: &mut Ctxt, f: &Function, opts: &Options) {
     if let Mode::Rmcp { tool } = f.mode {
         if !cfg!(feature = "rmcp") {
             cx.spanned(

@@ -4,33 +4,33 @@
 
 use proc_macro2::Span;
 
-pub struct Ctxt {
+pub(crate) struct Ctxt {
     /// `None` once checked.
     errors: Option<Vec<syn::Error>>,
 }
 
 impl Ctxt {
-    pub fn new() -> Ctxt {
+    pub(crate) fn new() -> Ctxt {
         Ctxt {
             errors: Some(Vec::new()),
         }
     }
 
-    pub fn error(&mut self, span: Span, msg: impl std::fmt::Display) {
+    pub(crate) fn error(&mut self, span: Span, msg: impl std::fmt::Display) {
         self.push(syn::Error::new(span, msg));
     }
 
     /// An error covering all of `tokens` (first to last), like `syn::Error::new_spanned`.
-    pub fn spanned(&mut self, tokens: impl quote::ToTokens, msg: impl std::fmt::Display) {
+    pub(crate) fn spanned(&mut self, tokens: impl quote::ToTokens, msg: impl std::fmt::Display) {
         self.push(syn::Error::new_spanned(tokens, msg));
     }
 
-    pub fn push(&mut self, e: syn::Error) {
+    pub(crate) fn push(&mut self, e: syn::Error) {
         self.errors.as_mut().expect("Ctxt used after check").push(e);
     }
 
     /// All errors so far, combined into one; consumes the context.
-    pub fn check(mut self) -> Result<(), syn::Error> {
+    pub(crate) fn check(mut self) -> Result<(), syn::Error> {
         let mut errors = self.errors.take().into_iter().flatten();
         let Some(mut all) = errors.next() else {
             return Ok(());

@@ -5,7 +5,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-pub fn with_error(item: TokenStream, e: syn::Error) -> TokenStream {
+pub(crate) fn with_error(item: TokenStream, e: syn::Error) -> TokenStream {
     let err = e.into_compile_error();
     quote!(#item #err)
 }

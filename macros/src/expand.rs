@@ -17,7 +17,7 @@ use crate::{check, fallback, hint};
 
 /// `#[idempotent]`: parse (options, item) → validate → generate; on error, the item (or rmcp's
 /// stand-in) beside every error.
-pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     let item_fn: ItemFn = match syn::parse2(item.clone()) {
         Ok(f) => f,
         Err(e) => return with_error(item, e),
@@ -53,7 +53,7 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
 /// `#[idempotent]` method is told where it is (`__in_impl = "inherent" | "trait"`), which an
 /// attribute on a function cannot see: an associated fn gets an associated-const descriptor, and
 /// a method of a trait impl keeps its descriptor in its body.
-pub fn idempotent_tools(item: TokenStream) -> TokenStream {
+pub(crate) fn idempotent_tools(item: TokenStream) -> TokenStream {
     let mut imp: syn::ItemImpl = match syn::parse2(item.clone()) {
         Ok(i) => i,
         // An impl that does not parse (a syntax error in a method's body): emitted unchanged, so
@@ -133,7 +133,7 @@ fn local(name: &str) -> Ident {
 }
 
 /// The method descriptor's name: `charge_card` → `CHARGE_CARD_TOOL`.
-pub fn const_name(fn_name: &Ident) -> Ident {
+pub(crate) fn const_name(fn_name: &Ident) -> Ident {
     format_ident!(
         "{}_TOOL",
         fn_name.unraw().to_string().to_uppercase(),

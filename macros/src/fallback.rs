@@ -11,7 +11,7 @@ use crate::ast::{is_attr, is_boxed_future, tool_args, ItemFn};
 
 /// The stand-in for an rmcp tool, or `None` when the item is not one (plain functions are
 /// emitted unchanged).
-pub fn rmcp_stub(item: &ItemFn, krate: &syn::Path) -> Option<TokenStream> {
+pub(crate) fn rmcp_stub(item: &ItemFn, krate: &syn::Path) -> Option<TokenStream> {
     if !cfg!(feature = "rmcp") {
         return None;
     }

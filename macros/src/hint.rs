@@ -36,7 +36,7 @@ fn find_hint(metas: &Metas) -> Option<(Option<bool>, Span)> {
 }
 
 /// Errors in the `#[tool]` of a wrapped method: unreadable, or a contradicting hint.
-pub fn check_tool(cx: &mut Ctxt, attr: &Attribute) {
+pub(crate) fn check_tool(cx: &mut Ctxt, attr: &Attribute) {
     let metas = match tool_args(attr) {
         Ok(m) => m,
         Err(e) => return cx.push(e),
@@ -78,7 +78,7 @@ pub fn check_tool(cx: &mut Ctxt, attr: &Attribute) {
 /// `#[idempotent_tools]`: an `idempotent_hint = true` on a method without `#[idempotent]` is an
 /// error at the hint; in an `impl Trait for X`, so is a wrapped rmcp tool (rmcp routes no tools
 /// there). The methods of the latter are returned, so the impl can be emitted without them.
-pub fn check_impl(cx: &mut Ctxt, imp: &syn::ItemImpl) -> Vec<syn::Ident> {
+pub(crate) fn check_impl(cx: &mut Ctxt, imp: &syn::ItemImpl) -> Vec<syn::Ident> {
     let mut unroutable = Vec::new();
     for it in &imp.items {
         let syn::ImplItem::Fn(f) = it else { continue };
@@ -120,7 +120,7 @@ pub fn check_impl(cx: &mut Ctxt, imp: &syn::ItemImpl) -> Vec<syn::Ident> {
 }
 
 /// `#[attrs] vis unsafe? impl`: the item is an impl block, whatever follows.
-pub fn is_impl(item: TokenStream) -> bool {
+pub(crate) fn is_impl(item: TokenStream) -> bool {
     let head = |input: syn::parse::ParseStream| -> syn::Result<bool> {
         input.call(Attribute::parse_outer)?;
         input.parse::<syn::Visibility>()?;

@@ -65,9 +65,7 @@
 //!
 //! Runtime note: the engine uses Tokio's timers (leases, timeouts), so it runs inside a Tokio
 //! runtime with time enabled, as `#[tokio::main]` provides.
-#![warn(missing_debug_implementations)]
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The README's Rust blocks, compiled as doctests (`cargo test --doc`): they need the rmcp and

@@ -22,7 +22,7 @@ pub(crate) struct Migration {
 
 impl Migration {
     /// sha256 of the SQL with line endings normalised, so a CRLF checkout does not look edited.
-    pub fn checksum(&self) -> Vec<u8> {
+    pub(crate) fn checksum(&self) -> Vec<u8> {
         let mut h = Sha256::new();
         for part in self.sql.split('\r') {
             h.update(part.as_bytes());

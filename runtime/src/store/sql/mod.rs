@@ -169,7 +169,7 @@ pub(crate) struct RecordRow {
 impl RecordRow {
     /// Reads `key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at,
     /// response` from column `at` on.
-    pub fn read<'r, R: Row>(r: &'r R, at: usize) -> Result<Self, sqlx::Error>
+    pub(super) fn read<'r, R: Row>(r: &'r R, at: usize) -> Result<Self, sqlx::Error>
     where
         usize: ColumnIndex<R>,
         i16: Decode<'r, R::Database> + Type<R::Database>,
@@ -205,7 +205,7 @@ impl RecordRow {
     /// (whatever its state, until it is purged). `None` when the row is one a claim takes over
     /// (released, or completed with its window passed at `now`): the takeover lost a race with a
     /// concurrent writer, so the caller claims again.
-    pub fn existing_claim(
+    pub(super) fn existing_claim(
         &self,
         key: &Key,
         fingerprint: &Option<Fingerprint>,
@@ -265,7 +265,11 @@ impl RecordRow {
 
     /// The row as the status tool shows it, checked as a claim would read it: a row a claim
     /// refuses as corrupt is corrupt here too.
-    pub fn status(&self, reference: Reference, tool: String) -> Result<RecordStatus, StoreError> {
+    pub(super) fn status(
+        &self,
+        reference: Reference,
+        tool: String,
+    ) -> Result<RecordStatus, StoreError> {
         let (state, ok) = split_state(self.state)?;
         let generation = generation_of(i64::from(self.generation))?;
         let reference = reference.with_generation(generation);
