@@ -568,7 +568,7 @@ async fn enqueue_after_the_call_finished_is_refused() {
     let call = kept.lock().unwrap().take().expect("the body saw its call");
     let late = call.enqueue("receipt_email", &serde_json::json!({"to": "a@example.com"}));
     match late {
-        Err(e @ idempotency::outbox::EnqueueError::Closed { .. }) => {
+        Err(e @ idempotency::EnqueueError::Closed { .. }) => {
             assert!(e.to_string().contains(&call.reference().to_string()), "{e}")
         }
         other => panic!("expected Closed, got {other:?}"),

@@ -81,6 +81,8 @@ mod duration;
 mod engine;
 pub mod error;
 pub mod key;
+#[cfg(test)]
+mod layering;
 #[cfg(feature = "rmcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rmcp")))]
 pub mod mcp;
@@ -99,7 +101,7 @@ pub mod __private;
 
 pub use canonical::canonical_json;
 pub use context::IdempotencyContext;
-pub use engine::Call;
+pub use engine::{Call, EnqueueError};
 pub use engine::{Idempotency, IdempotencyBuilder};
 pub use error::Error;
 pub use key::{Caller, Reference};

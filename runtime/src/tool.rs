@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::key::{Caller, FingerprintMaterial, KeyError, KeyMaterial};
+use crate::key::{Caller, FingerprintMaterial, KeyError, KeyMaterial, Scope};
 
 /// What the engine needs to know of a tool: its name, window and timeout. `#[idempotent]` makes
 /// one for every tool it wraps (`charge_card::TOOL` for a free function, `Self::CHARGE_CARD_TOOL`
@@ -140,20 +140,6 @@ impl Recover {
             Recover::Reconcile => "reconcile",
         }
     }
-}
-
-/// Who shares a tool's records: every subject of the caller's tenant, or only the caller's
-/// subject. It decides whether the subject is part of the key, and who may look a record up by
-/// its reference.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Scope {
-    /// Any subject of the tenant: the same business key (or call) from two subjects of one
-    /// tenant is one operation, and either may ask its status. The default for business keys,
-    /// which name a tenant-wide thing (an order is the organisation's, whichever agent retries it).
-    Tenant,
-    /// Only the caller's subject: another subject of the tenant gets neither the replay nor the
-    /// status. The default for call keys.
-    Subject,
 }
 
 /// What a call's key and (for business keys) the fingerprint of its full arguments are made

@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::enqueue::{EnqueueError, Pending};
 use crate::canonical::canonical_json;
 use crate::key::Reference;
-use crate::outbox::{EnqueueError, Pending};
 use crate::store::OutboxMessage;
 
 tokio::task_local! {

@@ -9,14 +9,16 @@ use serde::Serialize;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, UnknownReason};
+use crate::key::Scope;
 use crate::key::{Caller, Reference, Secret};
 use crate::outcome::{ErrorPolicy, Failure, Outcome};
 use crate::record::{RecordState, RecordStatus, Standing};
 use crate::store::{Claim, ClaimRequest, Store, StoreError, Token};
-use crate::tool::{Prepared, Recover, Scope, ToolSpec};
+use crate::tool::{Prepared, Recover, ToolSpec};
 
 mod attempt;
 mod call;
+mod enqueue;
 pub(crate) mod expiry;
 mod guard;
 mod secret;
@@ -29,6 +31,7 @@ use secret::SecretCheck;
 use wait::{Waited, Waiters, Waking};
 
 pub use call::Call;
+pub use enqueue::EnqueueError;
 
 /// The store and clock every idempotent tool of a server shares. Cheap to clone.
 ///

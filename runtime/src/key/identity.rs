@@ -6,8 +6,8 @@ use std::str::FromStr;
 use serde::Serialize;
 
 use super::hex::{hex_val, write_hex};
+use super::Scope;
 use super::{Caller, KeyError, KeyMaterial, Secret};
-use crate::tool::Scope;
 
 /// The identity of a call: 32 bytes of HMAC-SHA256. `Display` gives the 64 lowercase hex
 /// characters.

@@ -8,9 +8,9 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::hex::write_hex;
+use super::Scope;
 use super::{Caller, Key, KeyError, Secret};
 use crate::canonical::typed_canonical;
-use crate::tool::Scope;
 
 const KEY_DOMAIN: &[u8] = b"idempotency/key/v2\0";
 const FINGERPRINT_DOMAIN: &[u8] = b"idempotency/fingerprint/v2\0";

@@ -21,7 +21,7 @@ mod secret;
 mod tests;
 
 pub use crate::canonical::CanonicalError;
-pub use caller::{Caller, KeyError};
+pub use caller::{Caller, KeyError, Scope};
 pub use identity::{Key, Reference, ReferenceParseError};
 pub use material::{Fingerprint, FingerprintMaterial, KeyMaterial};
 pub use secret::{Secret, SecretError, SecretFingerprint};

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::secret::hmac_sha256;
 use super::*;
-use crate::tool::Scope;
+use crate::key::Scope;
 
 static S: std::sync::LazyLock<Secret> = std::sync::LazyLock::new(Secret::demo);
 

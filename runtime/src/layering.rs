@@ -1,0 +1,131 @@
+//! The runtime's modules in layers, lowest first: a module uses only modules of layers below its
+//! own, so the import graph has no circle. Checked by reading the sources (as the macro crate
+//! checks its own). The crate root and `__private` (which re-export) and test code are left out.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// Each layer's modules. Names the crate root re-exports count as their module's.
+const LAYERS: &[&[&str]] = &[
+    &["canonical", "clock", "duration", "periodic"],
+    &["key"],
+    &["record", "progress"],
+    &["store"],
+    &["error"],
+    &["outcome"],
+    &["tool"],
+    &["metrics"],
+    &["engine"],
+    &["context"],
+    &["outbox", "tasks"],
+    &["mcp"],
+];
+
+/// The crate root's re-exports, by the module that defines them.
+const ROOT: &[(&str, &str)] = &[
+    ("Call", "engine"),
+    ("EnqueueError", "engine"),
+    ("Idempotency", "engine"),
+    ("IdempotencyBuilder", "engine"),
+    ("IdempotencyContext", "context"),
+    ("Caller", "key"),
+    ("Reference", "key"),
+    ("Error", "error"),
+    ("Classify", "outcome"),
+    ("Disposition", "outcome"),
+];
+
+fn layer(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&module))
+}
+
+/// The modules `src` names as `crate::m` or `crate::{m, ..}`, outside comments and tests.
+fn uses(src: &str) -> BTreeSet<String> {
+    let code = src
+        .find("#[cfg(test)]\nmod tests")
+        .map_or(src, |at| &src[..at]);
+    let code: String = code
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let ident = |s: &str| -> String {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut found = BTreeSet::new();
+    for (at, _) in code.match_indices("crate::") {
+        let rest = &code[at + "crate::".len()..];
+        let names: Vec<String> = match rest.strip_prefix('{') {
+            Some(group) => group[..group.find('}').unwrap_or(group.len())]
+                .split(',')
+                .map(ident)
+                .collect(),
+            None => vec![ident(rest)],
+        };
+        for n in names.into_iter().filter(|n| !n.is_empty()) {
+            let module = ROOT
+                .iter()
+                .find(|(name, _)| *name == n)
+                .map_or(n, |(_, m)| (*m).to_owned());
+            found.insert(module);
+        }
+    }
+    found
+}
+
+fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read src") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n != "tests") {
+                sources(&path, out);
+            }
+        } else if path.extension().is_some_and(|e| e == "rs")
+            && path.file_name().is_some_and(|n| n != "tests.rs")
+        {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn modules_only_use_lower_layers() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut checked = 0;
+    for file in files {
+        let rel = file.strip_prefix(&src).expect("under src");
+        let top = rel
+            .components()
+            .next()
+            .and_then(|c| c.as_os_str().to_str())
+            .map(|s| s.trim_end_matches(".rs").to_owned())
+            .expect("a module");
+        if ["lib", "__private", "layering"].contains(&top.as_str()) {
+            continue;
+        }
+        let own = layer(&top).unwrap_or_else(|| panic!("module `{top}` is in no layer"));
+        for used in uses(&std::fs::read_to_string(&file).expect("read")) {
+            if used == top {
+                continue;
+            }
+            let at = layer(&used)
+                .unwrap_or_else(|| panic!("{} uses `crate::{used}`, in no layer", rel.display()));
+            assert!(
+                at < own,
+                "{} (layer {own}) uses `{used}` (layer {at}), which is not below it",
+                rel.display()
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked > 40, "only {checked} files read");
+    assert_eq!(
+        uses("use crate::key::X; use crate::{store, Call};\n// crate::mcp\n"),
+        ["engine", "key", "store"].map(String::from).into()
+    );
+}
