@@ -104,8 +104,6 @@ impl World {
         let effects = self.effects.clone();
         self.engine
             .execute_raw(
-                &SPEC,
-                &self.caller,
                 Prepared::call(&self.caller, &SPEC, &n).expect("key"),
                 ErrorPolicy::<ToolError>::retryable(),
                 async move {

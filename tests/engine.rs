@@ -14,7 +14,7 @@ use idempotency::{
     key::Key,
     outcome::{ErrorPolicy, Outcome},
     store::{Claim, ClaimRequest, MemoryStore, RecordState},
-    tool::{Prepared, ToolSpec},
+    tool::{BusinessKey, Prepared, ToolSpec},
     Caller, Error, Idempotency,
 };
 use idempotency_tests::charge::{current_reference, ChargeError};
@@ -22,10 +22,6 @@ use serde::{Deserialize, Serialize};
 
 const T0: i64 = 1_796_000_000_000;
 const WINDOW: Duration = Duration::from_secs(15 * 60);
-
-fn spec() -> ToolSpec {
-    ToolSpec::new("charge_card", WINDOW)
-}
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 struct Receipt {
@@ -77,13 +73,9 @@ async fn charge(w: &World, amount: u64) -> Outcome<Receipt, ChargeError> {
     let p = w.processor.clone();
     let prepared = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &amount).unwrap();
     w.engine
-        .execute(
-            &spec(),
-            &w.caller,
-            prepared,
-            ErrorPolicy::classified(),
-            async move { Ok::<_, ChargeError>(p.charge()) },
-        )
+        .execute(prepared, ErrorPolicy::classified(), async move {
+            Ok::<_, ChargeError>(p.charge())
+        })
         .await
 }
 
@@ -143,16 +135,10 @@ async fn a_slow_first_call_does_not_expire_before_it_finishes() {
     let prepared = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &7u64).unwrap();
     let out: Outcome<Receipt, ChargeError> = w
         .engine
-        .execute(
-            &spec(),
-            &w.caller,
-            prepared,
-            ErrorPolicy::classified(),
-            async move {
-                clock.advance(Duration::from_secs(20 * 60)); // twenty minutes at the processor
-                Ok(p.charge())
-            },
-        )
+        .execute(prepared, ErrorPolicy::classified(), async move {
+            clock.advance(Duration::from_secs(20 * 60)); // twenty minutes at the processor
+            Ok(p.charge())
+        })
         .await;
     out.result.unwrap();
     w.clock.advance(Duration::from_secs(10 * 60)); // 30 min after the claim, 10 after completion
@@ -171,8 +157,6 @@ async fn a_concurrent_repeat_is_told_in_flight_with_the_ref() {
             Prepared::call(&w2.caller, &idempotency_tests::CHARGE_CARD, &100u64).unwrap();
         w2.engine
             .execute(
-                &spec(),
-                &w2.caller,
                 prepared,
                 ErrorPolicy::<ChargeError>::classified(),
                 async move {
@@ -188,18 +172,12 @@ async fn a_concurrent_repeat_is_told_in_flight_with_the_ref() {
     let prepared = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &100u64).unwrap();
     let second: Outcome<Receipt, idempotency::outcome::Failure<ChargeError>> = w
         .engine
-        .execute_raw(
-            &spec(),
-            &w.caller,
-            prepared,
-            ErrorPolicy::classified(),
-            async {
-                Ok(Receipt {
-                    charge: 999,
-                    reference: String::new(),
-                })
-            },
-        )
+        .execute_raw(prepared, ErrorPolicy::classified(), async {
+            Ok(Receipt {
+                charge: 999,
+                reference: String::new(),
+            })
+        })
         .await;
     gate.notify_one();
     let first = first.await.unwrap();
@@ -231,19 +209,17 @@ async fn business_key_with_other_arguments_is_a_mismatch() {
         let prepared = Prepared::business(
             &w.caller,
             &ToolSpec::new("create_shipment", WINDOW),
-            "order_id",
-            &args.order_id,
+            BusinessKey {
+                field: "order_id",
+                value: &args.order_id,
+            },
             &args,
         )
         .unwrap();
-        let spec = ToolSpec::new("create_shipment", WINDOW);
         let engine = w.engine.clone();
-        let caller = w.caller.clone();
         async move {
             engine
                 .execute_raw(
-                    &spec,
-                    &caller,
                     prepared,
                     ErrorPolicy::<ChargeError>::classified(),
                     async move { Ok(p.charge()) },
@@ -271,16 +247,10 @@ async fn failing(w: &World, err: fn() -> ChargeError) -> Outcome<Receipt, Charge
     let p = w.processor.clone();
     let prepared = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &5u64).unwrap();
     w.engine
-        .execute(
-            &spec(),
-            &w.caller,
-            prepared,
-            ErrorPolicy::classified(),
-            async move {
-                p.charge();
-                Err(err())
-            },
-        )
+        .execute(prepared, ErrorPolicy::classified(), async move {
+            p.charge();
+            Err(err())
+        })
         .await
 }
 
@@ -348,14 +318,11 @@ async fn a_timeout_is_an_unknown_outcome_and_the_repeat_does_not_run() {
     let spec = ToolSpec::new("charge_card", WINDOW).with_timeout(Duration::from_secs(30));
     let run = || {
         let p = w.processor.clone();
-        let prepared = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &1u64).unwrap();
+        let prepared = Prepared::call(&w.caller, &spec, &1u64).unwrap();
         let engine = w.engine.clone();
-        let caller = w.caller.clone();
         async move {
             engine
                 .execute_raw(
-                    &spec,
-                    &caller,
                     prepared,
                     ErrorPolicy::<ChargeError>::classified(),
                     async move {
@@ -400,8 +367,6 @@ async fn a_panic_after_start_is_answered_as_an_unknown_outcome() {
     let first = w
         .engine
         .execute_raw(
-            &spec(),
-            &w.caller,
             prepared,
             ErrorPolicy::<ChargeError>::classified(),
             async move {
@@ -447,11 +412,8 @@ async fn a_dropped_call_tells_the_truth() {
     let w = world();
     let p = w.processor.clone();
     let prepared = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &9u64).unwrap();
-    let spec = spec();
     let fut = w.engine.execute(
-        &spec,
-        &w.caller,
-        prepared,
+        prepared.clone(),
         ErrorPolicy::<ChargeError>::classified(),
         async move {
             p.charge();
@@ -512,12 +474,9 @@ async fn follow_on_work_is_written_with_the_completion_and_not_twice() {
         let p = w.processor.clone();
         let prepared = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &42u64).unwrap();
         let engine = w.engine.clone();
-        let caller = w.caller.clone();
         async move {
             engine
                 .execute(
-                    &spec(),
-                    &caller,
                     prepared,
                     ErrorPolicy::<ChargeError>::classified(),
                     async move {
@@ -554,8 +513,6 @@ async fn enqueue_after_the_call_finished_is_refused() {
     let out = w
         .engine
         .execute(
-            &spec(),
-            &w.caller,
             prepared,
             ErrorPolicy::<ChargeError>::classified(),
             async move {
@@ -697,13 +654,9 @@ async fn a_reference_held_by_another_key_refuses_the_call() {
     let prepared = Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &100u64).unwrap();
     let out: Outcome<Receipt, idempotency::outcome::Failure<ChargeError>> = w
         .engine
-        .execute_raw(
-            &spec(),
-            &w.caller,
-            prepared,
-            ErrorPolicy::classified(),
-            async move { Ok(p.charge()) },
-        )
+        .execute_raw(prepared, ErrorPolicy::classified(), async move {
+            Ok(p.charge())
+        })
         .await;
     match out.result {
         Err(idempotency::outcome::Failure::Wrapper(e @ Error::ReferenceTaken { .. })) => {

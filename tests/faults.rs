@@ -15,7 +15,7 @@ use idempotency::{
     error::UnknownReason,
     outcome::{ErrorPolicy, Failure, Outcome},
     store::{MemoryStore, RecordState, Settlement, StoredResponse},
-    tool::{Prepared, ToolSpec},
+    tool::Prepared,
     Caller, Error, Idempotency,
 };
 use idempotency_tests::charge::{current_reference, ChargeError};
@@ -24,10 +24,6 @@ use idempotency_tests::sqlite_file::remove_sqlite_files;
 use serde::{Deserialize, Serialize};
 
 const WINDOW: Duration = Duration::from_secs(900);
-
-fn spec() -> ToolSpec {
-    ToolSpec::new("charge_card", WINDOW)
-}
 
 fn caller() -> Caller {
     Caller::new("acme", "alice")
@@ -49,13 +45,7 @@ where
     Fut: std::future::Future<Output = Result<Receipt, ChargeError>> + Send,
 {
     engine
-        .execute_raw(
-            &spec(),
-            &caller(),
-            prepared,
-            ErrorPolicy::classified(),
-            body,
-        )
+        .execute_raw(prepared, ErrorPolicy::classified(), body)
         .await
 }
 
@@ -210,24 +200,18 @@ async fn kill9_worker() {
     let prepared =
         Prepared::call(&caller(), &idempotency_tests::CHARGE_CARD, &4200u64).expect("key");
     let _: Outcome<Receipt, ChargeError> = engine
-        .execute(
-            &spec(),
-            &caller(),
-            prepared,
-            ErrorPolicy::classified(),
-            async move {
-                let reference = current_reference();
-                let id = db.charge(&reference).await;
-                println!("CHARGED {reference}");
-                use std::io::Write;
-                let _ = std::io::stdout().flush();
-                tokio::time::sleep(Duration::from_secs(3600)).await; // killed here
-                Ok(Receipt {
-                    charge_id: id,
-                    reference,
-                })
-            },
-        )
+        .execute(prepared, ErrorPolicy::classified(), async move {
+            let reference = current_reference();
+            let id = db.charge(&reference).await;
+            println!("CHARGED {reference}");
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            tokio::time::sleep(Duration::from_secs(3600)).await; // killed here
+            Ok(Receipt {
+                charge_id: id,
+                reference,
+            })
+        })
         .await;
 }
 
@@ -489,8 +473,6 @@ async fn outbox_survives_a_crash_and_a_replay_sends_nothing_more() {
                 Prepared::call(&caller(), &idempotency_tests::CHARGE_CARD, &77u64).expect("key");
             engine
                 .execute(
-                    &spec(),
-                    &caller(),
                     prepared,
                     ErrorPolicy::<ChargeError>::classified(),
                     async move {
@@ -752,8 +734,6 @@ async fn a_late_completion_after_settlement_is_rejected() {
         let prepared =
             Prepared::call(&caller(), &idempotency_tests::CHARGE_CARD, &8u64).expect("key");
         e2.execute(
-            &spec(),
-            &caller(),
             prepared,
             ErrorPolicy::<ChargeError>::classified(),
             async move {
@@ -800,13 +780,9 @@ async fn a_late_completion_after_settlement_is_rejected() {
     // The record keeps the reconciler's answer: the fencing token rejected the late write.
     let prepared = Prepared::call(&caller(), &idempotency_tests::CHARGE_CARD, &8u64).expect("key");
     let r: Outcome<Receipt, ChargeError> = engine
-        .execute(
-            &spec(),
-            &caller(),
-            prepared,
-            ErrorPolicy::classified(),
-            async { panic!("must replay") },
-        )
+        .execute(prepared, ErrorPolicy::classified(), async {
+            panic!("must replay")
+        })
         .await;
     assert_eq!(r.result.expect("replay").charge_id, 222);
 }
@@ -827,16 +803,10 @@ async fn bad_input_is_refused_before_anything_runs() {
         let prepared = Prepared::call(who, &idempotency_tests::CHARGE_CARD, args)?;
         let ran = ran.clone();
         let out: Outcome<u8, ChargeError> = engine
-            .execute(
-                &spec(),
-                who,
-                prepared,
-                ErrorPolicy::classified(),
-                async move {
-                    ran.fetch_add(1, Ordering::SeqCst);
-                    Ok(1)
-                },
-            )
+            .execute(prepared, ErrorPolicy::classified(), async move {
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok(1)
+            })
             .await;
         out.result.map(|_| ()).map_err(|e| Error::InvalidCaller {
             reason: e.to_string(),

@@ -372,8 +372,10 @@ fn reference_of(ctx: &Ctx, tool: &'static str, order_id: &str) -> idempotency::R
     idempotency::tool::Prepared::business(
         &ctx.caller,
         &spec,
-        "order_id",
-        order_id,
+        idempotency::tool::BusinessKey {
+            field: "order_id",
+            value: order_id,
+        },
         &order(order_id),
     )
     .unwrap()

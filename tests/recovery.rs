@@ -81,8 +81,6 @@ impl World {
         let effects = self.effects.clone();
         self.engine
             .execute_raw(
-                spec,
-                &self.caller,
                 Prepared::call(&self.caller, spec, &n).expect("key"),
                 ErrorPolicy::<ToolError>::retryable(),
                 async move {
@@ -271,8 +269,6 @@ async fn cancelled_calls_that_never_ran_end_released(store: Arc<dyn Store>, leas
             let prepared = Prepared::call(&caller, &spec, &n).expect("key");
             let done = engine
                 .execute_raw(
-                    &spec,
-                    &caller,
                     prepared,
                     ErrorPolicy::<ToolError>::retryable(),
                     async move { Ok::<u64, ToolError>(n) },
@@ -292,8 +288,6 @@ async fn cancelled_calls_that_never_ran_end_released(store: Arc<dyn Store>, leas
         calls.spawn(async move {
             let prepared = Prepared::call(&caller, &spec, &(n % 100)).expect("key");
             let call = engine.execute_raw(
-                &spec,
-                &caller,
                 prepared,
                 ErrorPolicy::<ToolError>::retryable(),
                 async move {
@@ -418,8 +412,6 @@ async fn rerun_call(
 ) -> Outcome<u64, Failure<ToolError>> {
     w.engine
         .execute_raw(
-            &RERUN,
-            &w.caller,
             Prepared::call(&w.caller, &RERUN, &42u64).expect("key"),
             ErrorPolicy::<ToolError>::retryable(),
             async move {
@@ -550,8 +542,6 @@ async fn a_panicked_call_reruns_only_when_the_tool_says_so() {
         let call = |panic: bool| {
             let processor = processor.clone();
             w.engine.execute_raw(
-                &spec,
-                &w.caller,
                 Prepared::call(&w.caller, &spec, &7u64).expect("key"),
                 ErrorPolicy::<ToolError>::retryable(),
                 async move {
@@ -612,8 +602,6 @@ async fn a_takeover_whose_reply_is_lost_is_given_back() {
     let call = |panic: bool| {
         let processor = processor.clone();
         w.engine.execute_raw(
-            &RERUN,
-            &w.caller,
             Prepared::call(&w.caller, &RERUN, &9u64).expect("key"),
             ErrorPolicy::<ToolError>::retryable(),
             async move {

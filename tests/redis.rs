@@ -59,16 +59,10 @@ async fn replicas_with_skewed_clocks_replay_on_the_servers_clock() {
             let prepared =
                 Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &4200u64).expect("key");
             let out: Outcome<u64, ChargeError> = engine
-                .execute(
-                    &ToolSpec::new("charge_card", WINDOW),
-                    &caller,
-                    prepared,
-                    ErrorPolicy::retryable(),
-                    async move {
-                        charges.fetch_add(1, Ordering::SeqCst);
-                        Ok(4200)
-                    },
-                )
+                .execute(prepared, ErrorPolicy::retryable(), async move {
+                    charges.fetch_add(1, Ordering::SeqCst);
+                    Ok(4200)
+                })
                 .await;
             out
         }
@@ -102,16 +96,10 @@ async fn replicas_with_skewed_clocks_replay_on_the_servers_clock() {
     for engine in [fast, engine(ManualClock::new(real.saturating_sub(SKEW)))] {
         let charges = charges.clone();
         let _: Outcome<u64, ChargeError> = engine
-            .execute(
-                &ToolSpec::new("charge_card", WINDOW),
-                &caller2,
-                prepared(),
-                ErrorPolicy::retryable(),
-                async move {
-                    charges.fetch_add(1, Ordering::SeqCst);
-                    Ok(1)
-                },
-            )
+            .execute(prepared(), ErrorPolicy::retryable(), async move {
+                charges.fetch_add(1, Ordering::SeqCst);
+                Ok(1)
+            })
             .await;
     }
     assert_eq!(charges.load(Ordering::SeqCst), charges_before + 1);
@@ -162,9 +150,12 @@ async fn an_unreachable_redis_fails_closed() {
     let r = runs.clone();
     let out: Outcome<u64, ChargeError> = engine
         .execute(
-            &ToolSpec::new("charge_card", WINDOW).with_timeout(Duration::from_secs(20)),
-            &caller,
-            Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &7u64).expect("key"),
+            Prepared::call(
+                &caller,
+                &ToolSpec::new("charge_card", WINDOW).with_timeout(Duration::from_secs(20)),
+                &7u64,
+            )
+            .expect("key"),
             ErrorPolicy::retryable(),
             async move {
                 r.fetch_add(1, Ordering::SeqCst);
@@ -328,23 +319,21 @@ async fn failover_round(wait: bool, reshard: bool) -> Failover {
                 (engine.clone(), runs.clone(), calls.clone(), failed.clone());
             async move {
                 let caller = Caller::new("acme", "alice");
-                let prepared =
-                    Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &id).expect("key");
+                let prepared = Prepared::call(
+                    &caller,
+                    &ToolSpec::new("charge_card", WINDOW).with_timeout(Duration::from_secs(10)),
+                    &id,
+                )
+                .expect("key");
                 let out: Outcome<u64, ChargeError> = engine
-                    .execute(
-                        &ToolSpec::new("charge_card", WINDOW).with_timeout(Duration::from_secs(10)),
-                        &caller,
-                        prepared,
-                        ErrorPolicy::retryable(),
-                        async move {
-                            *runs
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .entry(id)
-                                .or_default() += 1;
-                            Ok(id)
-                        },
-                    )
+                    .execute(prepared, ErrorPolicy::retryable(), async move {
+                        *runs
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .entry(id)
+                            .or_default() += 1;
+                        Ok(id)
+                    })
                     .await;
                 calls.fetch_add(1, Ordering::Relaxed);
                 if out.result.is_err() {

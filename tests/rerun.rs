@@ -112,8 +112,6 @@ async fn call(
     let args = serde_json::json!({"amount_cents": 4200, "currency": "EUR"});
     engine
         .execute_raw(
-            &CHARGE,
-            &caller,
             Prepared::call(&caller, &CHARGE, &args).expect("key"),
             ErrorPolicy::<ChargeError>::retryable(),
             async move {

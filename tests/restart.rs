@@ -11,7 +11,7 @@ use idempotency::store::Store;
 use idempotency::{
     clock::{ManualClock, Timestamp},
     outcome::{ErrorPolicy, Outcome},
-    tool::{Prepared, ToolSpec},
+    tool::Prepared,
     Caller, Error, Idempotency,
 };
 use idempotency_tests::pg::unique_name;
@@ -72,14 +72,11 @@ async fn serve_once(
     let engine = Idempotency::builder(store.clone())
         .clock(clock.clone())
         .build();
-    let spec = ToolSpec::new("charge_card", WINDOW);
     let caller = Caller::new("acme", "alice");
     let args = serde_json::json!({"amount": 4200, "currency": "EUR"});
     let prepared = Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &args).expect("key");
     let out = engine
         .execute(
-            &spec,
-            &caller,
             prepared,
             ErrorPolicy::retryable(),
             processor.clone().charge(),
@@ -131,7 +128,6 @@ fn a_call_cut_off_by_a_runtime_shutdown_is_not_in_flight_after_a_restart() {
     let processor = Processor::default();
     let lease = Duration::from_secs(30);
     let caller = Caller::new("acme", "alice");
-    let spec = ToolSpec::new("charge_card", WINDOW);
     let prepared = Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &7u64).expect("key");
     let reference = prepared
         .key
@@ -149,10 +145,10 @@ fn a_call_cut_off_by_a_runtime_shutdown_is_not_in_flight_after_a_restart() {
             .lease(lease)
             .build();
         let entered = Arc::new(tokio::sync::Notify::new());
-        let (e, p, c, s) = (entered.clone(), processor.clone(), caller.clone(), spec);
+        let (e, p) = (entered.clone(), processor.clone());
         tokio::spawn(async move {
             let _ = engine
-                .execute(&s, &c, prepared, ErrorPolicy::retryable(), async move {
+                .execute(prepared, ErrorPolicy::retryable(), async move {
                     let charged = p.charge().await;
                     e.notify_one();
                     std::future::pending::<()>().await;
@@ -185,16 +181,9 @@ fn a_call_cut_off_by_a_runtime_shutdown_is_not_in_flight_after_a_restart() {
             let prepared =
                 Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &7u64).expect("key");
             let engine = engine.clone();
-            let caller = caller.clone();
             async move {
                 engine
-                    .execute(
-                        &spec,
-                        &caller,
-                        prepared,
-                        ErrorPolicy::retryable(),
-                        p.charge(),
-                    )
+                    .execute(prepared, ErrorPolicy::retryable(), p.charge())
                     .await
             }
         };

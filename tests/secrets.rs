@@ -62,13 +62,9 @@ async fn charge(engine: &Idempotency, runs: &AtomicUsize, amount: u64) -> Result
     let caller = Caller::new("acme", "alice");
     let prepared = Prepared::call(&caller, &CHARGE_CARD, &json!({ "amount": amount }))?;
     engine
-        .execute(
-            &CHARGE_CARD,
-            &caller,
-            prepared,
-            ErrorPolicy::retryable(),
-            async { Ok::<_, Error>(runs.fetch_add(1, Ordering::SeqCst) + 1) },
-        )
+        .execute(prepared, ErrorPolicy::retryable(), async {
+            Ok::<_, Error>(runs.fetch_add(1, Ordering::SeqCst) + 1)
+        })
         .await
         .result
 }

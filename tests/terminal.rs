@@ -54,12 +54,12 @@ fn world_with(configure: impl FnOnce(IdempotencyBuilder) -> IdempotencyBuilder) 
     }
 }
 
-fn prepared(w: &World, amount: u64) -> Prepared {
-    Prepared::call(&w.caller, &idempotency_tests::CHARGE_CARD, &amount).expect("key")
+fn prepared(w: &World, spec: &ToolSpec, amount: u64) -> Prepared {
+    Prepared::call(&w.caller, spec, &amount).expect("key")
 }
 
 fn reference(w: &World, amount: u64) -> Reference {
-    prepared(w, amount)
+    prepared(w, &spec(), amount)
         .key
         .key(&idempotency::key::Secret::demo())
         .reference(1)
@@ -75,9 +75,7 @@ async fn charge(
     let charges = w.charges.clone();
     w.engine
         .execute_raw(
-            &spec,
-            &w.caller,
-            prepared(w, amount),
+            prepared(w, &spec, amount),
             ErrorPolicy::<ChargeError>::retryable(),
             async move {
                 if fail {
@@ -135,9 +133,7 @@ async fn dropped_in_the_body_the_record_ends_unknown() {
     let spec = spec();
     {
         let call = w.engine.execute_raw(
-            &spec,
-            &w.caller,
-            prepared(&w, 1),
+            prepared(&w, &spec, 1),
             ErrorPolicy::<ChargeError>::retryable(),
             async move {
                 e.notify_one();
@@ -178,9 +174,7 @@ async fn dropped_while_marking_unknown_the_record_ends_unknown() {
     let with_timeout = spec().with_timeout(Duration::from_secs(2));
     let charges = w.charges.clone();
     let call = w.engine.execute_raw(
-        &with_timeout,
-        &w.caller,
-        prepared(&w, 3),
+        prepared(&w, &with_timeout, 3),
         ErrorPolicy::<ChargeError>::retryable(),
         async move {
             charges.fetch_add(1, Ordering::SeqCst);
@@ -217,9 +211,7 @@ async fn a_timeout_holds_when_the_store_hangs() {
     // A body that outlives the timeout: the deadline, not the store, ends the call.
     let short = spec().with_timeout(timeout);
     let slow = w.engine.execute_raw(
-        &short,
-        &w.caller,
-        prepared(&w, 5),
+        prepared(&w, &short, 5),
         ErrorPolicy::<ChargeError>::retryable(),
         std::future::pending::<Result<u64, ChargeError>>(),
     );
@@ -259,9 +251,7 @@ async fn a_timeout_holds_when_the_store_hangs() {
     let started = tokio::time::Instant::now();
     let generous = spec().with_timeout(Duration::from_secs(600));
     let long = w.engine.execute_raw(
-        &generous,
-        &w.caller,
-        prepared(&w, 7),
+        prepared(&w, &generous, 7),
         ErrorPolicy::<ChargeError>::retryable(),
         async {
             tokio::time::sleep(Duration::from_secs(120)).await;
@@ -324,9 +314,7 @@ async fn a_lost_lease_is_acted_on() {
     let out = w
         .engine
         .execute_raw(
-            &spec(),
-            &w.caller,
-            prepared(&w, 8),
+            prepared(&w, &spec(), 8),
             ErrorPolicy::<ChargeError>::retryable(),
             body,
         )
@@ -628,10 +616,7 @@ async fn a_timeout_sweep_leaves_nothing_in_flight_postgres() {
         calls.spawn(async move {
             let prepared =
                 Prepared::call(&caller, &idempotency_tests::CHARGE_CARD, &(n % 100)).expect("key");
-            let spec = spec();
             let call = engine.execute_raw(
-                &spec,
-                &caller,
                 prepared,
                 ErrorPolicy::<ChargeError>::retryable(),
                 async move {

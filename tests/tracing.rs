@@ -56,13 +56,7 @@ async fn tracing_names_ref_and_tool_but_not_arguments() {
         let prepared =
             Prepared::call(&caller(), &idempotency_tests::CHARGE_CARD, &secret).expect("key");
         let out: Outcome<u8, ChargeError> = engine
-            .execute(
-                &spec(),
-                &caller(),
-                prepared,
-                ErrorPolicy::classified(),
-                async { Ok(1) },
-            )
+            .execute(prepared, ErrorPolicy::classified(), async { Ok(1) })
             .await;
         reference = out.reference;
     }
@@ -71,13 +65,7 @@ async fn tracing_names_ref_and_tool_but_not_arguments() {
     for n in 0..2u8 {
         let prepared = Prepared::call(&caller(), &reconciled, &n).expect("key");
         let out: Outcome<u8, ChargeError> = engine
-            .execute(
-                &reconciled,
-                &caller(),
-                prepared,
-                ErrorPolicy::classified(),
-                async { Ok(1) },
-            )
+            .execute(prepared, ErrorPolicy::classified(), async { Ok(1) })
             .await;
         assert!(out.result.is_ok());
     }

@@ -120,13 +120,7 @@ impl World {
         tokio::spawn(async move {
             let prepared = Prepared::call(&caller, &spec, &n).expect("key");
             engine
-                .execute_raw(
-                    &spec,
-                    &caller,
-                    prepared,
-                    ErrorPolicy::<ToolError>::retryable(),
-                    body,
-                )
+                .execute_raw(prepared, ErrorPolicy::<ToolError>::retryable(), body)
                 .await
         })
     }

@@ -18,7 +18,7 @@ const DURATION_FORMS: &str =
 
 /// `"15m"` → 900 000 ms. Units `ms`, `s`, `m`, `h`, `d`; zero, a missing number or unit, spaces and
 /// values that overflow `u64` milliseconds are errors.
-pub(crate) fn parse_duration(s: &str) -> Result<u64, String> {
+pub fn parse_duration(s: &str) -> Result<u64, String> {
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (digits, unit) = s.split_at(split);
     let factor: u64 = match unit {

@@ -299,7 +299,7 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
                 Some(MissingKey::CallKey) => quote!(prepare_business_or_call),
                 Some(MissingKey::Refuse) | None => quote!(prepare_business),
             };
-            quote_spanned!(args_ty.span()=> #pa::#prepare_fn::<#args_ty, _>(&#caller, &#spec_path, #names, #bk, &#keyed))
+            quote_spanned!(args_ty.span()=> #pa::#prepare_fn::<#args_ty, _>(&#caller, &#spec_path, #pa::BusinessKey { field: #names, value: #bk }, &#keyed))
         }
     };
 
@@ -364,7 +364,7 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
     };
     let po = respan(&p, stored.span());
     let execute = quote_spanned! {stored.span()=>
-        #po::Idempotency::execute_raw::<#stored, #stored_err, _>(&#engine, &#spec_path, &#caller, #prepared, #policy, #body_local).await
+        #po::Idempotency::execute_raw::<#stored, #stored_err, _>(&#engine, #prepared, #policy, #body_local).await
     };
     let raw_local = local("__idem_raw");
     let (prologue, finish) = if rmcp {
@@ -426,7 +426,7 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         let verbatim = matches!(ok, syn::Type::Path(t)
             if t.path.segments.last().is_some_and(|s| s.ident == "CallToolResult"));
         let finish = if opts.task.is_some() {
-            quote!(#p::mcp::task_call(#engine, #spec_path, #caller, #prepared, #policy, #as_task, #body_local).await)
+            quote!(#p::mcp::task_call(#engine, #prepared, #as_task, (#policy, #body_local)).await)
         } else if response {
             quote!(#p::mcp::answer_response(#execute))
         } else if verbatim {

@@ -7,7 +7,7 @@ pub use crate::error::Error;
 pub use crate::key::Caller;
 pub use crate::key::Scope;
 pub use crate::outcome::{Classify, ErrorPolicy, Failure, Outcome};
-pub use crate::tool::{Prepared, Recover, ToolSpec};
+pub use crate::tool::{BusinessKey, Prepared, Recover, ToolSpec};
 pub use core::clone::Clone;
 pub use core::convert::From;
 pub use core::option::Option;
@@ -73,22 +73,20 @@ pub fn prepare_call<A: Arguments + ?Sized>(
 pub fn prepare_business<A: Arguments + ?Sized, B: Serialize + ?Sized>(
     caller: &Caller,
     spec: &ToolSpec,
-    field: &str,
-    business_key: &B,
+    business_key: BusinessKey<'_, B>,
     args: &A,
 ) -> Result<Prepared, Error> {
-    Prepared::business(caller, spec, field, business_key, args)
+    Prepared::business(caller, spec, business_key, args)
 }
 
 /// [`Prepared::business_or_call`] for arguments of type `A`.
 pub fn prepare_business_or_call<A: Arguments + ?Sized, B: Serialize + ?Sized>(
     caller: &Caller,
     spec: &ToolSpec,
-    field: &str,
-    business_key: &B,
+    business_key: BusinessKey<'_, B>,
     args: &A,
 ) -> Result<Prepared, Error> {
-    Prepared::business_or_call(caller, spec, field, business_key, args)
+    Prepared::business_or_call(caller, spec, business_key, args)
 }
 
 /// A probe that makes an `Option` business-key field a compile error (unless the attribute says

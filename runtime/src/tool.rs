@@ -142,9 +142,10 @@ impl Recover {
     }
 }
 
-/// What a call's key and (for business keys) the fingerprint of its full arguments are made
-/// from; the engine derives them under its secret and claims the key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One call as the engine takes it: the tool, the caller, and what its key and (for business
+/// keys) the fingerprint of its full arguments are made from; the engine derives them under its
+/// secret and claims the key.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Prepared {
     /// The key's material.
     pub key: KeyMaterial,
@@ -152,6 +153,19 @@ pub struct Prepared {
     pub fingerprint: Option<FingerprintMaterial>,
     /// Who shares the record.
     pub scope: Scope,
+    /// The tool called.
+    pub spec: ToolSpec,
+    /// Who called it.
+    pub caller: Caller,
+}
+
+/// A call's business key: the field (or path) the attribute names, and its value.
+#[derive(Clone, Copy, Debug)]
+pub struct BusinessKey<'a, B: ?Sized> {
+    /// The field's name or path, for the refusal of a call without it.
+    pub field: &'a str,
+    /// Its value.
+    pub value: &'a B,
 }
 
 impl Prepared {
@@ -178,6 +192,8 @@ impl Prepared {
             key,
             fingerprint: None,
             scope,
+            spec: *spec,
+            caller: caller.clone(),
         })
     }
 
@@ -188,32 +204,32 @@ impl Prepared {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use idempotency::{tool::{Prepared, ToolSpec}, Caller, Error};
+    /// use idempotency::{tool::{BusinessKey, Prepared, ToolSpec}, Caller, Error};
     /// const SHIP: ToolSpec = ToolSpec::new("create_shipment", Duration::from_secs(900));
     /// let alice = Caller::new("acme", "alice");
     /// let none: Option<&str> = None;
-    /// let e = Prepared::business(&alice, &SHIP, "order_id", &none, &"apple").unwrap_err();
+    /// let order = BusinessKey { field: "order_id", value: &none };
+    /// let e = Prepared::business(&alice, &SHIP, order, &"apple").unwrap_err();
     /// assert!(matches!(e, Error::Arguments { .. }));
     /// assert!(e.advice().contains("order_id"));
     /// ```
     pub fn business<A: Serialize + ?Sized, B: Serialize + ?Sized>(
         caller: &Caller,
         spec: &ToolSpec,
-        field: &str,
-        business_key: &B,
+        business_key: BusinessKey<'_, B>,
         args: &A,
     ) -> Result<Self, Error> {
         let tool = spec.name;
-        if is_missing(business_key) {
+        if is_missing(business_key.value) {
             return Err(refused(
                 tool,
                 KeyError::MissingBusinessKey {
-                    field: field.to_owned(),
+                    field: business_key.field.to_owned(),
                 },
             ));
         }
         let scope = spec.scope.unwrap_or(Scope::Tenant);
-        let key = KeyMaterial::business(caller, tool, scope, business_key)
+        let key = KeyMaterial::business(caller, tool, scope, business_key.value)
             .map_err(|e| refused(tool, e))?;
         let fingerprint =
             FingerprintMaterial::of(args, spec.ignore).map_err(|e| refused(tool, e))?;
@@ -221,6 +237,8 @@ impl Prepared {
             key,
             fingerprint: Some(fingerprint),
             scope,
+            spec: *spec,
+            caller: caller.clone(),
         })
     }
 }
@@ -231,14 +249,13 @@ impl Prepared {
     pub fn business_or_call<A: Serialize + ?Sized, B: Serialize + ?Sized>(
         caller: &Caller,
         spec: &ToolSpec,
-        field: &str,
-        business_key: &B,
+        business_key: BusinessKey<'_, B>,
         args: &A,
     ) -> Result<Self, Error> {
-        if is_missing(business_key) {
+        if is_missing(business_key.value) {
             Prepared::call(caller, spec, args)
         } else {
-            Prepared::business(caller, spec, field, business_key, args)
+            Prepared::business(caller, spec, business_key, args)
         }
     }
 }

@@ -64,7 +64,7 @@ async fn by_hand(ctx: &Ctx, args: ChargeArgs) -> Result<Receipt, Error> {
     let prepared = Prepared::call(&caller, &SPEC, &args)?;
     let body = async move { work(&args) };
     engine
-        .execute(&SPEC, &caller, prepared, ErrorPolicy::retryable(), body)
+        .execute(prepared, ErrorPolicy::retryable(), body)
         .await
         .result
 }

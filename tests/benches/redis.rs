@@ -46,7 +46,7 @@ use idempotency::store::{
     Claim, ClaimRequest, Completion, RecordStore, RedisConnection, RedisStore, StoredResponse,
     Token,
 };
-use idempotency::tool::{Prepared, ToolSpec};
+use idempotency::tool::Prepared;
 use idempotency::{key::Key, Caller, Error, Idempotency};
 
 const RESPONSE: &str = r#"{"charge_id":"ch_3PqR8sT2uV4wX5yZ6a7b","amount":4200,"currency":"EUR"}"#;
@@ -399,13 +399,9 @@ async fn call(engine: &Idempotency, caller: &Caller, id: u64) -> Outcome<String,
     )
     .expect("key");
     engine
-        .execute(
-            &ToolSpec::new("charge_card", WINDOW),
-            caller,
-            prepared,
-            ErrorPolicy::retryable(),
-            async move { Ok(RESPONSE.to_owned()) },
-        )
+        .execute(prepared, ErrorPolicy::retryable(), async move {
+            Ok(RESPONSE.to_owned())
+        })
         .await
 }
 

@@ -767,18 +767,12 @@ async fn wait_line(
         tokio::spawn(async move {
             let prepared = Prepared::call(&caller, &spec, &n).expect("key");
             let out = engine
-                .execute_raw(
-                    &spec,
-                    &caller,
-                    prepared,
-                    ErrorPolicy::<String>::retryable(),
-                    async move {
-                        if let Some(gate) = gate {
-                            gate.await.ok();
-                        }
-                        Ok::<u64, String>(n)
-                    },
-                )
+                .execute_raw(prepared, ErrorPolicy::<String>::retryable(), async move {
+                    if let Some(gate) = gate {
+                        gate.await.ok();
+                    }
+                    Ok::<u64, String>(n)
+                })
                 .await;
             assert_eq!(out.result.ok(), Some(n));
             (Instant::now(), out.replayed)

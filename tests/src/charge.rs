@@ -60,22 +60,15 @@ pub async fn counted_charge(
     amount: u64,
     meanwhile: impl std::future::Future<Output = ()> + Send,
 ) -> idempotency::outcome::Outcome<u64, Wrapper> {
-    use idempotency::{outcome::ErrorPolicy, tool::Prepared, tool::ToolSpec, Caller};
+    use idempotency::{outcome::ErrorPolicy, tool::Prepared, Caller};
     let caller = Caller::new("acme", "alice");
-    let spec = ToolSpec::new("charge_card", std::time::Duration::from_secs(15 * 60));
     let prepared = Prepared::call(&caller, &crate::CHARGE_CARD, &amount).expect("key");
     let charges = charges.clone();
     engine
-        .execute(
-            &spec,
-            &caller,
-            prepared,
-            ErrorPolicy::retryable(),
-            async move {
-                charges.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                meanwhile.await;
-                Ok(amount)
-            },
-        )
+        .execute(prepared, ErrorPolicy::retryable(), async move {
+            charges.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            meanwhile.await;
+            Ok(amount)
+        })
         .await
 }

@@ -362,7 +362,7 @@ pub async fn replica_calls<E, F, Fut>(
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<Receipt, E>> + Send + 'static,
 {
-    use idempotency::{outcome::ErrorPolicy, tool::Prepared, tool::ToolSpec, Caller};
+    use idempotency::{outcome::ErrorPolicy, tool::Prepared, Caller};
     let caller = Caller::new("acme", "alice");
     let args = serde_json::json!({"amount": 4200, "currency": "EUR", "card": "tok_visa"});
 
@@ -372,10 +372,9 @@ pub async fn replica_calls<E, F, Fut>(
         let (engine, caller, args, body) =
             (engine.clone(), caller.clone(), args.clone(), side_effect());
         tasks.spawn(async move {
-            let spec = ToolSpec::new("charge_card", std::time::Duration::from_secs(900));
             let prepared = Prepared::call(&caller, &crate::CHARGE_CARD, &args).expect("key");
             engine
-                .execute(&spec, &caller, prepared, ErrorPolicy::retryable(), body)
+                .execute(prepared, ErrorPolicy::retryable(), body)
                 .await
         });
     }

@@ -40,8 +40,7 @@ pub(super) struct Object<'a> {
 impl<'a> Object<'a> {
     pub(super) fn new(
         out: &'a mut String,
-        depth: usize,
-        mode: Mode,
+        (depth, mode): (usize, Mode),
         len: usize,
         close: &'static str,
     ) -> Self {

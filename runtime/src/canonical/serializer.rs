@@ -43,7 +43,7 @@ impl<'a> Ser<'a> {
 
     fn object(self, len: usize, close: &'static str) -> Result<Object<'a>, CanonicalError> {
         let depth = self.inner_depth()?;
-        Ok(Object::new(self.out, depth, self.mode, len, close))
+        Ok(Object::new(self.out, (depth, self.mode), len, close))
     }
 
     fn seq(self, close: &'static str) -> Result<Seq<'a>, CanonicalError> {

@@ -13,13 +13,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::call::Call;
-use super::guard::{bounded, is_elapsed, Answer, Guard, OnDrop};
+use super::guard::{bounded, is_elapsed, Answer, Guard, Held, OnDrop};
 use crate::clock::Timestamp;
 use crate::error::{Error, UnknownReason};
-use crate::key::{Key, Reference};
 use crate::outcome::{Disposition, ErrorPolicy, Failure, Outcome};
 use crate::record::StoredResponse;
-use crate::store::{StoreError, Token};
+use crate::store::StoreError;
 use crate::tool::ToolSpec;
 
 /// A claimed call. Until its record is settled, dropping it (the caller's future dropped: client
@@ -49,23 +48,14 @@ impl Attempt {
     pub(super) fn new(
         engine: &super::Idempotency,
         spec: ToolSpec,
-        key: Key,
-        reference: Reference,
-        token: Token,
+        held: Held,
         claimed_at: Timestamp,
     ) -> Self {
         Attempt {
             lease: engine.lease,
             spec,
             claimed_at,
-            guard: Guard::new(
-                engine.store.clone(),
-                engine.clock.clone(),
-                key,
-                reference,
-                token,
-                spec.name,
-            ),
+            guard: Guard::new(engine, held, spec.name),
         }
     }
 

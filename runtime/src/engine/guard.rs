@@ -24,25 +24,61 @@ pub(super) struct Guard {
     pub(super) on_drop: OnDrop,
 }
 
+/// What a claim holds: the key, the reference it answers for, the attempt's token.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Held {
+    pub(super) key: Key,
+    pub(super) reference: Reference,
+    pub(super) token: Token,
+}
+
 impl Guard {
-    pub(super) fn new(
-        store: Arc<dyn Store>,
-        clock: Arc<dyn Clock>,
-        key: Key,
-        reference: Reference,
-        token: Token,
-        tool: &'static str,
-    ) -> Self {
+    /// A guard over what `engine` holds (or may hold) of `held`'s claim for `tool`: dropped
+    /// before [`Guard::disarm`], it settles the claim in the background with what is known.
+    pub(super) fn new(engine: &super::Idempotency, held: Held, tool: &'static str) -> Self {
         Guard {
-            store,
-            clock,
-            key,
-            reference,
-            token,
+            store: engine.store.clone(),
+            clock: engine.clock.clone(),
+            key: held.key,
+            reference: held.reference,
+            token: held.token,
             tool,
             started: AtomicBool::new(false),
             on_drop: OnDrop::Undecided,
         }
+    }
+
+    /// A guard over a claim on its way to the store, or one answered another way, under which
+    /// nothing ran: dropped before [`Guard::disarm`] (its answer lost, the call dropped while
+    /// waiting), it gives the claim back in the background, fenced by the attempt's own token, so
+    /// it never touches anyone else's. Nothing ran, so released is the truth.
+    ///
+    /// A claim dropped mid-statement may still land after the release first looks for it (the
+    /// database finishes a statement its client stopped waiting for; sqlx's SQLite worker runs a
+    /// queued one): "no such record" is therefore tried again too, for a few seconds, before the
+    /// guard concludes the claim was never made. Without that, such a claim stayed in flight and
+    /// its repeats were told "outcome unknown" although nothing ran.
+    pub(super) fn claiming(
+        engine: &super::Idempotency,
+        key: Key,
+        token: Token,
+        tool: &'static str,
+    ) -> Self {
+        let reference = key.reference(1);
+        Guard::new(
+            engine,
+            Held {
+                key,
+                reference,
+                token,
+            },
+            tool,
+        )
+    }
+
+    /// The claim is settled, or answered for: nothing to do when this guard goes.
+    pub(super) fn disarm(mut self) {
+        self.on_drop = OnDrop::Nothing;
     }
 }
 
@@ -93,16 +129,24 @@ impl Drop for Guard {
             self.reference,
             self.tool,
         );
-        let now = self.clock.now();
         let what = match &on_drop {
             OnDrop::Release => "release",
             OnDrop::Complete(_) => "complete",
             _ => "mark unknown",
         };
         tracing::warn!(tool, %reference, settle = what, "idempotency call dropped before it was recorded; settling it in the background");
+        if let OnDrop::Release = on_drop {
+            in_background(
+                release((store, self.clock.clone()), (key, token), tool),
+                tool,
+                reference,
+            );
+            return;
+        }
         let settle = async move {
             let r = match on_drop {
-                OnDrop::Release => store.release(key, token, now).await,
+                // Given back above, with its retries.
+                OnDrop::Release => Ok(()),
                 OnDrop::Complete(answer) => {
                     match store.complete(&answer.completion(key, token)).await {
                         Err(
@@ -127,89 +171,41 @@ impl Drop for Guard {
     }
 }
 
-/// A claim on its way to the store. If its answer never comes back (the store failed, the reply
-/// was lost, the call was dropped while waiting), the claim may have been made all the same:
-/// dropped while armed, it releases the claim this attempt may hold — fenced by the attempt's own
-/// token, so it never touches anyone else's — in the background, retrying a few times. Nothing
-/// ran, so released is the truth.
-///
-/// A claim dropped mid-statement may still land after the release first looks for it (the
-/// database finishes a statement its client stopped waiting for; sqlx's SQLite worker runs a
-/// queued one): "no such record" is therefore tried again too, for a few seconds, before the
-/// guard concludes the claim was never made. Without that, such a claim stayed in flight and its
-/// repeats were told "outcome unknown" although nothing ran.
-pub(super) struct ClaimGuard {
-    pub(super) store: Arc<dyn Store>,
-    pub(super) clock: Arc<dyn Clock>,
-    pub(super) key: Key,
-    pub(super) token: Token,
-    pub(super) tool: &'static str,
-    pub(super) armed: bool,
-}
-
 /// How often a lost claim's release is tried, and the first pause between tries (doubling): the
 /// last try comes about 6 s after the first.
 const RELEASE_TRIES: u32 = 9;
 const RELEASE_PAUSE: std::time::Duration = std::time::Duration::from_millis(25);
 
-impl ClaimGuard {
-    /// An armed guard over the claim `engine` may be making of `key` with `token`.
-    pub(super) fn new(
-        engine: &super::Idempotency,
-        key: Key,
-        token: Token,
-        tool: &'static str,
-    ) -> Self {
-        ClaimGuard {
-            store: engine.store.clone(),
-            clock: engine.clock.clone(),
-            key,
-            token,
-            tool,
-            armed: true,
-        }
-    }
-}
-
-impl Drop for ClaimGuard {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let (store, clock, key, token, tool) = (
-            self.store.clone(),
-            self.clock.clone(),
-            self.key,
-            self.token,
-            self.tool,
-        );
-        let release = async move {
-            for attempt in 0..RELEASE_TRIES {
-                match store.release(key, token, clock.now()).await {
-                    Ok(()) => {
-                        tracing::info!(tool, reference = %key.reference(1), "idempotency released a claim nothing ran under (its answer was lost, or the call was answered another way)");
-                        return;
-                    }
-                    // Not ours (another attempt's token, or settled): nothing to give back.
-                    Err(StoreError::Fenced { .. } | StoreError::WrongState { .. }) => return,
-                    // Not there yet, or never made: a dropped claim may still land.
-                    Err(StoreError::NotFound) if attempt + 1 == RELEASE_TRIES => {
-                        tracing::debug!(tool, reference = %key.reference(1), "idempotency: a claim whose answer was lost was never made");
-                        return;
-                    }
-                    Err(StoreError::NotFound) => {
-                        tokio::time::sleep(RELEASE_PAUSE * 2u32.pow(attempt)).await;
-                    }
-                    Err(e) => {
-                        tracing::warn!(tool, error = %e, attempt, "idempotency could not release a claim nothing ran under; retrying");
-                        tokio::time::sleep(RELEASE_PAUSE * 2u32.pow(attempt)).await;
-                    }
-                }
+/// Gives back a claim nothing ran under, fenced by its token: tried [`RELEASE_TRIES`] times,
+/// "no such record" included (a dropped claim may still land).
+async fn release(
+    (store, clock): (Arc<dyn Store>, Arc<dyn Clock>),
+    (key, token): (Key, Token),
+    tool: &'static str,
+) {
+    for attempt in 0..RELEASE_TRIES {
+        match store.release(key, token, clock.now()).await {
+            Ok(()) => {
+                tracing::info!(tool, reference = %key.reference(1), "idempotency released a claim nothing ran under (its answer was lost, or the call was answered another way)");
+                return;
             }
-            tracing::error!(tool, "idempotency gave up releasing a claim whose answer was lost; its lease will pass and lease expiry will settle it");
-        };
-        in_background(release, tool, key.reference(1));
+            // Not ours (another attempt's token, or settled): nothing to give back.
+            Err(StoreError::Fenced { .. } | StoreError::WrongState { .. }) => return,
+            // Not there yet, or never made: a dropped claim may still land.
+            Err(StoreError::NotFound) if attempt + 1 == RELEASE_TRIES => {
+                tracing::debug!(tool, reference = %key.reference(1), "idempotency: a claim whose answer was lost was never made");
+                return;
+            }
+            Err(StoreError::NotFound) => {
+                tokio::time::sleep(RELEASE_PAUSE * 2u32.pow(attempt)).await;
+            }
+            Err(e) => {
+                tracing::warn!(tool, error = %e, attempt, "idempotency could not release a claim nothing ran under; retrying");
+                tokio::time::sleep(RELEASE_PAUSE * 2u32.pow(attempt)).await;
+            }
+        }
     }
+    tracing::error!(tool, "idempotency gave up releasing a claim whose answer was lost; its lease will pass and lease expiry will settle it");
 }
 
 /// Runs a drop guard's settlement on the current runtime; outside one it cannot run, and the

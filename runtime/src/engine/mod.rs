@@ -14,7 +14,7 @@ use crate::key::{Caller, Reference, Secret};
 use crate::outcome::{ErrorPolicy, Failure, Outcome};
 use crate::record::{RecordState, RecordStatus, Standing};
 use crate::store::{Claim, ClaimRequest, Store, StoreError, Token};
-use crate::tool::{Prepared, Recover, ToolSpec};
+use crate::tool::{Prepared, Recover};
 
 mod attempt;
 mod call;
@@ -26,7 +26,7 @@ mod wait;
 
 use attempt::Attempt;
 use expiry::{Background, Reconcile};
-use guard::{bounded, ClaimGuard};
+use guard::{bounded, Guard, Held};
 use secret::SecretCheck;
 use wait::{Waited, Waiters, Waking};
 
@@ -360,8 +360,6 @@ impl Idempotency {
     /// What `#[idempotent]` does on plain functions.
     pub async fn execute<T, E, Fut>(
         &self,
-        spec: &ToolSpec,
-        caller: &Caller,
         prepared: Prepared,
         policy: ErrorPolicy<E>,
         body: Fut,
@@ -371,7 +369,7 @@ impl Idempotency {
         E: From<Error>,
         Fut: Future<Output = Result<T, E>> + Send,
     {
-        let o = self.execute_raw(spec, caller, prepared, policy, body).await;
+        let o = self.execute_raw(prepared, policy, body).await;
         Outcome {
             result: o.result.map_err(Failure::into_error),
             replayed: o.replayed,
@@ -383,8 +381,6 @@ impl Idempotency {
     /// (what the MCP integration renders).
     pub async fn execute_raw<T, E, Fut>(
         &self,
-        spec: &ToolSpec,
-        caller: &Caller,
         prepared: Prepared,
         policy: ErrorPolicy<E>,
         body: Fut,
@@ -393,6 +389,7 @@ impl Idempotency {
         T: Serialize + DeserializeOwned,
         Fut: Future<Output = Result<T, E>> + Send,
     {
+        let spec = prepared.spec;
         if let Some(b) = &self.background {
             b.ensure_started();
             if spec.recover == Recover::Reconcile && b.first_without_reconcile(spec.name) {
@@ -406,19 +403,14 @@ impl Idempotency {
             }
         }
         let span = tracing::debug_span!("idempotent_call", tool = spec.name);
-        let out = tracing::Instrument::instrument(
-            self.claim_and_run(spec, caller, prepared, policy, body),
-            span,
-        )
-        .await;
+        let out =
+            tracing::Instrument::instrument(self.claim_and_run(prepared, policy, body), span).await;
         crate::metrics::call(spec.name, &out);
         out
     }
 
     async fn claim_and_run<T, E, Fut>(
         &self,
-        spec: &ToolSpec,
-        caller: &Caller,
         prepared: Prepared,
         policy: ErrorPolicy<E>,
         body: Fut,
@@ -427,6 +419,7 @@ impl Idempotency {
         T: Serialize + DeserializeOwned,
         Fut: Future<Output = Result<T, E>> + Send,
     {
+        let (spec, caller) = (&prepared.spec, &prepared.caller);
         let tool = spec.name;
         let started = tokio::time::Instant::now();
         // With a timeout, a store that does not answer the claim within it cannot hold the
@@ -442,7 +435,7 @@ impl Idempotency {
         let (claim, now) = loop {
             let now = self.clock.now();
             let claim = match &slot {
-                None => self.claim_any(spec, caller, &prepared, key, now, by).await,
+                None => self.claim_any(&prepared, key, now, by).await,
                 Some(woken) => {
                     woken
                         .read_again(
@@ -450,7 +443,7 @@ impl Idempotency {
                                 .fingerprint
                                 .as_ref()
                                 .map(|f| f.fingerprint(&self.secret)),
-                            || self.claim_any(spec, caller, &prepared, key, now, by),
+                            || self.claim_any(&prepared, key, now, by),
                         )
                         .await
                 }
@@ -492,14 +485,25 @@ impl Idempotency {
         // again under the same reference when the tool says its side effect deduplicates on it.
         let gone = gone(&claim, now);
         if let (Some(gone), Recover::Rerun) = (gone, spec.recover) {
-            return self.rerun(spec, key, gone, now, by, policy, body).await;
+            return self
+                .rerun(&prepared, key, (gone, now, by), (policy, body))
+                .await;
         }
         match claim {
             Claim::New { reference, token } => {
                 tracing::debug!(tool, %reference, "idempotency claim");
-                Attempt::new(self, *spec, key, reference, token, now)
-                    .run(policy, body)
-                    .await
+                Attempt::new(
+                    self,
+                    *spec,
+                    Held {
+                        key,
+                        reference,
+                        token,
+                    },
+                    now,
+                )
+                .run(policy, body)
+                .await
             }
             Claim::Completed {
                 reference,
@@ -580,32 +584,29 @@ impl Idempotency {
     /// from a live record under a previous one; an error is the caller's answer (nothing ran).
     async fn claim_any<T, E>(
         &self,
-        spec: &ToolSpec,
-        caller: &Caller,
         prepared: &Prepared,
         key: crate::key::Key,
         now: crate::clock::Timestamp,
         by: Option<tokio::time::Instant>,
     ) -> Result<Claim, Outcome<T, Failure<E>>> {
-        let claim = self
-            .claim(spec, caller, prepared, &self.secret, now, by)
-            .await?;
+        let spec = &prepared.spec;
+        let claim = self.claim(prepared, &self.secret, now, by).await?;
         Ok(match claim {
             Claim::New { reference, token } if !self.previous.is_empty() => {
                 // Held by a guard while the previous secrets' keys are probed: if this future is
                 // dropped, or the probe answers for the call, the claim (nothing ran under it)
                 // is given back in the background.
-                let mut held = ClaimGuard::new(self, key, token, spec.name);
-                match self.recognise(spec, caller, prepared, now, by).await {
+                let held = Guard::claiming(self, key, token, spec.name);
+                match self.recognise(prepared, now, by).await {
                     Ok(None) => {
-                        held.armed = false;
+                        held.disarm();
                         Claim::New { reference, token }
                     }
                     // Answered from the record under a previous secret: give this claim back
                     // now (the guard retries in the background if that fails).
                     Ok(Some(earlier)) => {
                         match bounded(by, self.store.release(key, token, now)).await {
-                            Ok(()) => held.armed = false,
+                            Ok(()) => held.disarm(),
                             Err(e) => {
                                 tracing::warn!(tool = spec.name, %reference, error = %e, "idempotency: could not release a claim answered from a previous secret's record; retrying in the background");
                             }
@@ -622,13 +623,12 @@ impl Idempotency {
     /// Claims the call's key under `secret`; an error is the caller's answer (nothing ran).
     async fn claim<T, E>(
         &self,
-        spec: &ToolSpec,
-        caller: &Caller,
         prepared: &Prepared,
         secret: &Secret,
         now: crate::clock::Timestamp,
         by: Option<tokio::time::Instant>,
     ) -> Result<Claim, Outcome<T, Failure<E>>> {
+        let (spec, caller) = (&prepared.spec, &prepared.caller);
         let tool = spec.name;
         let key = prepared.key.key(secret);
         let token = attempt_token(now);
@@ -655,12 +655,13 @@ impl Idempotency {
                 }));
             }
         }
-        let mut pending = ClaimGuard::new(self, key, token, tool);
+        let pending = Guard::claiming(self, key, token, tool);
         let claim = bounded(by, self.store.claim(&req)).await;
         if claim.is_ok() {
-            pending.armed = false;
+            pending.disarm();
+        } else {
+            drop(pending);
         }
-        drop(pending);
         match claim {
             Ok(c) => Ok(c),
             Err(StoreError::ReferenceTaken { reference }) => {
@@ -698,36 +699,47 @@ impl Idempotency {
     /// meanwhile) answers "in progress". A takeover whose reply is lost (or whose caller goes
     /// away meanwhile) is given back in the background, fenced by its own token, as a lost
     /// claim is: nothing ran under it, and the next repeat runs it at once.
-    #[allow(clippy::too_many_arguments)]
     async fn rerun<T, E, Fut>(
         &self,
-        spec: &ToolSpec,
+        prepared: &Prepared,
         key: crate::key::Key,
-        (reference, since): (Reference, crate::clock::Timestamp),
-        now: crate::clock::Timestamp,
-        by: Option<tokio::time::Instant>,
-        policy: ErrorPolicy<E>,
-        body: Fut,
+        ((reference, since), now, by): (
+            Gone,
+            crate::clock::Timestamp,
+            Option<tokio::time::Instant>,
+        ),
+        (policy, body): (ErrorPolicy<E>, Fut),
     ) -> Outcome<T, Failure<E>>
     where
         T: Serialize + DeserializeOwned,
         Fut: Future<Output = Result<T, E>> + Send,
     {
+        let spec = &prepared.spec;
         let tool = spec.name;
         let token = attempt_token(now);
-        let mut pending = ClaimGuard::new(self, key, token, tool);
+        let pending = Guard::claiming(self, key, token, tool);
         let taken = bounded(by, self.store.take_over(key, token, now, self.lease)).await;
         if taken.is_ok() {
-            pending.armed = false;
+            pending.disarm();
+        } else {
+            drop(pending);
         }
-        drop(pending);
         match taken {
             Ok(reference) => {
                 tracing::warn!(tool, %reference, "idempotency: running a call whose worker is gone again under its reference (recover = \"rerun\")");
                 crate::metrics::rerun(tool);
-                Attempt::new(self, *spec, key, reference, token, now)
-                    .run(policy, body)
-                    .await
+                Attempt::new(
+                    self,
+                    *spec,
+                    Held {
+                        key,
+                        reference,
+                        token,
+                    },
+                    now,
+                )
+                .run(policy, body)
+                .await
             }
             Err(StoreError::WrongState { .. } | StoreError::NotFound) => {
                 tracing::info!(tool, %reference, "idempotency: another repeat took over the call first (or it settled)");
@@ -751,19 +763,18 @@ impl Idempotency {
     /// if there is one. A probe that finds none made a claim there, which it gives back at once.
     async fn recognise<T, E>(
         &self,
-        spec: &ToolSpec,
-        caller: &Caller,
         prepared: &Prepared,
         now: crate::clock::Timestamp,
         by: Option<tokio::time::Instant>,
     ) -> Result<Option<Claim>, Outcome<T, Failure<E>>> {
+        let spec = &prepared.spec;
         for secret in self.previous.iter() {
-            match self.claim(spec, caller, prepared, secret, now, by).await? {
+            match self.claim(prepared, secret, now, by).await? {
                 Claim::New { token, reference } => {
                     // Given back at once; the guard does it in the background if this future is
                     // dropped meanwhile or the release fails.
                     let key = prepared.key.key(secret);
-                    let mut probe = ClaimGuard::new(self, key, token, spec.name);
+                    let probe = Guard::claiming(self, key, token, spec.name);
                     if let Err(source) = bounded(by, self.store.release(key, token, now)).await {
                         tracing::warn!(tool = spec.name, %reference, error = %source, "idempotency: could not give back a probe claim under a previous secret");
                         return Err(refused(Error::Store {
@@ -771,7 +782,7 @@ impl Idempotency {
                             source,
                         }));
                     }
-                    probe.armed = false;
+                    probe.disarm();
                 }
                 earlier => return Ok(Some(earlier)),
             }
@@ -780,12 +791,12 @@ impl Idempotency {
     }
 }
 
+/// A call whose worker is gone: its reference, and when it started.
+type Gone = (Reference, crate::clock::Timestamp);
+
 /// The call a claim found whose worker is gone, with when it started: in flight with its lease
 /// passed unrenewed ([`Standing::LeasePassed`]), or unknown. `None` for any other answer.
-fn gone(
-    claim: &Claim,
-    now: crate::clock::Timestamp,
-) -> Option<(Reference, crate::clock::Timestamp)> {
+fn gone(claim: &Claim, now: crate::clock::Timestamp) -> Option<Gone> {
     match *claim {
         Claim::InFlight {
             reference,

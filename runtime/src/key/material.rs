@@ -53,7 +53,7 @@ impl KeyMaterial {
     ) -> Result<KeyMaterial, KeyError> {
         caller.validate()?;
         let canonical = typed_canonical(args, skip)?;
-        Ok(Self::encode(b"call", caller, tool, scope, &canonical))
+        Ok(Self::encode(b"call", (caller, tool, scope), &canonical))
     }
 
     /// Material of a call keyed by a business-key value.
@@ -65,10 +65,11 @@ impl KeyMaterial {
     ) -> Result<KeyMaterial, KeyError> {
         caller.validate()?;
         let canonical = typed_canonical(value, &[])?;
-        Ok(Self::encode(b"business", caller, tool, scope, &canonical))
+        Ok(Self::encode(b"business", (caller, tool, scope), &canonical))
     }
 
-    fn encode(kind: &[u8], caller: &Caller, tool: &str, scope: Scope, canonical: &str) -> Self {
+    /// `kind`, whose record it is (the caller, in `scope`, and the tool), and the canonical text.
+    fn encode(kind: &[u8], (caller, tool, scope): (&Caller, &str, Scope), canonical: &str) -> Self {
         let mut e = Encoder::new(KEY_DOMAIN);
         e.field(kind);
         match scope {

@@ -87,7 +87,12 @@ pub fn check_arguments<A: Serialize + DeserializeOwned>(
         reads: &|probe| serde_json::from_value::<A>(Value::Object(probe)).map(drop),
     };
     check
-        .object(&mut Vec::new(), sent, members, skipped, "", spec.ignored())
+        .object(
+            &mut Vec::new(),
+            sent,
+            (members, skipped),
+            ("", spec.ignored()),
+        )
         .map_err(|field| refused(KeyError::NotKeyed { field }))
 }
 
@@ -108,16 +113,15 @@ struct Check<'r, 's> {
 }
 
 impl<'s> Check<'_, 's> {
-    /// Whether everything in the object `sent` (at `at`, printed `path`) is seen by the key; the
+    /// Whether everything in the object `sent` (at `at`, printed `path`) is seen by the key
+    /// (its typed `members`, less the `skipped` ones; `ignored` members are not looked at); the
     /// path of what is not.
     fn object(
         &self,
         at: &mut Vec<Step<'s>>,
         sent: &'s JsonObject,
-        members: &BTreeMap<String, Shape>,
-        skipped: &[&'static str],
-        path: &str,
-        ignored: &[&str],
+        (members, skipped): (&BTreeMap<String, Shape>, &[&'static str]),
+        (path, ignored): (&str, &[&str]),
     ) -> Result<(), String> {
         for (name, value) in sent {
             if ignored.contains(&name.as_str()) {
@@ -161,7 +165,7 @@ impl<'s> Check<'_, 's> {
     ) -> Result<(), String> {
         match (sent, typed) {
             (Value::Object(s), Shape::Object { members, skipped }) => {
-                self.object(at, s, members, skipped, path, &[])
+                self.object(at, s, (members, skipped), (path, &[]))
             }
             (Value::Array(s), Shape::Array(t)) if s.len() == t.len() => {
                 for (i, (a, b)) in s.iter().zip(t).enumerate() {

@@ -17,8 +17,8 @@ use crate::clock::Timestamp;
 use crate::error::STATUS_TOOL;
 use crate::outcome::{Disposition, ErrorPolicy, Failure, Outcome};
 use crate::record::{RecordStatus, Standing};
-use crate::tool::{Prepared, ToolSpec};
-use crate::{Call, Caller, Error, Idempotency, IdempotencyContext, Reference};
+use crate::tool::Prepared;
+use crate::{Call, Error, Idempotency, IdempotencyContext, Reference};
 
 use super::answer::META_REF;
 
@@ -64,15 +64,11 @@ pub fn render_verbatim<E: Display>(
 /// A task tool's whole call: as a task when `as_task` (the server and the request's client both
 /// declare the tasks extension), else inline. `body` gives the rendered result ([`render`]):
 /// definitive errors are already results, so the engine sees only retryable or unknown ones.
-#[allow(clippy::too_many_arguments)]
 pub async fn call<E, Fut>(
     engine: Idempotency,
-    spec: ToolSpec,
-    caller: Caller,
     prepared: Prepared,
-    policy: ErrorPolicy<E>,
     as_task: bool,
-    body: Fut,
+    (policy, body): (ErrorPolicy<E>, Fut),
 ) -> Result<CallToolResponse, ErrorData>
 where
     E: Display + Send + 'static,
@@ -80,7 +76,7 @@ where
 {
     if !as_task {
         let outcome = engine
-            .execute_raw::<CallToolResult, E, _>(&spec, &caller, prepared, policy, body)
+            .execute_raw::<CallToolResult, E, _>(prepared, policy, body)
             .await;
         return super::answer_verbatim(outcome).map(CallToolResponse::Complete);
     }
@@ -94,7 +90,7 @@ where
     };
     let run = tokio::spawn(async move {
         engine
-            .execute_raw::<CallToolResult, E, _>(&spec, &caller, prepared, policy, body)
+            .execute_raw::<CallToolResult, E, _>(prepared, policy, body)
             .await
     });
     // The body starts only once the claim is stored: its reference is the task id.

@@ -452,8 +452,7 @@ impl PostgresStore {
         &self,
         key: Key,
         token: Token,
-        allowed: &[RecordState],
-        what: &'static str,
+        (allowed, what): (&[RecordState], &'static str),
         query: impl Fn() -> PgQuery + Send,
     ) -> Result<(), StoreError> {
         for _ in 0..FENCE_ATTEMPTS {
@@ -597,8 +596,7 @@ impl RecordStore for PostgresStore {
             self.fenced(
                 c.key,
                 c.token,
-                &[RecordState::InFlight],
-                "the completion",
+                (&[RecordState::InFlight], "the completion"),
                 || {
                     let head = |sql| {
                         fenced_query(sql, &c.key, c.token)
@@ -628,9 +626,7 @@ impl RecordStore for PostgresStore {
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(self.fenced(
             key,
-            token,
-            &[RecordState::InFlight],
-            "the release",
+            token, (&[RecordState::InFlight], "the release"),
             move || {
                 fenced_query(
                     concat!(
@@ -643,12 +639,11 @@ impl RecordStore for PostgresStore {
                 )
                 .bind(now.as_millis())
                 .bind(self.clock_offset)
-            },
-        ))
+            }))
     }
 
     fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.fenced(key, token, &[RecordState::InFlight], "marking the outcome unknown", move || {
+        Box::pin(self.fenced(key, token, (&[RecordState::InFlight], "marking the outcome unknown"), move || {
             fenced_query(
                 "UPDATE idempotency_records SET state = 2 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
                 &key,
@@ -668,8 +663,7 @@ impl RecordStore for PostgresStore {
         Box::pin(self.fenced(
             key,
             token,
-            &[RecordState::InFlight],
-            "the lease renewal",
+            (&[RecordState::InFlight], "the lease renewal"),
             move || {
                 fenced_query(
                     concat!(
@@ -776,7 +770,7 @@ impl RecordStore for PostgresStore {
         // Settled at the statement's clock (never before the claim). Completed keeps the
         // record's own window (the claim's); released stops answering at once, as a release
         // does; unknown keeps its lease end in `lease_or_settled_at`.
-        Box::pin(self.fenced(key, token, allowed, "the settlement", move || {
+        Box::pin(self.fenced(key, token, (allowed, "the settlement"), move || {
             fenced_query(
                 concat!(
                     "UPDATE idempotency_records SET token = token + 1, state = $4, response = $5, \

@@ -109,9 +109,9 @@ impl RedisConnection {
         args: &[&[u8]],
         wait: Option<Replicas>,
     ) -> Result<(Value, Option<i64>), StoreError> {
-        match self.try_run(script, keys, args, wait, true).await {
+        match self.try_run(script, (keys, args), wait, true).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                self.try_run(script, keys, args, wait, false).await
+                self.try_run(script, (keys, args), wait, false).await
             }
             other => other,
         }
@@ -121,8 +121,7 @@ impl RedisConnection {
     async fn try_run(
         &self,
         script: &Script,
-        keys: &[&str],
-        args: &[&[u8]],
+        (keys, args): (&[&str], &[&[u8]]),
         wait: Option<Replicas>,
         cached: bool,
     ) -> Result<(Value, Option<i64>), RedisError> {

@@ -225,8 +225,7 @@ impl SqliteStore {
         &self,
         key: Key,
         token: Token,
-        allowed: &[RecordState],
-        what: &'static str,
+        (allowed, what): (&[RecordState], &'static str),
         query: impl Fn() -> SqliteQuery + Send,
     ) -> Result<(), StoreError> {
         for _ in 0..FENCE_ATTEMPTS {
@@ -357,8 +356,7 @@ impl RecordStore for SqliteStore {
                     .fenced(
                         c.key,
                         c.token,
-                        &[RecordState::InFlight],
-                        "the completion",
+                        (&[RecordState::InFlight], "the completion"),
                         || {
                             fenced_query(COMPLETE, &c.key, c.token)
                                 .bind(state)
@@ -392,8 +390,7 @@ impl RecordStore for SqliteStore {
         Box::pin(self.fenced(
             key,
             token,
-            &[RecordState::InFlight],
-            "the release",
+            (&[RecordState::InFlight], "the release"),
             move || {
                 fenced_query(
                     "UPDATE idempotency_records SET state = 3, completed_at = $4, ends_at = $4 \
@@ -407,7 +404,7 @@ impl RecordStore for SqliteStore {
     }
 
     fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.fenced(key, token, &[RecordState::InFlight], "marking the outcome unknown", move || {
+        Box::pin(self.fenced(key, token, (&[RecordState::InFlight], "marking the outcome unknown"), move || {
             fenced_query(
                 "UPDATE idempotency_records SET state = 2 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
                 &key,
@@ -455,7 +452,7 @@ impl RecordStore for SqliteStore {
         lease: Duration,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         let lease_expires_at = now + lease;
-        Box::pin(self.fenced(key, token, &[RecordState::InFlight], "the lease renewal", move || {
+        Box::pin(self.fenced(key, token, (&[RecordState::InFlight], "the lease renewal"), move || {
             fenced_query(
                 "UPDATE idempotency_records SET ends_at = $4 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
                 &key,
@@ -506,18 +503,20 @@ impl RecordStore for SqliteStore {
         let allowed = &[RecordState::InFlight, RecordState::Unknown];
         // Unknown keeps its lease end in `ends_at`; released stops answering at once; completed
         // answers for the record's own window from the settlement.
-        Box::pin(self.fenced(key, token, allowed, "the settlement", move || {
-            fenced_query(
-                "UPDATE idempotency_records SET token = token + 1, state = $4, response = $5, \
+        Box::pin(
+            self.fenced(key, token, (allowed, "the settlement"), move || {
+                fenced_query(
+                    "UPDATE idempotency_records SET token = token + 1, state = $4, response = $5, \
                  completed_at = $6, \
                  ends_at = CASE $4 WHEN 2 THEN ends_at WHEN 3 THEN $6 ELSE $6 + window_ms END \
                  WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2)",
-                &key,
-                token,
-            )
-            .bind(code)
-            .bind(body)
-            .bind(completed)
-        }))
+                    &key,
+                    token,
+                )
+                .bind(code)
+                .bind(body)
+                .bind(completed)
+            }),
+        )
     }
 }
