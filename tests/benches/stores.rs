@@ -17,12 +17,13 @@
 //! Then, per store, a line on repeats that wait for the call in progress (`wait`):
 //! `wait store=<postgres|redis|sqlite> waiters=100 answer_after_completion_p50_ms=..
 //! answer_after_completion_p99_ms=.. extra_connections=..`. One engine holds a first call; 100
-//! repeats of it wait on a second engine over the same store (another replica: they see the
-//! completion through their status reads, not this engine's in-process wake-up); the figures are
-//! from the first call's answer to each waiter's, over `BENCH_WAIT_ROUNDS` (5) rounds, and the
-//! store connections open while they wait beyond those a burst of 100 calls answered at once
-//! left open. `BENCH_ONLY=wait` runs only
-//! these lines.
+//! repeats of it wait on a second engine with a store of its own over the same records (another
+//! replica: they hear of the completion through the store's notices on PostgreSQL and Redis, and
+//! through their status reads on SQLite, never this engine's in-process wake-up); the figures
+//! are from the first call's answer to each waiter's, over `BENCH_WAIT_ROUNDS` (5) rounds, and
+//! the connections open while they wait beyond those a burst of 100 calls answered at once left
+//! open (PostgreSQL: counted by the server, so the listening connection counts).
+//! `BENCH_ONLY=wait` runs only these lines.
 
 use std::future::Future;
 use std::pin::Pin;
