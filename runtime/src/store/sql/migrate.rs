@@ -1,5 +1,16 @@
 //! The migration runner both SQL stores use: embedded migrations, applied in one transaction
 //! under the backend's lock, recorded in the library's own table.
+//!
+//! Why not sqlx's `Migrator`: it records every migration in one table per database,
+//! `_sqlx_migrations`, which the application's own sqlx migrations use too, so a library's
+//! versions would mix with the application's (and a `Migrator` that finds versions it does not
+//! know refuses to run, whichever of the two ran first). It also needs the `migrate` feature and
+//! its macros' build-time file access, and on PostgreSQL takes a database-wide advisory lock,
+//! where this store takes one per schema so that stores in different schemas of one database
+//! migrate independently. This runner is the part of `Migrator` the stores need: checksummed
+//! embedded migrations, one transaction, the library's own table (`idempotency_migrations`),
+//! and a refusal, naming the version, of a database that records a migration this build does
+//! not know or one whose text changed.
 
 use sha2::{Digest, Sha256};
 use sqlx::{
