@@ -1,7 +1,8 @@
 //! [`Admin`] for [`PostgresStore`]: read-only queries on its table (see the migration for the
 //! columns).
 
-use super::{ends_and_completed, ends_at, PostgresStore};
+use super::statements::{ends_and_completed, ends_at};
+use super::PostgresStore;
 
 const RECORD: &str = concat!(
     "SELECT tenant, subject, tool, CAST(generation AS BIGINT), CAST(state AS BIGINT), claimed_at, ",

@@ -1,6 +1,7 @@
 //! [`PostgresStore`]'s background work: retention (purge), the claims to reconcile, and the outbox.
 
-use super::{clock, server_clock, PostgresStore};
+use super::statements::{clock, server_clock};
+use super::PostgresStore;
 use crate::clock::Timestamp;
 use crate::store::sql::{self, db_error};
 use crate::store::{

@@ -4,7 +4,8 @@
 use redis::Value;
 
 use super::conn::{array, bytes, int};
-use super::{hex, ms, state_name, unhex, Record, RedisStore, SHARDS};
+use super::record::{state_name, Record};
+use super::{hex, ms, unhex, RedisStore, SHARDS};
 use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::RecordState;

@@ -6,7 +6,8 @@ use futures_util::future::join_all;
 use redis::Value;
 
 use super::conn::{array, bad, bytes, int, pairs, text};
-use super::{generation, hex, ms, state_name, unhex, RedisStore, SHARDS};
+use super::record::{generation, state_name};
+use super::{hex, ms, unhex, RedisStore, SHARDS};
 use crate::clock::Timestamp;
 use crate::key::Key;
 use crate::store::{

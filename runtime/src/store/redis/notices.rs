@@ -24,8 +24,9 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
+use super::builder::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 use super::conn::redis_error;
-use super::{RedisConnection, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+use super::RedisConnection;
 use crate::store::{StoreError, Wake};
 
 /// How long a watch key lives if no settlement deletes it (a repeat waits far less).

@@ -3,17 +3,21 @@
 //! `MemoryStore`'s, line for line), and error mapping. The records' SQL stays in each backend's
 //! file.
 
-use sqlx::{ColumnIndex, Decode, Row, Type};
-
 use crate::clock::Timestamp;
-use crate::key::{Fingerprint, Key, Reference};
-use crate::record::{RecordState, RecordStatus, StoredResponse};
-use crate::store::{Claim, OutboxEntry, Receipt, Settlement, StoreError, Token, Unsettled};
+use crate::key::{Key, Reference};
+use crate::record::RecordState;
+use crate::store::{OutboxEntry, Receipt, Settlement, StoreError, Token, Unsettled};
 
+mod admin;
+mod fence;
 mod migrate;
+mod row;
 pub(crate) mod secret;
 
+pub(crate) use admin::{admin_record, admin_stats, sql_admin, AdminRow};
+pub(crate) use fence::{why_fenced, why_not_taken, FenceRow};
 pub(crate) use migrate::{migrate, Bookkeeping, Migration};
+pub(crate) use row::RecordRow;
 
 /// How often a claim runs again when a concurrent writer changed the row under it (rare: a
 /// conflicting insert committed after the statement's snapshot, or a concurrent takeover).
@@ -148,211 +152,6 @@ fn split_state(code: i16) -> Result<(RecordState, Option<bool>), StoreError> {
     }
 }
 
-/// A record row, the same on both SQL backends (the migrations give the types): its primary key
-/// `ref` ([`ref_of`]) is not read back, the caller knows it.
-pub(crate) struct RecordRow {
-    /// The key's other 24 bytes: a different key's record when they differ from the caller's.
-    pub key_rest: Vec<u8>,
-    pub generation: i32,
-    /// [`state_code`]: in flight, completed (Ok or error), unknown or released.
-    pub state: i16,
-    /// Empty for a record with no arguments fingerprint (a call key's).
-    pub fingerprint: Vec<u8>,
-    pub claimed_at: i64,
-    /// The lease's end while in flight or unknown; the end of the replay window once completed
-    /// or released (a settled record's lease ended at `completed_at`).
-    pub ends_at: i64,
-    pub completed_at: Option<i64>,
-    pub response: Option<String>,
-}
-
-impl RecordRow {
-    /// Reads `key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at,
-    /// response` from column `at` on.
-    pub(super) fn read<'r, R: Row>(r: &'r R, at: usize) -> Result<Self, sqlx::Error>
-    where
-        usize: ColumnIndex<R>,
-        i16: Decode<'r, R::Database> + Type<R::Database>,
-        i32: Decode<'r, R::Database> + Type<R::Database>,
-        i64: Decode<'r, R::Database> + Type<R::Database>,
-        Vec<u8>: Decode<'r, R::Database> + Type<R::Database>,
-        String: Decode<'r, R::Database> + Type<R::Database>,
-    {
-        Ok(RecordRow {
-            key_rest: r.try_get(at)?,
-            generation: r.try_get(at + 1)?,
-            state: r.try_get(at + 2)?,
-            fingerprint: r.try_get(at + 3)?,
-            claimed_at: r.try_get(at + 4)?,
-            ends_at: r.try_get(at + 5)?,
-            completed_at: r.try_get(at + 6)?,
-            response: r.try_get(at + 7)?,
-        })
-    }
-
-    fn response(&self, ok: Option<bool>) -> Option<StoredResponse> {
-        match (&self.response, ok) {
-            (Some(body), Some(ok)) => Some(StoredResponse {
-                ok,
-                body: body.clone(),
-            }),
-            _ => None,
-        }
-    }
-
-    /// The answer to a claim of `key` that found this row under its `ref` and did not insert or
-    /// take it over. Another key's record holds the reference: [`StoreError::ReferenceTaken`]
-    /// (whatever its state, until it is purged). `None` when the row is one a claim takes over
-    /// (released, or completed with its window passed at `now`): the takeover lost a race with a
-    /// concurrent writer, so the caller claims again.
-    pub(super) fn existing_claim(
-        &self,
-        key: &Key,
-        fingerprint: &Option<Fingerprint>,
-        now: Timestamp,
-    ) -> Result<Option<Claim>, StoreError> {
-        let reference = key.reference(generation_of(i64::from(self.generation))?);
-        if self.key_rest.len() != rest_of(key).len() {
-            return Err(StoreError::corrupt(format!(
-                "the record holding ref {reference} has a key_rest of {} bytes, not 24",
-                self.key_rest.len()
-            )));
-        }
-        if self.key_rest != rest_of(key) {
-            // Same first 8 bytes, so the same reference prefix: the holder's generation.
-            return Err(StoreError::ReferenceTaken { reference });
-        }
-        let (state, ok) = split_state(self.state)?;
-        let expired = state == RecordState::Completed && now.as_millis() >= self.ends_at;
-        if state == RecordState::Released || expired {
-            return Ok(None);
-        }
-        let stored = match &self.fingerprint[..] {
-            [] => None,
-            b => Some(Fingerprint::from_slice(b).ok_or_else(|| {
-                StoreError::corrupt(format!(
-                    "the fingerprint of ref {reference} is not 32 bytes"
-                ))
-            })?),
-        };
-        if matches!((&stored, fingerprint), (Some(a), Some(b)) if a != b) {
-            return Ok(Some(Claim::Mismatch { reference }));
-        }
-        Ok(Some(match state {
-            RecordState::InFlight => Claim::InFlight {
-                reference,
-                claimed_at: Timestamp::from_millis(self.claimed_at),
-                lease_expires_at: Timestamp::from_millis(self.ends_at),
-            },
-            RecordState::Unknown => Claim::Unknown {
-                reference,
-                since: Timestamp::from_millis(self.claimed_at),
-            },
-            _ => match (self.response(ok), self.completed_at) {
-                (Some(response), Some(at)) => Claim::Completed {
-                    reference,
-                    response,
-                    completed_at: Timestamp::from_millis(at),
-                },
-                _ => {
-                    return Err(StoreError::corrupt(format!(
-                        "ref {reference} is completed without an answer"
-                    )))
-                }
-            },
-        }))
-    }
-
-    /// The row as the status tool shows it, checked as a claim would read it: a row a claim
-    /// refuses as corrupt is corrupt here too.
-    pub(super) fn status(
-        &self,
-        reference: Reference,
-        tool: String,
-    ) -> Result<RecordStatus, StoreError> {
-        let (state, ok) = split_state(self.state)?;
-        let generation = generation_of(i64::from(self.generation))?;
-        let reference = reference.with_generation(generation);
-        if self.key_rest.len() != 24 {
-            return Err(StoreError::corrupt(format!(
-                "the record of ref {reference} has a key_rest of {} bytes, not 24",
-                self.key_rest.len()
-            )));
-        }
-        if !matches!(self.fingerprint.len(), 0 | 32) {
-            return Err(StoreError::corrupt(format!(
-                "the fingerprint of ref {reference} is not 32 bytes"
-            )));
-        }
-        if state == RecordState::Completed
-            && (self.response(ok).is_none() || self.completed_at.is_none())
-        {
-            return Err(StoreError::corrupt(format!(
-                "ref {reference} is completed without an answer"
-            )));
-        }
-        let settled = matches!(state, RecordState::Completed | RecordState::Released);
-        let ends_at = Timestamp::from_millis(self.ends_at);
-        Ok(RecordStatus {
-            reference,
-            tool,
-            state,
-            claimed_at: Timestamp::from_millis(self.claimed_at),
-            lease_expires_at: state
-                .lease_shown(ends_at, self.completed_at.map(Timestamp::from_millis)),
-            completed_at: self.completed_at.map(Timestamp::from_millis),
-            expires_at: settled.then_some(ends_at),
-            response: self.response(ok),
-        })
-    }
-}
-
-/// What a fenced update's follow-up read finds under the key's `ref`: generation, token,
-/// state, key_rest.
-pub(crate) type FenceRow = (i32, i64, i16, Vec<u8>);
-
-/// Why a fenced update changed nothing, from the row as a follow-up read found it (`None`: no
-/// row): `Err` with the answer, or `Ok(())` when the row now matches what the update required
-/// (it was purged and claimed again in between), so the update should run again.
-pub(crate) fn why_fenced(
-    key: &Key,
-    token: Token,
-    row: Option<FenceRow>,
-    allowed: &[RecordState],
-) -> Result<(), StoreError> {
-    let Some((generation, current, code, _)) = row.filter(|r| r.3 == rest_of(key)) else {
-        return Err(StoreError::NotFound);
-    };
-    let reference = key.reference(generation_of(i64::from(generation))?);
-    if current != token.0 {
-        return Err(StoreError::Fenced { reference });
-    }
-    let (state, _) = split_state(code)?;
-    if !allowed.contains(&state) {
-        return Err(StoreError::WrongState {
-            reference,
-            state: state.as_str(),
-        });
-    }
-    Ok(())
-}
-
-/// Why a takeover ([`RecordStore::take_over`](crate::store::RecordStore::take_over)) changed
-/// nothing, from the row as a follow-up read found it (`None`: no row): no record of this key,
-/// or one in a state (or with a live lease) a takeover may not touch.
-pub(crate) fn why_not_taken(key: &Key, row: Option<FenceRow>) -> StoreError {
-    let Some((generation, _, code, _)) = row.filter(|r| r.3 == rest_of(key)) else {
-        return StoreError::NotFound;
-    };
-    match (generation_of(i64::from(generation)), split_state(code)) {
-        (Ok(g), Ok((state, _))) => StoreError::WrongState {
-            reference: key.reference(g),
-            state: state.as_str(),
-        },
-        (Err(e), _) | (_, Err(e)) => e,
-    }
-}
-
 /// An unsettled row as read: ref, key_rest, generation, tenant, subject, tool, state, token,
 /// claimed_at, the window in ms.
 pub(crate) type UnsettledRow = (
@@ -390,85 +189,6 @@ pub(crate) fn unsettled(row: UnsettledRow) -> Result<Unsettled, StoreError> {
     })
 }
 
-/// A record row as the admin reads select it (both backends, every value widened to BIGINT):
-/// tenant, subject, tool, generation, state, claimed_at, ends_at, completed_at, window (ms),
-/// response.
-pub(crate) type AdminRow = (
-    String,
-    String,
-    String,
-    i64,
-    i64,
-    i64,
-    i64,
-    Option<i64>,
-    i64,
-    Option<String>,
-);
-
-/// An admin row read back as the record `reference` names (its generation the row's).
-pub(crate) fn admin_record(
-    reference: Reference,
-    row: AdminRow,
-) -> Result<crate::store::AdminRecord, StoreError> {
-    let (
-        tenant,
-        subject,
-        tool,
-        generation,
-        code,
-        claimed_at,
-        ends_at,
-        completed_at,
-        window,
-        response,
-    ) = row;
-    let (state, ok) = split_state(i16::try_from(code).unwrap_or(i16::MAX))?;
-    let window = u64::try_from(window).map_err(|_| {
-        StoreError::corrupt(format!(
-            "the window of ref {reference} is {window} ms, below zero"
-        ))
-    })?;
-    Ok(crate::store::AdminRecord {
-        reference: reference.with_generation(generation_of(generation)?),
-        tenant,
-        subject: (!subject.is_empty()).then_some(subject),
-        tool,
-        state,
-        error_answer: ok == Some(false),
-        claimed_at: Timestamp::from_millis(claimed_at),
-        ends_at: Timestamp::from_millis(ends_at),
-        completed_at: completed_at.map(Timestamp::from_millis),
-        window: std::time::Duration::from_millis(window),
-        answer: response,
-    })
-}
-
-/// Stats from groups of (state, tool, whether `ends_at` has passed (1/0), records), the oldest
-/// claim in flight and the table's size.
-pub(crate) fn admin_stats(
-    groups: Vec<(i64, String, i64, i64)>,
-    oldest_in_flight: Option<i64>,
-    bytes: i64,
-) -> Result<crate::store::StoreStats, StoreError> {
-    let mut stats = crate::store::StoreStats {
-        oldest_in_flight: oldest_in_flight.map(Timestamp::from_millis),
-        bytes: u64::try_from(bytes).unwrap_or(0),
-        ..Default::default()
-    };
-    for (code, tool, passed, n) in groups {
-        let (state, ok) = split_state(i16::try_from(code).unwrap_or(i16::MAX)).map_err(|_| {
-            StoreError::corrupt(format!(
-                "{n} records of tool {tool} have the state code {code}, which this version does not know"
-            ))
-        })?;
-        let passed = passed != 0;
-        let standing = crate::record::Standing::of(state, ok, passed, passed);
-        stats.count(&tool, standing, u64::try_from(n).unwrap_or(0));
-    }
-    Ok(stats.sorted())
-}
-
 /// The [`SecretStore`](crate::store::SecretStore) of a SQL store, the same on both backends:
 /// each backend's `secret.rs` names its `INSERT` of the first fingerprint (`INSTALL`) and
 /// invokes this.
@@ -502,74 +222,6 @@ macro_rules! sql_secret {
     };
 }
 pub(crate) use sql_secret;
-
-/// The [`Admin`](crate::store::Admin) reads of a SQL store, the same on both backends: each
-/// backend's `admin.rs` names its statements (`RECORD`, `BY_STATE`, `OLDEST_IN_FLIGHT`, `SIZE`,
-/// `PURGEABLE`: the columns [`AdminRow`] and [`admin_stats`] read) and invokes this.
-macro_rules! sql_admin {
-    ($store:ty) => {
-        impl $crate::store::Admin for $store {
-            fn record(
-                &self,
-                reference: $crate::key::Reference,
-            ) -> $crate::store::BoxFuture<
-                '_,
-                Result<Option<$crate::store::AdminRecord>, $crate::store::StoreError>,
-            > {
-                Box::pin(async move {
-                    let row: Option<$crate::store::sql::AdminRow> = sqlx::query_as(RECORD)
-                        .bind($crate::store::sql::ref_value(&reference))
-                        .fetch_optional(&self.pool)
-                        .await
-                        .map_err($crate::store::sql::db_error)?;
-                    row.map(|r| $crate::store::sql::admin_record(reference, r))
-                        .transpose()
-                })
-            }
-
-            fn stats(
-                &self,
-                now: $crate::clock::Timestamp,
-            ) -> $crate::store::BoxFuture<
-                '_,
-                Result<$crate::store::StoreStats, $crate::store::StoreError>,
-            > {
-                Box::pin(async move {
-                    let groups = sqlx::query_as(BY_STATE)
-                        .bind(now.as_millis())
-                        .fetch_all(&self.pool)
-                        .await
-                        .map_err($crate::store::sql::db_error)?;
-                    let oldest = sqlx::query_scalar(OLDEST_IN_FLIGHT)
-                        .fetch_one(&self.pool)
-                        .await
-                        .map_err($crate::store::sql::db_error)?;
-                    let bytes = sqlx::query_scalar(SIZE)
-                        .fetch_one(&self.pool)
-                        .await
-                        .map_err($crate::store::sql::db_error)?;
-                    $crate::store::sql::admin_stats(groups, oldest, bytes)
-                })
-            }
-
-            fn purgeable(
-                &self,
-                _now: $crate::clock::Timestamp,
-                older_than: $crate::clock::Timestamp,
-            ) -> $crate::store::BoxFuture<'_, Result<u64, $crate::store::StoreError>> {
-                Box::pin(async move {
-                    let n: i64 = sqlx::query_scalar(PURGEABLE)
-                        .bind(older_than.as_millis())
-                        .fetch_one(&self.pool)
-                        .await
-                        .map_err($crate::store::sql::db_error)?;
-                    Ok(u64::try_from(n).unwrap_or(0))
-                })
-            }
-        }
-    };
-}
-pub(crate) use sql_admin;
 
 /// The row id an outbox receipt of the SQL stores carries.
 pub(crate) fn receipt_id(receipt: &Receipt) -> Result<i64, StoreError> {

@@ -1,0 +1,260 @@
+//! The claim steps of a call: claiming its key (and, while secrets are rotated, recognising a
+//! record under a previous secret's key), taking over a call whose worker is gone
+//! (`recover = "rerun"`), and the fencing token of each attempt.
+
+use std::future::Future;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::Error;
+use crate::key::{Reference, Scope, Secret};
+use crate::outcome::{ErrorPolicy, Failure, Outcome};
+use crate::record::{RecordState, Standing};
+use crate::store::{Claim, ClaimRequest, StoreError, Token};
+use crate::tool::Prepared;
+
+use super::attempt::Attempt;
+use super::guard::{bounded, Guard, Held};
+use super::{answered, noise, refused, Idempotency};
+
+impl Idempotency {
+    /// Claims the call's key under the current secret and, while secrets are rotated, answers
+    /// from a live record under a previous one; an error is the caller's answer (nothing ran).
+    pub(super) async fn claim_any<T, E>(
+        &self,
+        prepared: &Prepared,
+        key: crate::key::Key,
+        now: crate::clock::Timestamp,
+        by: Option<tokio::time::Instant>,
+    ) -> Result<Claim, Outcome<T, Failure<E>>> {
+        let spec = &prepared.spec;
+        let claim = self.claim(prepared, &self.secret, now, by).await?;
+        Ok(match claim {
+            Claim::New { reference, token } if !self.previous.is_empty() => {
+                // Held by a guard while the previous secrets' keys are probed: if this future is
+                // dropped, or the probe answers for the call, the claim (nothing ran under it)
+                // is given back in the background.
+                let held = Guard::claiming(self, key, token, spec.name);
+                match self.recognise(prepared, now, by).await {
+                    Ok(None) => {
+                        held.disarm();
+                        Claim::New { reference, token }
+                    }
+                    // Answered from the record under a previous secret: give this claim back
+                    // now (the guard retries in the background if that fails).
+                    Ok(Some(earlier)) => {
+                        match bounded(by, self.store.release(key, token, now)).await {
+                            Ok(()) => held.disarm(),
+                            Err(e) => {
+                                tracing::warn!(tool = spec.name, %reference, error = %e, "idempotency: could not release a claim answered from a previous secret's record; retrying in the background");
+                            }
+                        }
+                        earlier
+                    }
+                    Err(out) => return Err(out),
+                }
+            }
+            claim => claim,
+        })
+    }
+
+    /// Claims the call's key under `secret`; an error is the caller's answer (nothing ran).
+    async fn claim<T, E>(
+        &self,
+        prepared: &Prepared,
+        secret: &Secret,
+        now: crate::clock::Timestamp,
+        by: Option<tokio::time::Instant>,
+    ) -> Result<Claim, Outcome<T, Failure<E>>> {
+        let (spec, caller) = (&prepared.spec, &prepared.caller);
+        let tool = spec.name;
+        let key = prepared.key.key(secret);
+        let token = attempt_token(now);
+        let req = ClaimRequest {
+            key,
+            tenant: &caller.tenant,
+            subject: match prepared.scope {
+                Scope::Subject => Some(&caller.subject),
+                Scope::Tenant => None,
+            },
+            tool,
+            fingerprint: prepared.fingerprint.map(|f| f.fingerprint(secret)),
+            now,
+            lease: self.lease,
+            window: spec.window,
+            token,
+        };
+        if !self.secret_check.passed() {
+            if let Err(source) = bounded(by, self.secret_check.ensure(&*self.store)).await {
+                tracing::error!(tool, error = %source, "idempotency: the store's secret check failed; nothing was run");
+                return Err(refused(Error::Store {
+                    tool: tool.into(),
+                    source,
+                }));
+            }
+        }
+        let pending = Guard::claiming(self, key, token, tool);
+        let claim = bounded(by, self.store.claim(&req)).await;
+        if claim.is_ok() {
+            pending.disarm();
+        } else {
+            drop(pending);
+        }
+        match claim {
+            Ok(c) => Ok(c),
+            Err(StoreError::ReferenceTaken { reference }) => {
+                tracing::error!(tool, %reference, "idempotency claim refused: the reference is held by a different key; nothing was run");
+                // This call's own reference: nothing about the holder (not its generation).
+                Err(refused(Error::ReferenceTaken {
+                    tool: tool.into(),
+                    reference: key.reference(1),
+                }))
+            }
+            Err(source @ StoreError::Corrupt { .. }) => {
+                // Every repeat finds the same record: not a passing failure. Named by the key's
+                // first generation, which finds the record whatever its generation reads as.
+                let reference = key.reference(1);
+                tracing::error!(tool, %reference, error = %source, "idempotency claim found a record it cannot read; nothing was run");
+                Err(answered(Error::Unreadable {
+                    tool: tool.into(),
+                    reference,
+                    source,
+                }))
+            }
+            Err(source) => {
+                tracing::warn!(tool, error = %source, "idempotency claim failed; nothing was run");
+                Err(refused(Error::Store {
+                    tool: tool.into(),
+                    source,
+                }))
+            }
+        }
+    }
+
+    /// `recover = "rerun"`: takes over the call whose worker is gone (its reference, and when it
+    /// started) and runs the body again under its reference (same generation). One runner: a
+    /// takeover that loses (another repeat or replica took it over first, or the record settled
+    /// meanwhile) answers "in progress". A takeover whose reply is lost (or whose caller goes
+    /// away meanwhile) is given back in the background, fenced by its own token, as a lost
+    /// claim is: nothing ran under it, and the next repeat runs it at once.
+    pub(super) async fn rerun<T, E, Fut>(
+        &self,
+        prepared: &Prepared,
+        key: crate::key::Key,
+        ((reference, since), now, by): (
+            Gone,
+            crate::clock::Timestamp,
+            Option<tokio::time::Instant>,
+        ),
+        (policy, body): (ErrorPolicy<E>, Fut),
+    ) -> Outcome<T, Failure<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        Fut: Future<Output = Result<T, E>> + Send,
+    {
+        let spec = &prepared.spec;
+        let tool = spec.name;
+        let token = attempt_token(now);
+        let pending = Guard::claiming(self, key, token, tool);
+        let taken = bounded(by, self.store.take_over(key, token, now, self.lease)).await;
+        if taken.is_ok() {
+            pending.disarm();
+        } else {
+            drop(pending);
+        }
+        match taken {
+            Ok(reference) => {
+                tracing::warn!(tool, %reference, "idempotency: running a call whose worker is gone again under its reference (recover = \"rerun\")");
+                crate::metrics::rerun(tool);
+                Attempt::new(
+                    self,
+                    *spec,
+                    Held {
+                        key,
+                        reference,
+                        token,
+                    },
+                    now,
+                )
+                .run(policy, body)
+                .await
+            }
+            Err(StoreError::WrongState { .. } | StoreError::NotFound) => {
+                tracing::info!(tool, %reference, "idempotency: another repeat took over the call first (or it settled)");
+                answered(Error::InFlight {
+                    tool: tool.into(),
+                    reference,
+                    since,
+                })
+            }
+            Err(source) => {
+                tracing::warn!(tool, %reference, error = %source, "idempotency: could not take over a call whose worker is gone; nothing was run");
+                refused(Error::Store {
+                    tool: tool.into(),
+                    source,
+                })
+            }
+        }
+    }
+
+    /// While secrets are rotated: the live record of this call under a previous secret's key,
+    /// if there is one. A probe that finds none made a claim there, which it gives back at once.
+    async fn recognise<T, E>(
+        &self,
+        prepared: &Prepared,
+        now: crate::clock::Timestamp,
+        by: Option<tokio::time::Instant>,
+    ) -> Result<Option<Claim>, Outcome<T, Failure<E>>> {
+        let spec = &prepared.spec;
+        for secret in self.previous.iter() {
+            match self.claim(prepared, secret, now, by).await? {
+                Claim::New { token, reference } => {
+                    // Given back at once; the guard does it in the background if this future is
+                    // dropped meanwhile or the release fails.
+                    let key = prepared.key.key(secret);
+                    let probe = Guard::claiming(self, key, token, spec.name);
+                    if let Err(source) = bounded(by, self.store.release(key, token, now)).await {
+                        tracing::warn!(tool = spec.name, %reference, error = %source, "idempotency: could not give back a probe claim under a previous secret");
+                        return Err(refused(Error::Store {
+                            tool: spec.name.into(),
+                            source,
+                        }));
+                    }
+                    probe.disarm();
+                }
+                earlier => return Ok(Some(earlier)),
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// A call whose worker is gone: its reference, and when it started.
+pub(super) type Gone = (Reference, crate::clock::Timestamp);
+
+/// The call a claim found whose worker is gone, with when it started: in flight with its lease
+/// passed unrenewed ([`Standing::LeasePassed`]), or unknown. `None` for any other answer.
+pub(super) fn gone(claim: &Claim, now: crate::clock::Timestamp) -> Option<Gone> {
+    match *claim {
+        Claim::InFlight {
+            reference,
+            claimed_at,
+            lease_expires_at,
+        } if Standing::of(RecordState::InFlight, None, now >= lease_expires_at, false)
+            == Standing::LeasePassed =>
+        {
+            Some((reference, claimed_at))
+        }
+        Claim::Unknown { reference, since } => Some((reference, since)),
+        _ => None,
+    }
+}
+
+/// A fencing token for one attempt: its claim time in ms × 2^20 plus 20 random bits, so tokens
+/// grow with time (a key claimed again after a purge never repeats a token a worker of the purged
+/// record could hold) and two attempts at the same millisecond practically never share one.
+fn attempt_token(now: crate::clock::Timestamp) -> Token {
+    let low = i64::try_from(noise() & 0xF_FFFF).unwrap_or(0);
+    Token(now.as_millis().saturating_mul(1 << 20) | low)
+}

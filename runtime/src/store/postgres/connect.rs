@@ -1,0 +1,142 @@
+//! Connecting the PostgreSQL store: the pool, the session settings its statements are planned
+//! for (`tune`), the test clocks, and the migrations.
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+use super::super::sql::{self, db_error, Bookkeeping, Migration};
+use super::{PostgresStore, StoreError};
+
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "records and outbox",
+    sql: include_str!("../../../migrations/postgres/0001_records.sql"),
+}];
+
+/// The pool size [`PostgresStore::connect`] uses.
+const POOL_SIZE: u32 = 10;
+
+/// Two-key advisory lock for migrations: a constant ("idmp") and the schema, so stores in
+/// different schemas of one database migrate independently.
+const MIGRATION_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(1768189296, hashtext(coalesce(current_schema(), '')))";
+
+/// The migration runner's statements for PostgreSQL: a transaction under [`MIGRATION_LOCK`].
+const BOOKKEEPING: Bookkeeping = Bookkeeping {
+    begin: "BEGIN",
+    lock: Some(MIGRATION_LOCK),
+    exists: "SELECT to_regclass('idempotency_migrations')::TEXT",
+    create: "CREATE TABLE idempotency_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+             checksum BYTEA NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+    place: "this schema",
+};
+
+impl PostgresStore {
+    /// Connects to `url` (a pool of 10 connections, tuned by [`PostgresStore::tune`]) and runs the
+    /// migrations.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let options: PgConnectOptions =
+            url.parse().map_err(|e: sqlx::Error| StoreError::Config {
+                problem: "the PostgreSQL connection URL is not usable".into(),
+                source: Some(Box::new(e)),
+            })?;
+        Self::connect_with(options).await
+    }
+
+    /// Like [`PostgresStore::connect`], from connection options (say, with a `search_path`).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), idempotency::store::StoreError> {
+    /// use idempotency::store::PostgresStore;
+    /// use sqlx::postgres::PgConnectOptions;
+    /// let options = PgConnectOptions::new().host("db.internal").database("app")
+    ///     .options([("search_path", "idempotency")]);
+    /// let store = PostgresStore::connect_with(options).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub async fn connect_with(options: PgConnectOptions) -> Result<Self, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(POOL_SIZE)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(Self::tune(options))
+            .await
+            .map_err(db_error)?;
+        Self::from_pool(pool).await
+    }
+
+    /// Adds the session settings this store's statements are planned for: `enable_seqscan = off`
+    /// (a lookup never falls back to a sequential scan, even with a generic plan made on an empty
+    /// table) and `jit = off`. Use it on the options of a pool you build yourself for
+    /// [`PostgresStore::from_pool`]; keep that pool for the store, as the settings apply to every
+    /// statement on its connections.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use idempotency::store::PostgresStore;
+    /// let options = "postgres://app@db.internal/app".parse()?;
+    /// let pool = sqlx::postgres::PgPoolOptions::new()
+    ///     .max_connections(32)
+    ///     .connect_with(PostgresStore::tune(options))
+    ///     .await?;
+    /// let store = PostgresStore::from_pool(pool).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub fn tune(options: PgConnectOptions) -> PgConnectOptions {
+        options.options([("enable_seqscan", "off"), ("jit", "off")])
+    }
+
+    /// A store on an existing pool; runs the migrations. Build the pool's options with
+    /// [`PostgresStore::tune`] (a warning is logged if its connections are not tuned).
+    pub async fn from_pool(pool: PgPool) -> Result<Self, StoreError> {
+        let store = PostgresStore {
+            pool,
+            clock_offset: Some(0),
+            notices: std::sync::Arc::default(),
+        };
+        store.migrate().await?;
+        let seqscan: String = sqlx::query_scalar("SELECT current_setting('enable_seqscan')")
+            .fetch_one(&store.pool)
+            .await
+            .map_err(db_error)?;
+        if seqscan != "off" {
+            tracing::warn!(
+                "PostgresStore: this pool's connections run with enable_seqscan = on; a statement first planned \
+                 while the records table was empty can keep a sequential-scan plan as it grows. Build the pool \
+                 from PostgresStore::tune(options)."
+            );
+        }
+        Ok(store)
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// For tests that move time by hand (`ManualClock`): this store uses the engine's times as
+    /// given instead of the database server's clock. Never for replicas: their clocks disagree.
+    #[cfg(feature = "test-util")]
+    #[doc(hidden)]
+    pub fn trusting_engine_clock(mut self) -> Self {
+        self.clock_offset = None;
+        self
+    }
+
+    /// For tests: this store reads the database server's clock shifted by `offset_ms`, as if the
+    /// database's clock had jumped (a window's end reached without waiting for it).
+    #[cfg(feature = "test-util")]
+    #[doc(hidden)]
+    pub fn with_server_clock_offset(mut self, offset_ms: i64) -> Self {
+        self.clock_offset = Some(offset_ms);
+        self
+    }
+
+    /// Applies the migrations this build embeds that the database lacks, in one transaction under
+    /// an advisory lock (replicas starting together apply them once), and records them in the
+    /// library's own `idempotency_migrations` table. Refuses a database that records a migration
+    /// this build does not know. The constructors call it; running it again changes nothing.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        sql::migrate(&self.pool, MIGRATIONS, &BOOKKEEPING).await
+    }
+}

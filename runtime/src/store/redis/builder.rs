@@ -1,0 +1,207 @@
+//! Connecting the Redis store: `RedisStoreBuilder` (namespace, retention, replica
+//! acknowledgement) and the connections to one Redis or a Redis Cluster.
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+
+use super::conn::{Conn, Replicas};
+use super::{notices, Inner, RedisConnection, RedisStore, Scripts, StoreError, DEFAULT_RETENTION};
+
+/// How long a command may take before the store gives up on it (a node that does not answer).
+pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections for writes followed by `WAIT` (which blocks its connection until the replicas
+/// answer, holding up whatever else is pipelined on it), so other calls never queue behind a
+/// `WAIT` and concurrent waits do not queue behind each other.
+const WAIT_CONNECTIONS: usize = 8;
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Configures a [`RedisStore`]; [`connect`](RedisStoreBuilder::connect) or
+/// [`connect_cluster`](RedisStoreBuilder::connect_cluster) finishes it.
+#[derive(Clone, Debug)]
+pub struct RedisStoreBuilder {
+    namespace: String,
+    retention: Duration,
+    wait: Option<Replicas>,
+    trusted: bool,
+}
+
+impl Default for RedisStoreBuilder {
+    fn default() -> Self {
+        RedisStoreBuilder {
+            namespace: "idem".into(),
+            retention: DEFAULT_RETENTION,
+            wait: None,
+            trusted: false,
+        }
+    }
+}
+
+impl RedisStoreBuilder {
+    /// The prefix of every key the store writes (default `idem`), so several applications can
+    /// share one Redis. It must not contain `{` or `}` (they would change the hash tag).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// How long a settled record stays after its window ends before Redis expires it (default
+    /// [`DEFAULT_RETENTION`]).
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// After a claim that wrote and after a completion or settlement, waits (`WAIT`) until
+    /// `replicas` replicas of the record's master acknowledged it, at most `timeout`; a
+    /// shortfall fails the call (see [Durability](RedisStore#durability)).
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait = Some(Replicas {
+            count: replicas,
+            timeout,
+        });
+        self
+    }
+
+    /// Test only: decide by the times the engine passes instead of the server's clock, so a
+    /// test can move time by hand (`ManualClock`) and hit window edges exactly. Never use it
+    /// with replicas whose clocks may disagree.
+    #[cfg(feature = "test-util")]
+    #[doc(hidden)]
+    pub fn trust_engine_clock(mut self) -> Self {
+        self.trusted = true;
+        self
+    }
+
+    fn check(&self) -> Result<(), StoreError> {
+        if self.namespace.is_empty() || self.namespace.contains(['{', '}']) {
+            return Err(StoreError::Config {
+                problem: format!(
+                    "the Redis namespace {:?} must be non-empty and contain no braces (they set the hash tag)",
+                    self.namespace
+                ),
+                source: None,
+            });
+        }
+        if let Some(w) = self.wait {
+            if w.timeout.is_zero() || w.timeout >= RESPONSE_TIMEOUT {
+                return Err(StoreError::Config {
+                    problem: format!(
+                        "the WAIT timeout must be above zero (zero waits forever) and below the {RESPONSE_TIMEOUT:?} response timeout"
+                    ),
+                    source: None,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Connects to one Redis at `url` (`redis://host:port/db`, `rediss://` for TLS is not
+    /// built in).
+    pub async fn connect(self, url: &str) -> Result<RedisStore, StoreError> {
+        self.check()?;
+        let client = redis::Client::open(url).map_err(|e| StoreError::Config {
+            problem: format!("the Redis URL {url:?} is not usable"),
+            source: Some(Box::new(e)),
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_number_of_retries(2);
+        let unreachable = |e| {
+            StoreError::Unavailable(Box::new(Unreachable {
+                what: format!("Redis at {url}"),
+                source: e,
+            }))
+        };
+        let conn = ConnectionManager::new_with_config(client.clone(), config.clone())
+            .await
+            .map_err(unreachable)?;
+        let mut waiting = Vec::new();
+        for _ in 0..self.wait.map_or(0, |_| WAIT_CONNECTIONS) {
+            let c = ConnectionManager::new_with_config(client.clone(), config.clone())
+                .await
+                .map_err(unreachable)?;
+            waiting.push(Conn::Single(c));
+        }
+        Ok(self.finish(Conn::Single(conn), waiting, notices::Source::Single(client)))
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each); the
+    /// client learns the rest of the cluster from them and follows MOVED and ASK redirections.
+    pub async fn connect_cluster(self, seeds: &[&str]) -> Result<RedisStore, StoreError> {
+        self.check()?;
+        let client = ClusterClientBuilder::new(seeds.iter().copied())
+            .connection_timeout(CONNECT_TIMEOUT)
+            .response_timeout(RESPONSE_TIMEOUT)
+            .build()
+            .map_err(|e| StoreError::Config {
+                problem: format!("the Redis Cluster seed nodes {seeds:?} are not usable"),
+                source: Some(Box::new(e)),
+            })?;
+        let unreachable = |e| {
+            StoreError::Unavailable(Box::new(Unreachable {
+                what: format!("no node of the Redis Cluster seeded by {seeds:?} answered"),
+                source: e,
+            }))
+        };
+        let conn = client.get_async_connection().await.map_err(unreachable)?;
+        let mut waiting = Vec::new();
+        for _ in 0..self.wait.map_or(0, |_| WAIT_CONNECTIONS) {
+            waiting.push(Conn::Cluster(
+                client.get_async_connection().await.map_err(unreachable)?,
+            ));
+        }
+        Ok(self.finish(
+            Conn::Cluster(conn),
+            waiting,
+            notices::Source::Cluster(seeds.iter().map(|s| (*s).to_owned()).collect()),
+        ))
+    }
+
+    fn finish(self, conn: Conn, waiting: Vec<Conn>, source: notices::Source) -> RedisStore {
+        RedisStore {
+            inner: Arc::new(Inner {
+                conn: RedisConnection(conn),
+                waiting: waiting.into_iter().map(RedisConnection).collect(),
+                next_waiting: AtomicUsize::new(0),
+                namespace: self.namespace,
+                retention_ms: i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX / 4),
+                wait: self.wait,
+                trusted: if self.trusted { b"1" } else { b"0" },
+                scripts: Scripts::new(),
+                next_shard: AtomicUsize::new(0),
+                notices: notices::Notices::new(source),
+            }),
+        }
+    }
+}
+
+impl RedisStore {
+    /// A builder: namespace, retention, replica acknowledgement.
+    pub fn builder() -> RedisStoreBuilder {
+        RedisStoreBuilder::default()
+    }
+
+    /// Connects to one Redis at `url` with the defaults (see [`RedisStore::builder`]).
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::builder().connect(url).await
+    }
+
+    /// Connects to a Redis Cluster through `seeds` with the defaults.
+    pub async fn connect_cluster(seeds: &[&str]) -> Result<Self, StoreError> {
+        Self::builder().connect_cluster(seeds).await
+    }
+}
+
+/// The store could not reach Redis when it started.
+#[derive(Debug, thiserror::Error)]
+#[error("could not connect: {what}")]
+struct Unreachable {
+    what: String,
+    #[source]
+    source: redis::RedisError,
+}

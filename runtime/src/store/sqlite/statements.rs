@@ -1,0 +1,48 @@
+//! The SQLite store's per-call statements: the claim (an upsert and the row it found), the
+//! completions, and the fenced updates' row read.
+
+/// The claim, in one call to sqlx's SQLite worker, two statements. First an upsert: insert, or take
+/// over a released / window-expired record of this key (same `key_rest`), returning a row only when
+/// this claim won. Then, only when the upsert changed nothing (`changes() = 0`), the row it found
+/// under the reference. The first column says which: `1` a won claim (`generation, token`), `0` the
+/// existing record (a [`RecordRow`](super::super::sql::RecordRow) from column 1 on; another key's
+/// when its `key_rest` differs).
+///
+/// Parameters: `$1` ref, `$2` key_rest, `$3` tenant, `$4` tool, `$5` fingerprint, `$6` now,
+/// `$7` lease end, `$8` token, `$9` subject (`''` for a tenant-scoped record) (as PostgreSQL's
+/// claim), `$10` the tool's window in ms (kept on the record for its completion and settlements).
+pub(super) const CLAIM: &str = "\
+INSERT INTO idempotency_records
+    (ref, token, claimed_at, ends_at, window_ms, generation, state, key_rest, tenant, subject, tool, fingerprint)
+VALUES ($1, $8, $6, $7, $10, 1, 0, $2, $3, $9, $4, $5)
+ON CONFLICT (ref) DO UPDATE SET
+    token = excluded.token,
+    claimed_at = excluded.claimed_at,
+    ends_at = excluded.ends_at,
+    window_ms = excluded.window_ms,
+    generation = CASE WHEN state = 3 THEN generation ELSE generation + 1 END,
+    state = 0,
+    tenant = excluded.tenant,
+    subject = excluded.subject,
+    tool = excluded.tool,
+    fingerprint = excluded.fingerprint,
+    completed_at = NULL,
+    response = NULL
+WHERE key_rest = excluded.key_rest AND (state = 3 OR (state IN (1, 4) AND ends_at <= excluded.claimed_at))
+RETURNING 1, generation, token;
+SELECT 0, key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at, response
+FROM idempotency_records WHERE ref = $1 AND changes() = 0";
+
+/// `$1` ref, `$2` key_rest, `$3` token, `$4` state, `$5` response, `$6` now: replayed for the
+/// record's own window (the claim's) from then.
+pub(super) const COMPLETE: &str = "\
+UPDATE idempotency_records SET state = $4, response = $5, completed_at = $6, ends_at = $6 + window_ms
+WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0";
+
+/// [`COMPLETE`], for a completion that writes outbox messages with the row's generation.
+pub(super) const COMPLETE_RETURNING: &str = "\
+UPDATE idempotency_records SET state = $4, response = $5, completed_at = $6, ends_at = $6 + window_ms
+WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0 RETURNING generation";
+
+pub(super) const ROW_NOW: &str =
+    "SELECT generation, token, state, key_rest FROM idempotency_records WHERE ref = $1";
