@@ -29,6 +29,7 @@ mod emit;
 mod expand;
 mod fallback;
 mod hint;
+mod tokens;
 
 use proc_macro::TokenStream;
 
@@ -149,6 +150,7 @@ mod layering {
         ("hint", include_str!("hint.rs")),
         ("check", include_str!("check.rs")),
         ("fallback", include_str!("fallback.rs")),
+        ("tokens", include_str!("tokens.rs")),
         ("expand", include_str!("expand.rs")),
     ];
 
