@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::key::{Caller, FingerprintMaterial, KeyError, KeyMaterial, Scope};
+use crate::key::{Caller, FingerprintMaterial, KeyError, KeyMaterial, Owner, Scope};
 
 /// What the engine needs to know of a tool: its name, window and timeout. `#[idempotent]` makes
 /// one for every tool it wraps (`charge_card::TOOL` for a free function, `Self::CHARGE_CARD_TOOL`
@@ -186,8 +186,16 @@ impl Prepared {
     ) -> Result<Self, Error> {
         let tool = spec.name;
         let scope = spec.scope.unwrap_or(Scope::Subject);
-        let key = KeyMaterial::call(caller, tool, scope, args, spec.ignore)
-            .map_err(|e| refused(tool, e))?;
+        let key = KeyMaterial::call(
+            Owner {
+                caller,
+                tool,
+                scope,
+            },
+            args,
+            spec.ignore,
+        )
+        .map_err(|e| refused(tool, e))?;
         Ok(Prepared {
             key,
             fingerprint: None,
@@ -229,8 +237,15 @@ impl Prepared {
             ));
         }
         let scope = spec.scope.unwrap_or(Scope::Tenant);
-        let key = KeyMaterial::business(caller, tool, scope, business_key.value)
-            .map_err(|e| refused(tool, e))?;
+        let key = KeyMaterial::business(
+            Owner {
+                caller,
+                tool,
+                scope,
+            },
+            business_key.value,
+        )
+        .map_err(|e| refused(tool, e))?;
         let fingerprint =
             FingerprintMaterial::of(args, spec.ignore).map_err(|e| refused(tool, e))?;
         Ok(Prepared {

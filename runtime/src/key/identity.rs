@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::hex::{hex_val, write_hex};
 use super::Scope;
-use super::{Caller, KeyError, KeyMaterial, Secret};
+use super::{Caller, KeyError, KeyMaterial, Owner, Secret};
 
 /// The identity of a call: 32 bytes of HMAC-SHA256. `Display` gives the 64 lowercase hex
 /// characters.
@@ -36,7 +36,16 @@ impl Key {
         tool: &str,
         args: &A,
     ) -> Result<Key, KeyError> {
-        Ok(KeyMaterial::call(caller, tool, Scope::Subject, args, &[])?.key(secret))
+        Ok(KeyMaterial::call(
+            Owner {
+                caller,
+                tool,
+                scope: Scope::Subject,
+            },
+            args,
+            &[],
+        )?
+        .key(secret))
     }
 
     /// The key of a call identified by a business key (an order id; tenant scope, the default
@@ -60,7 +69,15 @@ impl Key {
         tool: &str,
         value: &V,
     ) -> Result<Key, KeyError> {
-        Ok(KeyMaterial::business(caller, tool, Scope::Tenant, value)?.key(secret))
+        Ok(KeyMaterial::business(
+            Owner {
+                caller,
+                tool,
+                scope: Scope::Tenant,
+            },
+            value,
+        )?
+        .key(secret))
     }
 
     /// The 32 bytes.

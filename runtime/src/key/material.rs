@@ -42,34 +42,50 @@ impl Encoder {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct KeyMaterial(pub(super) [u8; 32]);
 
+/// Whose record a key names: the caller (all of it, or only its tenant, as `scope` says) and the
+/// tool.
+#[derive(Clone, Copy, Debug)]
+pub struct Owner<'a> {
+    /// The caller.
+    pub caller: &'a Caller,
+    /// The tool's name.
+    pub tool: &'a str,
+    /// Who shares the record.
+    pub scope: Scope,
+}
+
 impl KeyMaterial {
     /// Material of a call keyed by all its arguments (less the top-level members in `skip`).
     pub fn call<A: Serialize + ?Sized>(
-        caller: &Caller,
-        tool: &str,
-        scope: Scope,
+        owner: Owner<'_>,
         args: &A,
         skip: &'static [&'static str],
     ) -> Result<KeyMaterial, KeyError> {
-        caller.validate()?;
+        owner.caller.validate()?;
         let canonical = typed_canonical(args, skip)?;
-        Ok(Self::encode(b"call", (caller, tool, scope), &canonical))
+        Ok(Self::encode(b"call", owner, &canonical))
     }
 
     /// Material of a call keyed by a business-key value.
     pub fn business<V: Serialize + ?Sized>(
-        caller: &Caller,
-        tool: &str,
-        scope: Scope,
+        owner: Owner<'_>,
         value: &V,
     ) -> Result<KeyMaterial, KeyError> {
-        caller.validate()?;
+        owner.caller.validate()?;
         let canonical = typed_canonical(value, &[])?;
-        Ok(Self::encode(b"business", (caller, tool, scope), &canonical))
+        Ok(Self::encode(b"business", owner, &canonical))
     }
 
-    /// `kind`, whose record it is (the caller, in `scope`, and the tool), and the canonical text.
-    fn encode(kind: &[u8], (caller, tool, scope): (&Caller, &str, Scope), canonical: &str) -> Self {
+    /// `kind`, whose record it is, and the canonical text.
+    fn encode(
+        kind: &[u8],
+        Owner {
+            caller,
+            tool,
+            scope,
+        }: Owner<'_>,
+        canonical: &str,
+    ) -> Self {
         let mut e = Encoder::new(KEY_DOMAIN);
         e.field(kind);
         match scope {

@@ -23,5 +23,5 @@ mod tests;
 pub use crate::canonical::CanonicalError;
 pub use caller::{Caller, KeyError, Scope};
 pub use identity::{Key, Reference, ReferenceParseError};
-pub use material::{Fingerprint, FingerprintMaterial, KeyMaterial};
+pub use material::{Fingerprint, FingerprintMaterial, KeyMaterial, Owner};
 pub use secret::{Secret, SecretError, SecretFingerprint};

@@ -138,9 +138,17 @@ fn without_the_secret_the_reference_cannot_be_recomputed() {
     let guessed = [
         Key::for_call(&S, &c, "charge_card", &args).unwrap(),
         Key::from_bytes(
-            KeyMaterial::call(&c, "charge_card", Scope::Subject, &args, &[])
-                .unwrap()
-                .0,
+            KeyMaterial::call(
+                Owner {
+                    caller: &c,
+                    tool: "charge_card",
+                    scope: Scope::Subject,
+                },
+                &args,
+                &[],
+            )
+            .unwrap()
+            .0,
         ),
         Key::for_call(
             &Secret::new("another secret, not ours").unwrap(),
@@ -160,9 +168,16 @@ fn without_the_secret_the_reference_cannot_be_recomputed() {
 fn scope_decides_whether_the_subject_is_in_the_key() {
     let (alice, bob) = (Caller::new("acme", "alice"), Caller::new("acme", "bob"));
     let key = |c: &Caller, scope| {
-        KeyMaterial::business(c, "ship", scope, "o-1")
-            .unwrap()
-            .key(&S)
+        KeyMaterial::business(
+            Owner {
+                caller: c,
+                tool: "ship",
+                scope,
+            },
+            "o-1",
+        )
+        .unwrap()
+        .key(&S)
     };
     assert_eq!(key(&alice, Scope::Tenant), key(&bob, Scope::Tenant));
     assert_ne!(key(&alice, Scope::Subject), key(&bob, Scope::Subject));
