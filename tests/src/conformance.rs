@@ -1,4 +1,4 @@
-//! What the store conformance suites share (`tests/conformance.rs`, every store, and
+//! What the store conformance suites share (`tests/conformance/`, every store, and
 //! `tests/sql_conformance.rs`, the SQL stores): fixed times, keys and requests, the assertions on
 //! a store's refusals, and [`Backend`], the store under test with helpers for each operation.
 

@@ -1,0 +1,112 @@
+//! The outbox, written with the completion.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------------
+// Outbox
+// ---------------------------------------------------------------------------------------------
+
+pub(super) async fn outbox_is_written_with_the_completion(b: &Backend) {
+    let redeliver = dur(60 * S);
+    let fetch = |now: i64, limit: u32| async move {
+        b.store
+            .fetch(at(now), at(now) + redeliver, limit)
+            .await
+            .expect("fetch")
+    };
+    let k = key("with-receipt");
+    let t = b.new_claim(k, None, 0).await;
+    let msgs = [
+        message("receipt_email", r#"{"to":"alice@example.com"}"#),
+        message("ledger", "{}"),
+    ];
+    b.complete_with(k, t, S, &answer("charged"), &msgs)
+        .await
+        .expect("complete");
+
+    let first = fetch(S, 10).await;
+    assert_eq!(
+        first
+            .iter()
+            .map(|e| (
+                e.reference,
+                e.topic.as_str(),
+                e.payload.as_str(),
+                e.attempts
+            ))
+            .collect::<Vec<_>>(),
+        vec![
+            (
+                k.reference(1),
+                "receipt_email",
+                r#"{"to":"alice@example.com"}"#,
+                0
+            ),
+            (k.reference(1), "ledger", "{}", 0)
+        ]
+    );
+    assert_ne!(first[0].receipt, first[1].receipt);
+    assert!(fetch(S, 10).await.is_empty(), "hidden after a fetch");
+    assert!(fetch(S + 59 * S, 10).await.is_empty());
+    let again = fetch(S + 60 * S, 10).await;
+    assert_eq!(
+        again
+            .iter()
+            .map(|e| (e.receipt.clone(), e.attempts))
+            .collect::<Vec<_>>(),
+        vec![(first[0].receipt.clone(), 1), (first[1].receipt.clone(), 1)]
+    );
+    b.store.ack(&first[0].receipt).await.expect("ack");
+    let rest = fetch(S + 120 * S, 10).await;
+    assert_eq!(
+        rest.iter()
+            .map(|e| (e.receipt.clone(), e.attempts))
+            .collect::<Vec<_>>(),
+        vec![(first[1].receipt.clone(), 2)]
+    );
+    b.store.ack(&first[1].receipt).await.expect("ack");
+    b.store
+        .ack(&first[1].receipt)
+        .await
+        .expect("a second ack is harmless");
+    assert!(
+        matches!(
+            b.store.ack(&Receipt::new("not-a-receipt")).await,
+            Err(StoreError::ForeignReceipt { .. })
+        ),
+        "a receipt this store did not issue is refused"
+    );
+    assert!(fetch(10 * M, 10).await.is_empty());
+
+    // Nothing for a completion without messages, nor for a fenced one.
+    let k2 = key("no-receipt");
+    let t2 = b.new_claim(k2, None, 0).await;
+    b.complete(k2, t2, S, "plain").await.expect("complete");
+    let k3 = key("fenced-receipt");
+    let t3 = b.new_claim(k3, None, 0).await;
+    b.store.release(k3, t3, at(S)).await.expect("release");
+    b.new_claim(k3, None, 2 * S).await;
+    assert_fenced(
+        b.complete_with(k3, t3, 3 * S, &answer("late"), &msgs).await,
+        k3.reference(1),
+    );
+    assert!(fetch(20 * M, 10).await.is_empty());
+
+    // Oldest first, bounded by the limit.
+    let k4 = key("three");
+    let t4 = b.new_claim(k4, None, 0).await;
+    let three = [message("a", "1"), message("b", "2"), message("c", "3")];
+    b.complete_with(k4, t4, 30 * M, &answer("ok"), &three)
+        .await
+        .expect("complete");
+    let two = fetch(30 * M, 2).await;
+    assert_eq!(
+        two.iter().map(|e| e.topic.as_str()).collect::<Vec<_>>(),
+        vec!["a", "b"]
+    );
+    let one = fetch(30 * M, 2).await;
+    assert_eq!(
+        one.iter().map(|e| e.topic.as_str()).collect::<Vec<_>>(),
+        vec!["c"]
+    );
+}

@@ -1,0 +1,88 @@
+//! Settlements: completed, released, unknown.
+
+use super::*;
+
+pub(super) async fn settle_completed_answers_repeats_for_the_window(b: &Backend) {
+    let k = key("found");
+    let t = b.new_claim(k, None, 0).await;
+    b.settle(k, t, &Settlement::Completed(answer("found")), M)
+        .await
+        .expect("settle");
+    assert_eq!(
+        b.claim(k, None, 2 * M).await,
+        Claim::Completed {
+            reference: k.reference(1),
+            response: answer("found"),
+            completed_at: at(M)
+        }
+    );
+    assert_eq!(
+        b.status(TENANT, k.reference(1))
+            .await
+            .and_then(|s| s.expires_at),
+        Some(at(M + WINDOW))
+    );
+    assert_fenced(
+        b.settle(k, t, &Settlement::Released, 2 * M).await,
+        k.reference(1),
+    );
+    assert_eq!(
+        b.claim(k, None, M + WINDOW).await,
+        Claim::New {
+            reference: k.reference(2),
+            token: first_token(M + WINDOW)
+        }
+    );
+}
+
+pub(super) async fn settle_released_lets_a_repeat_run_under_the_same_reference(b: &Backend) {
+    let k = key("not-charged");
+    let t = b.new_claim(k, None, 0).await;
+    b.store.mark_unknown(k, t).await.expect("mark unknown");
+    b.settle(k, t, &Settlement::Released, M)
+        .await
+        .expect("settle");
+    assert_eq!(
+        b.status(TENANT, k.reference(1)).await.map(|s| s.state),
+        Some(RecordState::Released)
+    );
+    assert_eq!(
+        b.claim(k, None, 2 * M).await,
+        Claim::New {
+            reference: k.reference(1),
+            token: first_token(2 * M)
+        }
+    );
+}
+
+pub(super) async fn settle_unknown_keeps_it_unknown_and_fences_the_worker(b: &Backend) {
+    let k = key("unclear");
+    let t = b.new_claim(k, None, 0).await;
+    b.settle(k, t, &Settlement::Unknown, LEASE)
+        .await
+        .expect("settle");
+    assert_eq!(
+        b.claim(k, None, LEASE + S).await,
+        Claim::Unknown {
+            reference: k.reference(1),
+            since: at(0)
+        }
+    );
+    assert_fenced(b.complete(k, t, LEASE + S, "late").await, k.reference(1));
+    let due = b.unsettled(LEASE + S, 10).await;
+    assert_eq!(
+        due.iter().map(|u| (u.state, u.token)).collect::<Vec<_>>(),
+        vec![(RecordState::Unknown, Token(t.0 + 1))]
+    );
+    b.settle(
+        k,
+        Token(t.0 + 1),
+        &Settlement::Completed(answer("found")),
+        LEASE + 2 * S,
+    )
+    .await
+    .expect("settle");
+    assert!(
+        matches!(b.claim(k, None, LEASE + 3 * S).await, Claim::Completed { response, .. } if response == answer("found"))
+    );
+}
