@@ -38,8 +38,8 @@ fn separator_bytes_cannot_merge_callers() {
 proptest! {
     #[test]
     fn distinct_fields_give_distinct_keys(
-        t1 in ".{0,6}", s1 in ".{0,6}", n1 in ".{0,6}",
-        t2 in ".{0,6}", s2 in ".{0,6}", n2 in ".{0,6}",
+        (t1, s1, n1) in (".{0,6}", ".{0,6}", ".{0,6}"),
+        (t2, s2, n2) in (".{0,6}", ".{0,6}", ".{0,6}"),
     ) {
         prop_assume!(!t1.is_empty() && !t2.is_empty());
         prop_assume!((&t1, &s1, &n1) != (&t2, &s2, &n2));
