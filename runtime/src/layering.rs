@@ -1,6 +1,7 @@
-//! The runtime's modules in layers, lowest first: a module uses only modules of layers below its
-//! own, so the import graph has no circle. Checked by reading the sources (as the macro crate
-//! checks its own). The crate root and `__private` (which re-export) and test code are left out.
+//! The runtime's house rules, checked by reading its sources (as the macro crate checks its own).
+//! Its modules are in layers, lowest first: a module uses only modules of layers below its own,
+//! so the import graph has no circle (the crate root and `__private`, which re-export, and test
+//! code are left out). And no function takes more than four parameters besides `self`.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -127,5 +128,97 @@ fn modules_only_use_lower_layers() {
     assert_eq!(
         uses("use crate::key::X; use crate::{store, Call};\n// crate::mcp\n"),
         ["engine", "key", "store"].map(String::from).into()
+    );
+}
+
+/// The parameters of each `fn` in `src` besides `self`: (name, count). Parameters are split at
+/// the top level of the parentheses (generic `<…>` and nested brackets kept whole).
+fn parameter_counts(src: &str) -> Vec<(String, usize)> {
+    let mut found = Vec::new();
+    let mut rest = src;
+    while let Some(at) = rest.find("fn ") {
+        let before = rest[..at].chars().last();
+        rest = &rest[at + 3..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        // Generics between the name and the parenthesis may hold `(` only inside `Fn(..)` bounds;
+        // skip them by angle depth.
+        let mut depth_angle = 0i32;
+        let mut start = None;
+        for (i, c) in rest.char_indices() {
+            match c {
+                '<' => depth_angle += 1,
+                '>' => depth_angle -= 1,
+                '(' if depth_angle <= 0 => {
+                    start = Some(i);
+                    break;
+                }
+                '{' | ';' => break,
+                _ => {}
+            }
+        }
+        let Some(start) = start else {
+            continue;
+        };
+        let (mut depth, mut parts, mut current) = (0i32, Vec::new(), String::new());
+        for c in rest[start + 1..].chars() {
+            match c {
+                '(' | '[' | '{' | '<' => depth += 1,
+                ')' | ']' | '}' | '>' if depth > 0 => depth -= 1,
+                ')' => break,
+                _ => {}
+            }
+            if c == ',' && depth == 0 {
+                parts.push(std::mem::take(&mut current));
+            } else {
+                current.push(c);
+            }
+        }
+        parts.push(current);
+        let count = parts
+            .iter()
+            .map(|p| p.trim())
+            .filter(|p| !p.is_empty())
+            .filter(|p| {
+                let p = p.trim_start_matches('&').trim_start();
+                let p = p.strip_prefix("'_ ").unwrap_or(p);
+                let p = p.strip_prefix("'a ").unwrap_or(p);
+                let p = p.strip_prefix("mut ").unwrap_or(p);
+                !(p == "self" || p.starts_with("self:") || p.starts_with("self "))
+            })
+            .count();
+        found.push((name, count));
+    }
+    found
+}
+
+/// No function in the runtime takes more than four parameters besides `self`: what travels
+/// together is one value (`Prepared`, a request struct, a tuple of a pair that belongs together).
+#[test]
+fn no_function_takes_more_than_four_parameters() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    for file in files {
+        if file.ends_with("layering.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("read");
+        for (name, count) in parameter_counts(&text) {
+            assert!(
+                count <= 4,
+                "{}: fn {name} takes {count} parameters",
+                file.display()
+            );
+        }
+    }
+    assert_eq!(
+        parameter_counts("fn a(&self, x: u8, y: Vec<(u8, u8)>) {} fn b<F: Fn(u8)>(f: F, g: u8, h: u8, i: u8, j: u8) {}"),
+        [("a".to_owned(), 2), ("b".to_owned(), 5)]
     );
 }
