@@ -135,33 +135,31 @@ impl Drop for Guard {
             _ => "mark unknown",
         };
         tracing::warn!(tool, %reference, settle = what, "idempotency call dropped before it was recorded; settling it in the background");
-        if let OnDrop::Release = on_drop {
-            in_background(
-                release((store, self.clock.clone()), (key, token), tool),
-                tool,
-                reference,
-            );
-            return;
-        }
+        let answer = match on_drop {
+            // Nothing ran under it: given back, with the retries a lost claim needs.
+            OnDrop::Release => {
+                let release = release((store, self.clock.clone()), (key, token), tool);
+                in_background(release, tool, reference);
+                return;
+            }
+            OnDrop::Complete(answer) => Some(answer),
+            _ => None,
+        };
         let settle = async move {
-            let r = match on_drop {
-                // Given back above, with its retries.
-                OnDrop::Release => Ok(()),
-                OnDrop::Complete(answer) => {
-                    match store.complete(&answer.completion(key, token)).await {
-                        Err(
-                            e @ (StoreError::Fenced { .. }
-                            | StoreError::WrongState { .. }
-                            | StoreError::NotFound),
-                        ) => Err(e),
-                        Err(e) => {
-                            tracing::error!(tool, %reference, error = %e, "idempotency could not complete a dropped call; marking it unknown");
-                            store.mark_unknown(key, token).await
-                        }
-                        ok => ok,
+            let r = match answer {
+                Some(answer) => match store.complete(&answer.completion(key, token)).await {
+                    Err(
+                        e @ (StoreError::Fenced { .. }
+                        | StoreError::WrongState { .. }
+                        | StoreError::NotFound),
+                    ) => Err(e),
+                    Err(e) => {
+                        tracing::error!(tool, %reference, error = %e, "idempotency could not complete a dropped call; marking it unknown");
+                        store.mark_unknown(key, token).await
                     }
-                }
-                _ => store.mark_unknown(key, token).await,
+                    ok => ok,
+                },
+                None => store.mark_unknown(key, token).await,
             };
             if let Err(e) = r {
                 tracing::error!(tool, %reference, error = %e, "idempotency could not settle a dropped call; the reconciler will see its lease expire");
