@@ -18,12 +18,13 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult,
     PaginatedRequestParams, ServerConfig, Tool,
 };
-use rmcp::service::{RequestContext, RunningService};
-use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-type Client = RunningService<RoleClient, ()>;
+mod common;
+use common::{call, remove_db, temp_db, Client};
 
 async fn connect<S: ServerHandler + Send + Sync + 'static>(server: S) -> Client {
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
@@ -84,14 +85,6 @@ impl<S: ServerHandler> ServerHandler for Finished<S> {
     fn get_tool(&self, name: &str) -> Option<Tool> {
         self.inner.get_tool(name)
     }
-}
-
-async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
-    let args = args.as_object().cloned().unwrap_or_default();
-    client
-        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
-        .await
-        .expect("call_tool")
 }
 
 fn meta_str(r: &CallToolResult, key: &str) -> Option<String> {
@@ -464,18 +457,6 @@ async fn invalid_charges_are_refused_before_the_processor_and_not_stored() {
     let ok = call(&client, "charge_card", charge_args()).await;
     assert_eq!(ok.is_error, Some(false), "{}", text(&ok));
     assert_eq!(processor.charges(), 1);
-}
-
-fn remove_db(path: &std::path::Path) {
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
-}
-
-fn temp_db(name: &str) -> std::path::PathBuf {
-    let p = std::env::temp_dir().join(format!("idem-ex-{name}-{}.db", std::process::id()));
-    let _ = std::fs::remove_file(&p);
-    p
 }
 
 #[tokio::test]

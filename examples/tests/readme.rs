@@ -5,12 +5,12 @@
 
 use idempotency::error::STATUS_TOOL;
 use idempotency::mcp::{META_REF, META_REPLAYED};
-use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::RunningService;
-use rmcp::{RoleClient, ServiceExt};
+use rmcp::model::CallToolResult;
+use rmcp::ServiceExt;
 use serde_json::{json, Value};
 
-type Client = RunningService<RoleClient, ()>;
+mod common;
+use common::{call, remove_db, temp_db, Client};
 
 const SECRET: &str = "readme-test-secret-0123456789";
 
@@ -40,18 +40,6 @@ fn the_readme_server_is_the_example_byte_for_byte() {
     }
 }
 
-fn temp_db() -> std::path::PathBuf {
-    let p = std::env::temp_dir().join(format!("idem-readme-{}.db", std::process::id()));
-    remove_db(&p);
-    p
-}
-
-fn remove_db(path: &std::path::Path) {
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
-}
-
 fn server(db: &std::path::Path) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_server"));
     cmd.env("IDEMPOTENCY_SQLITE", db)
@@ -68,14 +56,6 @@ async fn connect(db: &std::path::Path) -> Client {
         .expect("the server answers initialize")
 }
 
-async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
-    let args = args.as_object().cloned().unwrap_or_default();
-    client
-        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
-        .await
-        .expect("call_tool")
-}
-
 fn meta<'a>(r: &'a CallToolResult, key: &str) -> Option<&'a Value> {
     r.meta.as_ref()?.0.get(key)
 }
@@ -90,7 +70,7 @@ fn charge() -> Value {
 
 #[tokio::test]
 async fn the_readme_server_replays_a_repeat_over_stdio_and_after_a_restart() {
-    let db = temp_db();
+    let db = temp_db("readme");
     let client = connect(&db).await;
 
     let tools = client.list_all_tools().await.expect("tools/list");
@@ -150,7 +130,7 @@ async fn the_readme_server_replays_a_repeat_over_stdio_and_after_a_restart() {
 
 #[tokio::test]
 async fn the_readme_server_refuses_to_start_without_a_secret() {
-    let db = temp_db().with_extension("nosecret.db");
+    let db = temp_db("readme-nosecret");
     let out = server(&db)
         .env_remove("IDEMPOTENCY_SECRET")
         .stdin(std::process::Stdio::null())
