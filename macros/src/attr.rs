@@ -23,13 +23,14 @@ mod kw {
     syn::custom_keyword!(missing_key);
     syn::custom_keyword!(__in_impl);
     syn::custom_keyword!(task);
+    syn::custom_keyword!(transactional);
     syn::custom_keyword!(recover);
 }
 
 /// Listed in the "unknown option" error.
 pub(crate) const OPTIONS: &str =
     "`window`, `business_key`, `missing_key`, `scope`, `ignore`, `name`, \
-                            `on_error`, `timeout`, `wait`, `recover`, `context`, `task`, `crate`";
+                            `on_error`, `timeout`, `wait`, `recover`, `context`, `task`, `transactional`, `crate`";
 
 /// The replay window when `window` is not given: 15 minutes.
 pub(crate) const DEFAULT_WINDOW_MS: u64 = 15 * 60 * 1000;
@@ -110,6 +111,9 @@ pub(crate) struct Options {
     pub krate: Option<Opt<syn::Path>>,
     /// `task`: an rmcp tool answers clients that declared the tasks extension with a durable task.
     pub task: Option<Opt<()>>,
+    /// `transactional`: the claim, the handler's writes and the outcome in one transaction of the
+    /// store's database.
+    pub transactional: Option<Opt<()>>,
     /// Set by `#[idempotent_tools]`, never by hand.
     pub in_impl: Option<Opt<InImpl>>,
     /// Options met so far, valid or not: a second one is a duplicate either way.
@@ -447,6 +451,16 @@ impl Options {
                 &mut self.seen,
                 &mut self.task,
                 "task",
+                key.span,
+                Some(()),
+            );
+        } else if input.peek(kw::transactional) && !input.peek2(Token![=]) {
+            let key: kw::transactional = input.parse()?;
+            set(
+                cx,
+                &mut self.seen,
+                &mut self.transactional,
+                "transactional",
                 key.span,
                 Some(()),
             );

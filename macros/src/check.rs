@@ -81,6 +81,20 @@ pub(crate) fn function(cx: &mut Ctxt, f: &Function, opts: &Options) {
             }
         }
     }
+    if let Some(t) = &opts.transactional {
+        if let Some(r) = &opts.recover {
+            cx.error(
+                r.span,
+                "a `transactional` call is never left unknown: if its worker dies, the database rolls it back and the next repeat runs it once; drop `recover`",
+            );
+        }
+        if opts.task.is_some() {
+            cx.error(
+                t.span,
+                "`transactional` and `task` cannot be combined: a task outlives the request, a transaction must not; drop one",
+            );
+        }
+    }
     if let (Some(m), None) = (&opts.missing_key, &opts.business_key) {
         cx.error(
             m.span,

@@ -145,6 +145,14 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         };
         spec.extend(quote!(.with_recover(#p::Recover::#variant)));
     }
+    let mut registration = TokenStream::new();
+    if opts.transactional.is_some() {
+        spec.extend(quote!(.with_transactional()));
+        // Registered at link time: `start` refuses a store that cannot run it, naming it.
+        registration = quote! {
+            #p::inventory::submit! { #p::TransactionalTool::new(#name) }
+        };
+    }
     let mut local_descriptor = TokenStream::new();
     let (spec_path, descriptor) = if f.in_trait {
         // A trait impl holds only the trait's items: the descriptor is the body's own.
@@ -466,6 +474,7 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
     quote! {
         #(#attrs)*
         #vis #sig {
+            #registration
             #local_descriptor
             #prologue
             let #body_local = #body;

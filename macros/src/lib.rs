@@ -60,6 +60,7 @@ use proc_macro::TokenStream;
 /// | `recover = "unknown" \| "rerun" \| "reconcile"` | once the call's worker is gone (crash, panic, timeout, lost completion): repeats are told "outcome unknown"; or the next repeat runs the body again under the same reference (for side effects that deduplicate on it); or your `Reconcile` settles it | `"unknown"` |
 /// | `context = "ctx"` | the context parameter (plain mode) | see below |
 /// | `task` | rmcp tools: a client that declared the tasks extension gets a durable task (see `idempotency::mcp::task`); the server must be `Clone + Send + Sync + 'static` | answered inline |
+/// | `transactional` | the claim, the handler's writes (through `Call::transaction`) and the outcome in one transaction of the store's database (SQLite, PostgreSQL): one commit, no lease; a dead worker leaves nothing and the next repeat runs once | a claim and a completion, each committed |
 /// | `crate = "::idempotency"` | the runtime's path, for a renamed dependency | `::idempotency` |
 ///
 /// Durations are a positive whole number and a unit: `ms`, `s`, `m`, `h` or `d` (`"500ms"`,

@@ -7,12 +7,13 @@ pub use crate::error::Error;
 pub use crate::key::Caller;
 pub use crate::key::Scope;
 pub use crate::outcome::{Classify, ErrorPolicy, Failure, Outcome};
-pub use crate::tool::{BusinessKey, Prepared, Recover, ToolSpec};
+pub use crate::tool::{BusinessKey, Prepared, Recover, ToolSpec, TransactionalTool};
 pub use core::clone::Clone;
 pub use core::convert::From;
 pub use core::option::Option;
 pub use core::result::Result;
 pub use core::time::Duration;
+pub use inventory;
 pub use serde::de::DeserializeOwned;
 pub use serde::Serialize;
 

@@ -34,6 +34,9 @@ pub enum UnknownReason {
     },
     /// An earlier call with these arguments ended this way; it has not been reconciled yet.
     Earlier,
+    /// A transactional call's commit went unanswered (the connection broke): it committed or it
+    /// did not, and a repeat finds out (it replays the committed answer, or runs once).
+    CommitUnanswered,
 }
 
 impl std::fmt::Display for UnknownReason {
@@ -51,6 +54,9 @@ impl std::fmt::Display for UnknownReason {
                 "an identical call's worker has not reported since its lease ended at {lease_ended}"
             ),
             UnknownReason::Earlier => f.write_str("an earlier identical call did not report back"),
+            UnknownReason::CommitUnanswered => {
+                f.write_str("the database's answer to its commit was lost")
+            }
         }
     }
 }
@@ -198,6 +204,21 @@ pub enum Error {
         /// The serialiser's message.
         message: String,
     },
+    /// A transactional call was rolled back: nothing it wrote stays and no record was kept, so
+    /// the same call may be sent again (it runs once).
+    #[error("{tool} (ref {reference}) was rolled back: {reason}")]
+    RolledBack {
+        /// The tool.
+        tool: String,
+        /// The reference it ran under.
+        reference: Reference,
+        /// Why: the handler panicked, ran past its timeout, kept its transaction, or the
+        /// database refused the commit.
+        reason: String,
+        /// The database's error, when it refused.
+        #[source]
+        source: Option<StoreError>,
+    },
 }
 
 impl Error {
@@ -211,7 +232,8 @@ impl Error {
             | Error::Replay { reference, .. }
             | Error::Unstorable { reference, .. }
             | Error::Unreadable { reference, .. }
-            | Error::NotReleased { reference, .. } => Some(*reference),
+            | Error::NotReleased { reference, .. }
+            | Error::RolledBack { reference, .. } => Some(*reference),
             _ => None,
         }
     }
@@ -220,6 +242,7 @@ impl Error {
     /// failure was a passing one (unreachable, or contended).
     pub fn safe_to_retry(&self) -> bool {
         matches!(self, Error::Store { source, .. } if source.is_transient())
+            || matches!(self, Error::RolledBack { .. })
     }
 
     /// Whether nothing was done by this call (no side effect ran because of it).
@@ -234,6 +257,7 @@ impl Error {
                 | Error::Unreadable { .. }
                 | Error::Arguments { .. }
                 | Error::InvalidCaller { .. }
+                | Error::RolledBack { .. }
         )
     }
 
@@ -251,6 +275,10 @@ impl Error {
             Error::InFlight { reference, .. } => format!(
                 "Do not submit it again; call {STATUS_TOOL} with ref {reference} to learn its outcome."
             ),
+            Error::OutcomeUnknown { reference, reason: UnknownReason::CommitUnanswered, .. } => format!(
+                "Call {STATUS_TOOL} with ref {reference}: if it completed, that is its answer; if it is not found, nothing was done and the call may be sent again (it runs once)."
+            ),
+            Error::RolledBack { .. } => "Nothing was done. It is safe to send the same call again.".to_owned(),
             Error::OutcomeUnknown { reference, .. } => format!(
                 "It may or may not have taken effect. Do not retry it; call {STATUS_TOOL} with ref {reference} to learn what happened."
             ),

@@ -103,6 +103,9 @@ pub use canonical::canonical_json;
 pub use context::IdempotencyContext;
 pub use engine::{Call, EnqueueError};
 pub use engine::{Idempotency, IdempotencyBuilder};
+#[cfg(feature = "_sql")]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
+pub use engine::{Transaction, TransactionError};
 pub use error::Error;
 pub use key::{Caller, Reference};
 pub use outcome::{Classify, Disposition};

@@ -72,6 +72,7 @@ fn wrapper_answer(e: &Error) -> &'static str {
         | Error::Arguments { .. }
         | Error::InvalidCaller { .. }
         | Error::Replay { .. } => "refused",
+        Error::RolledBack { .. } => "rolled_back",
     }
 }
 
@@ -153,6 +154,9 @@ impl RecordStore for Metered {
         wake: Wake,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         timed("watch", self.0.watch(key, reference, wake))
+    }
+    fn transactions(&self) -> Option<&dyn crate::store::TransactionalStore> {
+        self.0.transactions()
     }
 }
 

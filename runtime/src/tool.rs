@@ -28,6 +28,7 @@ pub struct ToolSpec {
     pub(crate) scope: Option<Scope>,
     pub(crate) ignore: &'static [&'static str],
     pub(crate) recover: Recover,
+    pub(crate) transactional: bool,
 }
 
 impl ToolSpec {
@@ -41,7 +42,21 @@ impl ToolSpec {
             scope: None,
             ignore: &[],
             recover: Recover::Unknown,
+            transactional: false,
         }
+    }
+
+    /// Runs each call in one transaction of the store's database: the claim, the handler's
+    /// writes ([`Call::transaction`](crate::Call::transaction)) and the outcome commit together,
+    /// or not at all. Only the SQL stores run such a tool.
+    pub const fn with_transactional(mut self) -> Self {
+        self.transactional = true;
+        self
+    }
+
+    /// Whether each call runs in one transaction of the store's database.
+    pub const fn is_transactional(&self) -> bool {
+        self.transactional
     }
 
     /// What a repeat does once the call's worker is gone (default [`Recover::Unknown`]).
@@ -300,4 +315,33 @@ fn refused(tool: &str, e: KeyError) -> Error {
             source: e,
         },
     }
+}
+
+/// A `#[idempotent(transactional)]` tool linked into this program: the attribute registers each
+/// one, so that [`IdempotencyBuilder::start`](crate::IdempotencyBuilder::start) refuses a store
+/// that cannot run them, naming the tool, before the first call.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct TransactionalTool {
+    name: &'static str,
+}
+
+impl TransactionalTool {
+    /// The registration of the tool `name` (generated code).
+    pub const fn new(name: &'static str) -> Self {
+        TransactionalTool { name }
+    }
+}
+
+inventory::collect!(TransactionalTool);
+
+/// The transactional tools linked into this program, by name, sorted.
+pub(crate) fn transactional_tools() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = inventory::iter::<TransactionalTool>
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
 }

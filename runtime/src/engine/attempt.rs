@@ -377,7 +377,7 @@ impl Attempt {
 }
 
 /// A panic's message, when it has one.
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+pub(super) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = payload.downcast_ref::<String>() {
@@ -389,9 +389,9 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// The body, with panics caught and its first poll noted (a body that never started can be
 /// released; one that started cannot).
-struct Running<'g, Fut> {
-    body: Pin<Box<tokio::task::futures::TaskLocalFuture<Call, Fut>>>,
-    started: &'g AtomicBool,
+pub(super) struct Running<'g, Fut> {
+    pub(super) body: Pin<Box<tokio::task::futures::TaskLocalFuture<Call, Fut>>>,
+    pub(super) started: &'g AtomicBool,
 }
 
 impl<Fut: Future> Future for Running<'_, Fut> {

@@ -34,6 +34,8 @@ pub struct IdempotencyBuilder {
     wait: Duration,
     max_waiters: usize,
     waiters: Arc<Waiters>,
+    /// `start` does not check that the store can run the transactional tools linked in.
+    no_transactional_tools: bool,
 }
 
 /// What the engine does about claims whose lease passed.
@@ -75,6 +77,7 @@ impl IdempotencyBuilder {
             wait: Duration::ZERO,
             max_waiters: Idempotency::DEFAULT_MAX_WAITERS,
             waiters,
+            no_transactional_tools: false,
         }
     }
 }
@@ -210,10 +213,42 @@ impl IdempotencyBuilder {
     /// assert!(Idempotency::builder_shared(store).secret(old).start().await.is_err());
     /// # Ok(()) }
     /// ```
+    ///
+    /// It also refuses a store that cannot run a call in a transaction of its database (memory,
+    /// Redis) while a `#[idempotent(transactional)]` tool is linked into the program, naming the
+    /// tool, unless [`without_transactional_tools`](IdempotencyBuilder::without_transactional_tools)
+    /// says this engine serves none of them.
     pub async fn start(self) -> Result<Idempotency, StoreError> {
+        let unserved = if self.no_transactional_tools || self.store.transactions().is_some() {
+            Vec::new()
+        } else {
+            crate::tool::transactional_tools()
+        };
+        if !unserved.is_empty() {
+            return Err(StoreError::Config {
+                problem: format!(
+                    "{} {} transactional (#[idempotent(transactional)]), but this store cannot run a call in a \
+                     transaction of its database: serve {} with SqliteStore or PostgresStore (or, if another engine \
+                     serves {}, say so with IdempotencyBuilder::without_transactional_tools() on this one)",
+                    unserved.join(", "),
+                    if unserved.len() == 1 { "is" } else { "are" },
+                    if unserved.len() == 1 { "it" } else { "them" },
+                    if unserved.len() == 1 { "it" } else { "them" },
+                ),
+                source: None,
+            });
+        }
         let engine = self.build();
         engine.secret_check.ensure(&*engine.store).await?;
         Ok(engine)
+    }
+
+    /// This engine serves none of the program's `#[idempotent(transactional)]` tools (another
+    /// engine, on a SQL store, does): [`start`](IdempotencyBuilder::start) does not refuse its
+    /// store for them. A transactional call that reaches it anyway is refused (nothing runs).
+    pub fn without_transactional_tools(mut self) -> Self {
+        self.no_transactional_tools = true;
+        self
     }
 
     /// The engine, unchecked until its first call (see [`start`](IdempotencyBuilder::start)).

@@ -20,6 +20,9 @@ pub struct Call {
     pub(crate) reference: Reference,
     pub(crate) tool: &'static str,
     pub(crate) outbox: Arc<Pending>,
+    /// A transactional call's connection (`store::sql::SharedConnection` of the store's
+    /// database), borrowed through `Call::transaction`.
+    pub(crate) transaction: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl Call {
@@ -28,6 +31,7 @@ impl Call {
             reference,
             tool,
             outbox: Arc::new(Pending::open()),
+            transaction: None,
         }
     }
 

@@ -67,33 +67,11 @@ impl Idempotency {
         now: crate::clock::Timestamp,
         by: Option<tokio::time::Instant>,
     ) -> Result<Claim, Outcome<T, Failure<E>>> {
-        let (spec, caller) = (&prepared.spec, &prepared.caller);
-        let tool = spec.name;
-        let key = prepared.key.key(secret);
-        let token = attempt_token(now);
-        let req = ClaimRequest {
-            key,
-            tenant: &caller.tenant,
-            subject: match prepared.scope {
-                Scope::Subject => Some(&caller.subject),
-                Scope::Tenant => None,
-            },
-            tool,
-            fingerprint: prepared.fingerprint.map(|f| f.fingerprint(secret)),
-            now,
-            lease: self.lease,
-            window: spec.window,
-            token,
-        };
-        if !self.secret_check.passed() {
-            if let Err(source) = bounded(by, self.secret_check.ensure(&*self.store)).await {
-                tracing::error!(tool, error = %source, "idempotency: the store's secret check failed; nothing was run");
-                return Err(refused(Error::Store {
-                    tool: tool.into(),
-                    source,
-                }));
-            }
-        }
+        let tool = prepared.spec.name;
+        let req = self.request(prepared, secret, now);
+        let key = req.key;
+        let token = req.token;
+        self.check_secret(tool, by).await?;
         let pending = Guard::claiming(self, key, token, tool);
         let claim = bounded(by, self.store.claim(&req)).await;
         if claim.is_ok() {
@@ -101,35 +79,7 @@ impl Idempotency {
         } else {
             drop(pending);
         }
-        match claim {
-            Ok(c) => Ok(c),
-            Err(StoreError::ReferenceTaken { reference }) => {
-                tracing::error!(tool, %reference, "idempotency claim refused: the reference is held by a different key; nothing was run");
-                // This call's own reference: nothing about the holder (not its generation).
-                Err(refused(Error::ReferenceTaken {
-                    tool: tool.into(),
-                    reference: key.reference(1),
-                }))
-            }
-            Err(source @ StoreError::Corrupt { .. }) => {
-                // Every repeat finds the same record: not a passing failure. Named by the key's
-                // first generation, which finds the record whatever its generation reads as.
-                let reference = key.reference(1);
-                tracing::error!(tool, %reference, error = %source, "idempotency claim found a record it cannot read; nothing was run");
-                Err(answered(Error::Unreadable {
-                    tool: tool.into(),
-                    reference,
-                    source,
-                }))
-            }
-            Err(source) => {
-                tracing::warn!(tool, error = %source, "idempotency claim failed; nothing was run");
-                Err(refused(Error::Store {
-                    tool: tool.into(),
-                    source,
-                }))
-            }
-        }
+        claim.map_err(|e| claim_failed(tool, key, e))
     }
 
     /// `recover = "rerun"`: takes over the call whose worker is gone (its reference, and when it
@@ -198,9 +148,52 @@ impl Idempotency {
         }
     }
 
+    /// Checks once that the store's records are keyed with this engine's secret; an error is
+    /// the caller's answer (nothing ran).
+    pub(super) async fn check_secret<T, E>(
+        &self,
+        tool: &'static str,
+        by: Option<tokio::time::Instant>,
+    ) -> Result<(), Outcome<T, Failure<E>>> {
+        if !self.secret_check.passed() {
+            if let Err(source) = bounded(by, self.secret_check.ensure(&*self.store)).await {
+                tracing::error!(tool, error = %source, "idempotency: the store's secret check failed; nothing was run");
+                return Err(refused(Error::Store {
+                    tool: tool.into(),
+                    source,
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    /// What a claim of `prepared`'s key under `secret` asks the store for, with a new token.
+    pub(super) fn request<'p>(
+        &self,
+        prepared: &'p Prepared,
+        secret: &Secret,
+        now: crate::clock::Timestamp,
+    ) -> ClaimRequest<'p> {
+        let (spec, caller) = (&prepared.spec, &prepared.caller);
+        ClaimRequest {
+            key: prepared.key.key(secret),
+            tenant: &caller.tenant,
+            subject: match prepared.scope {
+                Scope::Subject => Some(&caller.subject),
+                Scope::Tenant => None,
+            },
+            tool: spec.name,
+            fingerprint: prepared.fingerprint.map(|f| f.fingerprint(secret)),
+            now,
+            lease: self.lease,
+            window: spec.window,
+            token: attempt_token(now),
+        }
+    }
+
     /// While secrets are rotated: the live record of this call under a previous secret's key,
     /// if there is one. A probe that finds none made a claim there, which it gives back at once.
-    async fn recognise<T, E>(
+    pub(super) async fn recognise<T, E>(
         &self,
         prepared: &Prepared,
         now: crate::clock::Timestamp,
@@ -227,6 +220,42 @@ impl Idempotency {
             }
         }
         Ok(None)
+    }
+}
+
+/// The answer to a claim the store failed (nothing ran).
+pub(super) fn claim_failed<T, E>(
+    tool: &'static str,
+    key: crate::key::Key,
+    error: StoreError,
+) -> Outcome<T, Failure<E>> {
+    match error {
+        StoreError::ReferenceTaken { reference } => {
+            tracing::error!(tool, %reference, "idempotency claim refused: the reference is held by a different key; nothing was run");
+            // This call's own reference: nothing about the holder (not its generation).
+            refused(Error::ReferenceTaken {
+                tool: tool.into(),
+                reference: key.reference(1),
+            })
+        }
+        source @ StoreError::Corrupt { .. } => {
+            // Every repeat finds the same record: not a passing failure. Named by the key's
+            // first generation, which finds the record whatever its generation reads as.
+            let reference = key.reference(1);
+            tracing::error!(tool, %reference, error = %source, "idempotency claim found a record it cannot read; nothing was run");
+            answered(Error::Unreadable {
+                tool: tool.into(),
+                reference,
+                source,
+            })
+        }
+        source => {
+            tracing::warn!(tool, error = %source, "idempotency claim failed; nothing was run");
+            refused(Error::Store {
+                tool: tool.into(),
+                source,
+            })
+        }
     }
 }
 

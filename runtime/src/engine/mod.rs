@@ -23,6 +23,9 @@ mod enqueue;
 pub(crate) mod expiry;
 mod guard;
 mod secret;
+#[cfg(feature = "_sql")]
+mod transaction;
+mod transactional;
 mod wait;
 
 use attempt::Attempt;
@@ -35,6 +38,8 @@ use wait::{Waited, Waiters};
 pub use builder::IdempotencyBuilder;
 pub use call::Call;
 pub use enqueue::EnqueueError;
+#[cfg(feature = "_sql")]
+pub use transaction::{Transaction, TransactionError};
 
 /// The store and clock every idempotent tool of a server shares. Cheap to clone.
 ///
@@ -174,8 +179,12 @@ impl Idempotency {
             }
         }
         let span = tracing::debug_span!("idempotent_call", tool = spec.name);
-        let out =
-            tracing::Instrument::instrument(self.claim_and_run(prepared, policy, body), span).await;
+        let out = if spec.transactional {
+            tracing::Instrument::instrument(self.run_transactional(prepared, policy, body), span)
+                .await
+        } else {
+            tracing::Instrument::instrument(self.claim_and_run(prepared, policy, body), span).await
+        };
         crate::metrics::call(spec.name, &out);
         out
     }
@@ -276,76 +285,93 @@ impl Idempotency {
                 .run(policy, body)
                 .await
             }
-            Claim::Completed {
-                reference,
-                response,
-                ..
-            } => {
-                tracing::debug!(tool, %reference, ok = response.ok, "idempotency replay");
-                let unreadable = |message: String| {
-                    Failure::Wrapper(Error::Replay {
-                        tool: tool.into(),
-                        reference,
-                        message,
-                    })
-                };
-                let result = if response.ok {
-                    serde_json::from_str::<T>(&response.body).map_err(|e| unreadable(e.to_string()))
-                } else {
-                    match (policy.decode)(&response.body) {
-                        Ok(e) => Err(Failure::Handler(e)),
-                        Err(message) => Err(unreadable(message)),
-                    }
-                };
-                Outcome {
-                    result,
-                    replayed: true,
-                    reference: Some(reference),
+            found => answer_found(tool, found, gone, &policy),
+        }
+    }
+}
+
+/// The answer from a record the claim found (not a new claim): the stored answer replayed, or
+/// the wrapper's answer naming the record's reference.
+fn answer_found<T, E>(
+    tool: &'static str,
+    claim: Claim,
+    gone: Option<claim::Gone>,
+    policy: &ErrorPolicy<E>,
+) -> Outcome<T, Failure<E>>
+where
+    T: DeserializeOwned,
+{
+    match claim {
+        Claim::New { .. } => unreachable!("a new claim is run, not answered"),
+        Claim::Completed {
+            reference,
+            response,
+            ..
+        } => {
+            tracing::debug!(tool, %reference, ok = response.ok, "idempotency replay");
+            let unreadable = |message: String| {
+                Failure::Wrapper(Error::Replay {
+                    tool: tool.into(),
+                    reference,
+                    message,
+                })
+            };
+            let result = if response.ok {
+                serde_json::from_str::<T>(&response.body).map_err(|e| unreadable(e.to_string()))
+            } else {
+                match (policy.decode)(&response.body) {
+                    Ok(e) => Err(Failure::Handler(e)),
+                    Err(message) => Err(unreadable(message)),
                 }
+            };
+            Outcome {
+                result,
+                replayed: true,
+                reference: Some(reference),
             }
-            Claim::InFlight {
-                reference,
-                claimed_at,
-                lease_expires_at,
-            } => match gone {
-                // Nobody has renewed the claim since its lease ended: its worker is gone or
-                // could not record its outcome. Not "in progress" as if someone were working.
-                Some(_) => {
-                    tracing::info!(tool, %reference, %lease_expires_at, "idempotency in flight with its lease passed: outcome unknown");
-                    answered(Error::OutcomeUnknown {
-                        tool: tool.into(),
-                        reference,
-                        reason: UnknownReason::Unreported {
-                            lease_ended: lease_expires_at,
-                        },
-                        source: None,
-                    })
-                }
-                None => {
-                    tracing::info!(tool, %reference, "idempotency in flight");
-                    answered(Error::InFlight {
-                        tool: tool.into(),
-                        reference,
-                        since: claimed_at,
-                    })
-                }
-            },
-            Claim::Unknown { reference, .. } => {
-                tracing::info!(tool, %reference, "idempotency outcome unknown (repeat)");
+        }
+        Claim::InFlight {
+            reference,
+            claimed_at,
+            lease_expires_at,
+        } => match gone {
+            // Nobody has renewed the claim since its lease ended: its worker is gone or
+            // could not record its outcome. Not "in progress" as if someone were working.
+            Some(_) => {
+                tracing::info!(tool, %reference, %lease_expires_at, "idempotency in flight with its lease passed: outcome unknown");
                 answered(Error::OutcomeUnknown {
                     tool: tool.into(),
                     reference,
-                    reason: UnknownReason::Earlier,
+                    reason: UnknownReason::Unreported {
+                        lease_ended: lease_expires_at,
+                    },
                     source: None,
                 })
             }
-            Claim::Mismatch { reference } => {
-                tracing::info!(tool, %reference, "idempotency payload mismatch");
-                answered(Error::PayloadMismatch {
+            None => {
+                tracing::info!(tool, %reference, "idempotency in flight");
+                answered(Error::InFlight {
                     tool: tool.into(),
                     reference,
+                    since: claimed_at,
                 })
             }
+        },
+        Claim::Unknown { reference, .. } => {
+            tracing::info!(tool, %reference, "idempotency outcome unknown (repeat)");
+            answered(Error::OutcomeUnknown {
+                tool: tool.into(),
+                reference,
+                reason: UnknownReason::Earlier,
+                source: None,
+            })
+        }
+        Claim::Mismatch { reference } => {
+            tracing::info!(tool, %reference, "idempotency payload mismatch");
+            answered(Error::PayloadMismatch {
+                tool: tool.into(),
+                reference,
+            })
         }
     }
 }

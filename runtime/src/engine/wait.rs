@@ -320,6 +320,9 @@ impl RecordStore for Waking {
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         self.store.watch(key, reference, wake)
     }
+    fn transactions(&self) -> Option<&dyn crate::store::TransactionalStore> {
+        self.store.transactions()
+    }
 }
 
 impl Maintenance for Waking {

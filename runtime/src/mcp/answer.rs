@@ -102,7 +102,10 @@ pub(crate) fn status_of(e: &Error) -> &'static str {
         Error::OutcomeUnknown { .. } | Error::Unstorable { .. } => "outcome_unknown",
         Error::PayloadMismatch { .. } => "payload_mismatch",
         Error::ReferenceTaken { .. } => "reference_taken",
-        Error::Store { .. } | Error::Unreadable { .. } | Error::NotReleased { .. } => "not_done",
+        Error::Store { .. }
+        | Error::Unreadable { .. }
+        | Error::NotReleased { .. }
+        | Error::RolledBack { .. } => "not_done",
         Error::Replay { .. } => "replay_failed",
         Error::Arguments { .. } | Error::InvalidCaller { .. } => "invalid",
     }

@@ -130,9 +130,10 @@ mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "_sql")]
-mod sql;
+pub(crate) mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod transaction;
 mod wake;
 
 pub use crate::record::{RecordState, RecordStatus, Standing, StoredResponse};
@@ -149,6 +150,7 @@ pub use redis::{RedisConnection, RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::SqliteStore;
+pub use transaction::{Begun, CommitError, OpenTransaction, TransactionalStore, TxOutcome};
 pub use wake::Wake;
 
 /// A boxed, `Send` future: what the store methods return, so the traits stay object-safe
@@ -375,6 +377,13 @@ pub trait RecordStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         let _ = (key, reference, wake);
         Box::pin(std::future::ready(Ok(false)))
+    }
+
+    /// This store's transactional calls (`#[idempotent(transactional)]`), if it runs them: the
+    /// SQL stores do. `None` (the default): an engine on it refuses to start while such a tool is
+    /// linked in.
+    fn transactions(&self) -> Option<&dyn TransactionalStore> {
+        None
     }
 }
 

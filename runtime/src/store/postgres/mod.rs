@@ -37,6 +37,7 @@ mod connect;
 mod notices;
 mod secret;
 mod statements;
+mod transaction;
 
 use statements::{
     clock, ends_and_completed, ends_at, server_clock, CLAIM, CLAIM_ON_SERVER_CLOCK, COMPLETE,
@@ -437,6 +438,10 @@ impl RecordStore for PostgresStore {
     }
 
     /// A flag on the record and a notice from the migration's trigger (see `notices.rs`).
+    fn transactions(&self) -> Option<&dyn super::TransactionalStore> {
+        Some(self)
+    }
+
     fn watch<'a>(
         &'a self,
         key: Key,

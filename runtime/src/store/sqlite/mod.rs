@@ -33,6 +33,7 @@ mod admin;
 mod background;
 mod secret;
 mod statements;
+mod transaction;
 
 use statements::{CLAIM, COMPLETE, COMPLETE_RETURNING, ROW_NOW};
 
@@ -71,6 +72,8 @@ type SqliteQuery = Query<'static, Sqlite, SqliteArguments>;
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// The keys this store (and its clones) runs a transactional call for now.
+    busy: std::sync::Arc<transaction::Busy>,
 }
 
 impl SqliteStore {
@@ -141,7 +144,10 @@ impl SqliteStore {
                  may fail with 'database is locked'. Build the pool from SqliteStore::connect_options(path)."
             );
         }
-        let store = SqliteStore { pool };
+        let store = SqliteStore {
+            pool,
+            busy: Default::default(),
+        };
         store.migrate().await?;
         Ok(store)
     }
@@ -420,6 +426,10 @@ impl RecordStore for SqliteStore {
     }
 
     /// A primary-key probe: the reference is the primary key.
+    fn transactions(&self) -> Option<&dyn super::TransactionalStore> {
+        Some(self)
+    }
+
     fn status<'a>(
         &'a self,
         tenant: &'a str,

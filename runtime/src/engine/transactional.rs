@@ -1,0 +1,318 @@
+//! Transactional calls (`#[idempotent(transactional)]`): the claim, the handler's writes and
+//! the outcome in one transaction of the store's database, committed together or not at all.
+//!
+//! At each await, what the next caller is told:
+//! - before the transaction opens (the store unreachable, hung past the timeout): nothing was
+//!   done; no key is held;
+//! - while the body runs: a repeat is told "in flight" (the database holds the key); if the
+//!   future is dropped, the worker is killed or the body panics or times out, the database rolls
+//!   everything back and the next repeat runs as a fresh call;
+//! - at the commit: committed, a repeat replays; refused, nothing stays and a repeat runs once;
+//!   the answer lost, the caller is told so and a repeat finds out which it was.
+
+use std::future::Future;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::attempt::{panic_message, Running};
+use super::call::Call;
+use super::claim::{claim_failed, gone};
+use super::{answer_found, refused, Idempotency};
+use crate::clock::Timestamp;
+use crate::error::{Error, UnknownReason};
+use crate::outcome::{Disposition, ErrorPolicy, Failure, Outcome};
+use crate::record::StoredResponse;
+use crate::store::{Begun, Claim, CommitError, OpenTransaction, StoreError, TxOutcome};
+use crate::tool::{Prepared, ToolSpec};
+
+/// How long the commit or rollback may take after the body, beyond the call's timeout.
+const SETTLE_GRACE: Duration = Duration::from_secs(1);
+
+/// The first and the longest pause between looks of a repeat that waits (`wait`) for a
+/// transactional call in flight: its record appears only at the commit, so the repeat looks
+/// again (and is told the moment the call's transaction has ended).
+const FIRST_LOOK: Duration = Duration::from_millis(20);
+const LONGEST_LOOK: Duration = Duration::from_millis(250);
+
+enum Ended<O> {
+    Done(O),
+    Panicked(String),
+    TimedOut(Duration),
+}
+
+impl Idempotency {
+    /// Runs a transactional tool's call: the same answers as a claimed call, from one
+    /// transaction.
+    pub(super) async fn run_transactional<T, E, Fut>(
+        &self,
+        prepared: Prepared,
+        policy: ErrorPolicy<E>,
+        body: Fut,
+    ) -> Outcome<T, Failure<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        Fut: Future<Output = Result<T, E>> + Send,
+    {
+        let spec = prepared.spec;
+        let tool = spec.name;
+        let Some(store) = self.store.transactions() else {
+            return refused(Error::Store {
+                tool: tool.into(),
+                source: StoreError::Config {
+                    problem: format!(
+                        "{tool} is transactional, but this store cannot run a call in a transaction of its \
+                         database: use SqliteStore or PostgresStore"
+                    ),
+                    source: None,
+                },
+            });
+        };
+        let started = tokio::time::Instant::now();
+        let by = spec.timeout.map(|t| started + t);
+        if let Err(out) = self.check_secret(tool, by).await {
+            return out;
+        }
+        let wait = spec.wait.unwrap_or(self.wait);
+        let wait = spec.timeout.map_or(wait, |t| wait.min(t));
+        let wait_until = (!wait.is_zero()).then(|| started + wait);
+        let mut pause = FIRST_LOOK;
+        loop {
+            let now = self.clock.now();
+            let req = self.request(&prepared, &self.secret, now);
+            let key = req.key;
+            let begun = match by {
+                None => store.begin(&req).await,
+                Some(by) => tokio::time::timeout_at(by, store.begin(&req))
+                    .await
+                    .unwrap_or_else(|elapsed| Err(StoreError::Unavailable(Box::new(elapsed)))),
+            };
+            let claim = match begun {
+                Err(e) => return claim_failed(tool, key, e),
+                Ok(Begun::Open(tx)) => {
+                    if !self.previous.is_empty() {
+                        match self.recognise(&prepared, now, by).await {
+                            Ok(None) => {}
+                            Ok(Some(earlier)) => {
+                                tx.rollback().await;
+                                let gone = gone(&earlier, now);
+                                return answer_found(tool, earlier, gone, &policy);
+                            }
+                            Err(out) => {
+                                tx.rollback().await;
+                                return out;
+                            }
+                        }
+                    }
+                    tracing::debug!(tool, reference = %tx.reference(), "idempotency transaction open");
+                    return run_in(tx, spec, now, policy, body).await;
+                }
+                Ok(Begun::Answered(claim)) => claim,
+            };
+            let in_flight = match &claim {
+                Claim::InFlight { reference, .. } => Some(*reference),
+                _ => None,
+            };
+            match (in_flight, wait_until) {
+                (Some(reference), Some(until)) if tokio::time::Instant::now() + pause < until => {
+                    let look = tokio::time::sleep(pause);
+                    crate::progress::reporting(reference, started, wait, look).await;
+                    pause = (pause * 2).min(LONGEST_LOOK);
+                }
+                _ => {
+                    let gone = gone(&claim, now);
+                    return answer_found(tool, claim, gone, &policy);
+                }
+            }
+        }
+    }
+}
+
+/// Runs `body` inside the open transaction `tx` and commits its outcome, or rolls back.
+async fn run_in<T, E, Fut>(
+    tx: Box<dyn OpenTransaction>,
+    spec: ToolSpec,
+    claimed_at: Timestamp,
+    policy: ErrorPolicy<E>,
+    body: Fut,
+) -> Outcome<T, Failure<E>>
+where
+    T: Serialize,
+    Fut: Future<Output = Result<T, E>> + Send,
+{
+    let tool = spec.name;
+    let reference = tx.reference();
+    let begun = tokio::time::Instant::now();
+    let deadline = spec.timeout.map(|t| begun + t);
+    let settle_by = deadline.map(|d| d + SETTLE_GRACE);
+    let mut call = Call::new(reference, tool);
+    call.transaction = Some(tx.connection());
+    let outbox = call.outbox.clone();
+    let started = AtomicBool::new(false);
+    let ended = {
+        let mut running = Running {
+            body: Box::pin(call.scope(body)),
+            started: &started,
+        };
+        let timed_out = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            out = &mut running => match out {
+                Ok(v) => Ended::Done(v),
+                Err(p) => Ended::Panicked(panic_message(&*p)),
+            },
+            () = timed_out => Ended::TimedOut(spec.timeout.unwrap_or_default()),
+        }
+    };
+    let messages = outbox.take();
+    let rolled_back = |reason: String, source: Option<StoreError>| {
+        Failure::Wrapper(Error::RolledBack {
+            tool: tool.into(),
+            reference,
+            reason,
+            source,
+        })
+    };
+    let result = match ended {
+        Ended::TimedOut(after) => {
+            tracing::warn!(tool, %reference, ?after, "idempotency timeout: the transaction is rolled back");
+            settle(settle_by, tx.rollback()).await;
+            Err(rolled_back(
+                format!("it ran past its timeout ({after:?})"),
+                None,
+            ))
+        }
+        Ended::Panicked(message) => {
+            tracing::error!(tool, %reference, panic = %message, "idempotency handler panicked: the transaction is rolled back");
+            settle(settle_by, tx.rollback()).await;
+            Err(rolled_back(format!("the handler failed ({message})"), None))
+        }
+        Ended::Done(Ok(value)) => match serde_json::to_string(&value) {
+            Ok(body) => {
+                let response = StoredResponse { ok: true, body };
+                commit(tx, (response, messages, claimed_at), settle_by)
+                    .await
+                    .map(|()| value)
+                    .map_err(|e| committed_failure(tool, reference, e))
+            }
+            Err(e) => {
+                settle(settle_by, tx.rollback()).await;
+                Err(rolled_back(
+                    format!("its answer cannot be stored ({e})"),
+                    None,
+                ))
+            }
+        },
+        Ended::Done(Err(err)) => match (policy.classify)(&err) {
+            Disposition::Retryable => {
+                tracing::debug!(tool, %reference, "idempotency rollback (retryable error)");
+                settle(settle_by, tx.rollback()).await;
+                Err(Failure::Handler(err))
+            }
+            Disposition::Definitive => match (policy.encode)(&err) {
+                Ok(body) => {
+                    let response = StoredResponse { ok: false, body };
+                    match commit(tx, (response, messages, claimed_at), settle_by).await {
+                        Ok(()) => Err(Failure::Handler(err)),
+                        Err(e) => Err(committed_failure(tool, reference, e)),
+                    }
+                }
+                Err(message) => {
+                    settle(settle_by, tx.rollback()).await;
+                    Err(rolled_back(
+                        format!("its error cannot be stored ({message})"),
+                        None,
+                    ))
+                }
+            },
+            Disposition::Unknown => {
+                // Its writes here are rolled back; what it did elsewhere, it cannot tell.
+                tracing::warn!(tool, %reference, "idempotency outcome unknown (handler): the transaction is rolled back");
+                settle(settle_by, tx.rollback()).await;
+                Err(Failure::Wrapper(Error::OutcomeUnknown {
+                    tool: tool.into(),
+                    reference,
+                    reason: UnknownReason::Handler((policy.describe)(&err)),
+                    source: None,
+                }))
+            }
+        },
+    };
+    Outcome {
+        result,
+        replayed: false,
+        reference: Some(reference),
+    }
+}
+
+/// Commits the call's record (and the handler's writes) by `settle_by`. A commit that has not
+/// answered by then is abandoned: its connection is closed, and whether it committed is unknown.
+async fn commit(
+    tx: Box<dyn OpenTransaction>,
+    (response, outbox, now): (StoredResponse, Vec<crate::store::OutboxMessage>, Timestamp),
+    settle_by: Option<tokio::time::Instant>,
+) -> Result<(), CommitError> {
+    let committing = tx.commit(TxOutcome {
+        response,
+        outbox,
+        now,
+    });
+    match settle_by {
+        None => committing.await,
+        Some(by) => tokio::time::timeout_at(by, committing)
+            .await
+            .unwrap_or_else(|elapsed| {
+                Err(CommitError::Unknown(StoreError::Unavailable(Box::new(
+                    elapsed,
+                ))))
+            }),
+    }
+}
+
+/// A rollback, bounded: one that does not answer by `settle_by` is abandoned (its connection
+/// closed, which rolls the transaction back).
+async fn settle(
+    settle_by: Option<tokio::time::Instant>,
+    rollback: crate::store::BoxFuture<'static, ()>,
+) {
+    match settle_by {
+        None => rollback.await,
+        Some(by) => {
+            let _ = tokio::time::timeout_at(by, rollback).await;
+        }
+    }
+}
+
+fn committed_failure<E>(
+    tool: &'static str,
+    reference: crate::key::Reference,
+    e: CommitError,
+) -> Failure<E> {
+    match e {
+        CommitError::RolledBack(source) => {
+            tracing::warn!(tool, %reference, error = %source, "idempotency: the database refused the commit; nothing was done");
+            Failure::Wrapper(Error::RolledBack {
+                tool: tool.into(),
+                reference,
+                reason: "the database refused its commit".into(),
+                source: Some(source),
+            })
+        }
+        CommitError::Unknown(source) => {
+            tracing::error!(tool, %reference, error = %source, "idempotency: the commit's answer was lost");
+            Failure::Wrapper(Error::OutcomeUnknown {
+                tool: tool.into(),
+                reference,
+                reason: UnknownReason::CommitUnanswered,
+                source: Some(source),
+            })
+        }
+    }
+}

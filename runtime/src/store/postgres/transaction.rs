@@ -1,0 +1,318 @@
+//! Transactional calls on PostgreSQL ([`TransactionalStore`]): the call's key is held by a
+//! transaction-level advisory lock, its record is written once, completed, by the statement
+//! before `COMMIT`.
+//!
+//! Round trips of a fresh call, besides the handler's own statements: one simple query
+//! (`BEGIN`, the lock, the record's row read after the lock), the record's insert, `COMMIT`: as
+//! many as hand-written code that opens a transaction, inserts its row and commits. A repeat of a
+//! completed call is the first of them; its transaction is ended in the background.
+//!
+//! The lock is the two-`int4` form of `pg_try_advisory_xact_lock` on the reference's two
+//! halves (its key space is not the one-`bigint` form's that applications mostly use). It is
+//! taken in a statement of its own, before the statement that reads the row, so the read's
+//! snapshot is taken after the lock: a transaction that held the key and committed is seen.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use sqlx::{Postgres, Row};
+
+use super::statements::{ends_and_completed, ends_at, server_clock};
+use super::{in_callers_frame, PostgresStore};
+use crate::clock::Timestamp;
+use crate::key::{Key, Reference};
+use crate::record::{RecordState, StoredResponse};
+use crate::store::sql::{
+    db_error, generation_of, kept, ref_of, rest_of, state_code, take_back, RecordRow,
+    SharedConnection, TxConnection,
+};
+use crate::store::{
+    Begun, BoxFuture, Claim, ClaimRequest, CommitError, OpenTransaction, StoreError,
+    TransactionalStore, TxOutcome,
+};
+
+/// The record, completed, in the call's transaction: inserted, or written over the key's
+/// released or window-expired row. Nothing is written when the transaction is not the one the
+/// call began (`$13`, its start in µs): the handler ended it itself.
+///
+/// `$1` ref, `$2` token, `$3` claimed_at, `$4` window_s, `$5` generation, `$6` state, `$7`
+/// key_rest, `$8` tenant, `$9` subject, `$10` tool, `$11` fingerprint, `$12` response, `$13`
+/// the transaction's start, `$14` the engine's now, `$15` the clock offset.
+macro_rules! record_sql {
+    () => {
+        concat!(
+            "INSERT INTO idempotency_records AS r
+    (ref, token, claimed_at, window_s, lease_or_settled_at, generation, state, key_rest, tenant, subject, tool, fingerprint, response)
+SELECT $1, $2, $3, $4, GREATEST(COALESCE(",
+            server_clock!(),
+            " + $15::BIGINT, $14::BIGINT), $3), $5, $6, $7, $8, $9, $10, $11, $12
+WHERE (date_part('epoch', transaction_timestamp()) * 1000000)::BIGINT = $13
+ON CONFLICT (ref) DO UPDATE SET token = EXCLUDED.token, claimed_at = EXCLUDED.claimed_at,
+    window_s = EXCLUDED.window_s, lease_or_settled_at = EXCLUDED.lease_or_settled_at,
+    generation = EXCLUDED.generation, state = EXCLUDED.state, watched = false,
+    tenant = EXCLUDED.tenant, subject = EXCLUDED.subject, tool = EXCLUDED.tool,
+    fingerprint = EXCLUDED.fingerprint, response = EXCLUDED.response
+WHERE r.key_rest = EXCLUDED.key_rest"
+        )
+    };
+}
+
+const RECORD: &str = record_sql!();
+
+/// [`RECORD`] with the call's outbox messages (`$16` topics, `$17` payloads), in the same
+/// statement; answers with the number of records written (1, or 0 as [`RECORD`]).
+const RECORD_WITH_OUTBOX: &str = concat!(
+    "WITH rec AS (",
+    record_sql!(),
+    " RETURNING generation, lease_or_settled_at),
+box AS (
+    INSERT INTO idempotency_outbox (visible_at, generation, key, topic, payload)
+    SELECT rec.lease_or_settled_at, rec.generation, int8send($1) || $7, m.topic, m.payload
+    FROM rec CROSS JOIN unnest($16::TEXT[], $17::TEXT[]) WITH ORDINALITY AS m(topic, payload, n)
+    ORDER BY m.n
+)
+SELECT count(*) FROM rec"
+);
+
+impl TransactionalStore for PostgresStore {
+    fn begin<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Begun, StoreError>> {
+        Box::pin(async move {
+            let mut conn = self.pool.acquire().await.map_err(db_error)?;
+            let r = ref_of(&req.key);
+            // Literals only: integers this store computed.
+            let clock = match self.clock_offset {
+                Some(off) => format!("{} + {off}", server_clock!()),
+                None => req.now.as_millis().to_string(),
+            };
+            let sql = format!(
+                "BEGIN; SELECT pg_try_advisory_xact_lock({hi}, {lo}); \
+                 SELECT {clock}, (date_part('epoch', transaction_timestamp()) * 1000000)::BIGINT, \
+                 key_rest, generation, state, fingerprint, claimed_at, {ends}, response \
+                 FROM (SELECT 1) AS one LEFT JOIN idempotency_records ON ref = {r}",
+                hi = (r >> 32) as i32,
+                lo = r as i32,
+                ends = ends_and_completed!(),
+            );
+            // Audited: every value in it is an integer this store computed.
+            let rows = match sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .fetch_all(&mut *conn)
+                .await
+            {
+                Ok(rows) => rows,
+                Err(e) => {
+                    conn.close_on_drop();
+                    return Err(db_error(e));
+                }
+            };
+            let shared = TxConnection::shared(conn);
+            let read = || -> Result<_, sqlx::Error> {
+                let locked: bool = rows.first().ok_or(sqlx::Error::RowNotFound)?.try_get(0)?;
+                let row = rows.get(1).ok_or(sqlx::Error::RowNotFound)?;
+                let clock: i64 = row.try_get(0)?;
+                let started: i64 = row.try_get(1)?;
+                let present: Option<Vec<u8>> = row.try_get(2)?;
+                let rec = match present {
+                    Some(_) => Some(RecordRow::read(row, 2)?),
+                    None => None,
+                };
+                Ok((locked, clock, started, rec))
+            };
+            let (locked, clock, started, rec) = match read() {
+                Ok(read) => read,
+                Err(e) => {
+                    end_in_background(shared);
+                    return Err(db_error(e));
+                }
+            };
+            let now = Timestamp::from_millis(clock);
+            let shift = clock - req.now.as_millis();
+            let found = match &rec {
+                Some(rec) => match rec.existing_claim(&req.key, &req.fingerprint, now) {
+                    Ok(found) => found,
+                    Err(e) => {
+                        end_in_background(shared);
+                        return Err(e);
+                    }
+                },
+                None => None,
+            };
+            // The generation a call run now gets: a released record's own, an expired one's next.
+            let generation = match &rec {
+                None => 1,
+                Some(rec) if rec.state == state_code(RecordState::Released, None) => {
+                    generation_of(i64::from(rec.generation))?
+                }
+                Some(rec) => generation_of(i64::from(rec.generation) + 1)?,
+            };
+            if let Some(found) = found {
+                end_in_background(shared);
+                return Ok(Begun::Answered(in_callers_frame(found, shift)));
+            }
+            if !locked {
+                // Another transaction holds the key: that call is running now.
+                end_in_background(shared);
+                return Ok(Begun::Answered(Claim::InFlight {
+                    reference: req.key.reference(generation),
+                    claimed_at: req.now,
+                    lease_expires_at: req.now + req.lease,
+                }));
+            }
+            Ok(Begun::Open(Box::new(PgOpen {
+                shared,
+                key: req.key,
+                reference: req.key.reference(generation),
+                token: req.token.0,
+                claimed_at: clock,
+                started,
+                window_s: i32::try_from(
+                    req.window.as_secs() + u64::from(req.window.subsec_nanos() > 0),
+                )
+                .unwrap_or(i32::MAX),
+                tenant: req.tenant.to_owned(),
+                subject: req.subject.unwrap_or("").to_owned(),
+                tool: req.tool.to_owned(),
+                fingerprint: req
+                    .fingerprint
+                    .as_ref()
+                    .map_or_else(Vec::new, |f| f.as_bytes().to_vec()),
+                clock_offset: self.clock_offset,
+            })))
+        })
+    }
+}
+
+/// Ends a transaction that wrote nothing (a repeat's, a busy key's) without holding up the
+/// answer: `ROLLBACK` in the background; a connection that cannot is closed instead.
+fn end_in_background(shared: SharedConnection<Postgres>) {
+    tokio::spawn(async move {
+        let Some(mut held) = take_back(&shared) else {
+            return;
+        };
+        if sqlx::raw_sql("ROLLBACK")
+            .execute(&mut *held.conn)
+            .await
+            .is_ok()
+        {
+            held.open = false;
+        }
+    });
+}
+
+/// A call's open transaction on PostgreSQL, holding its key's advisory lock.
+#[derive(Debug)]
+struct PgOpen {
+    shared: SharedConnection<Postgres>,
+    key: Key,
+    reference: Reference,
+    token: i64,
+    /// The server's clock when the transaction began (ms, with the store's offset).
+    claimed_at: i64,
+    /// `transaction_timestamp()` in µs: the record is written only in this transaction.
+    started: i64,
+    window_s: i32,
+    tenant: String,
+    subject: String,
+    tool: String,
+    fingerprint: Vec<u8>,
+    clock_offset: Option<i64>,
+}
+
+impl OpenTransaction for PgOpen {
+    fn reference(&self) -> Reference {
+        self.reference
+    }
+
+    fn connection(&self) -> Arc<dyn Any + Send + Sync> {
+        self.shared.clone()
+    }
+
+    fn commit(self: Box<Self>, outcome: TxOutcome) -> BoxFuture<'static, Result<(), CommitError>> {
+        Box::pin(async move {
+            let Some(mut held) = take_back(&self.shared) else {
+                return Err(CommitError::RolledBack(kept()));
+            };
+            let StoredResponse { ok, body } = outcome.response;
+            let sql = if outcome.outbox.is_empty() {
+                RECORD
+            } else {
+                RECORD_WITH_OUTBOX
+            };
+            let mut query = sqlx::query(sql)
+                .bind(ref_of(&self.key))
+                .bind(self.token)
+                .bind(self.claimed_at)
+                .bind(self.window_s)
+                .bind(i32::try_from(self.reference.generation()).unwrap_or(i32::MAX))
+                .bind(state_code(RecordState::Completed, Some(ok)))
+                .bind(rest_of(&self.key))
+                .bind(&self.tenant)
+                .bind(&self.subject)
+                .bind(&self.tool)
+                .bind(&self.fingerprint)
+                .bind(body)
+                .bind(self.started)
+                .bind(outcome.now.as_millis())
+                .bind(self.clock_offset);
+            let written = if outcome.outbox.is_empty() {
+                query
+                    .execute(&mut *held.conn)
+                    .await
+                    .map(|done| done.rows_affected())
+            } else {
+                let (topics, payloads): (Vec<String>, Vec<String>) = outcome
+                    .outbox
+                    .into_iter()
+                    .map(|m| (m.topic, m.payload))
+                    .unzip();
+                query = query.bind(topics).bind(payloads);
+                query
+                    .fetch_one(&mut *held.conn)
+                    .await
+                    .and_then(|row| row.try_get::<i64, _>(0))
+                    .map(|n| u64::try_from(n).unwrap_or(0))
+            };
+            match written {
+                Ok(1) => {}
+                Ok(_) => {
+                    // Not this call's transaction any more (or another key's record holds the
+                    // reference): the connection is closed, nothing of it is committed here.
+                    return Err(CommitError::RolledBack(StoreError::Config {
+                        problem: "the call's record could not be written in its transaction: the handler ended the \
+                                  transaction itself (COMMIT or ROLLBACK through Call::transaction), so what it \
+                                  wrote before that is not part of the call"
+                            .into(),
+                        source: None,
+                    }));
+                }
+                Err(e) => return Err(CommitError::RolledBack(db_error(e))),
+            }
+            match sqlx::raw_sql("COMMIT").execute(&mut *held.conn).await {
+                Ok(_) => {
+                    held.open = false;
+                    Ok(())
+                }
+                // The server answered: the transaction is over, rolled back.
+                Err(e @ sqlx::Error::Database(_)) => {
+                    held.open = false;
+                    Err(CommitError::RolledBack(db_error(e)))
+                }
+                Err(e) => Err(CommitError::Unknown(db_error(e))),
+            }
+        })
+    }
+
+    fn rollback(self: Box<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let Some(mut held) = take_back(&self.shared) else {
+                return;
+            };
+            if sqlx::raw_sql("ROLLBACK")
+                .execute(&mut *held.conn)
+                .await
+                .is_ok()
+            {
+                held.open = false;
+            }
+        })
+    }
+}

@@ -1,0 +1,63 @@
+//! A transactional call's connection, shared by the engine and the handler's borrow
+//! ([`Call::transaction`](crate::Call::transaction)).
+
+use std::sync::Arc;
+
+use sqlx::pool::PoolConnection;
+use sqlx::Database;
+
+use crate::store::StoreError;
+
+/// The connection a transactional call's transaction is open on. Dropped while the transaction
+/// is open (the call's future dropped, a panic, the handler keeping its borrow), the connection
+/// is closed instead of going back to the pool, so the database rolls the transaction back.
+#[derive(Debug)]
+pub(crate) struct TxConnection<DB: Database> {
+    pub(crate) conn: PoolConnection<DB>,
+    /// Between `BEGIN` and a commit or rollback the database answered.
+    pub(crate) open: bool,
+    /// The engine has taken the transaction back: the handler can no longer borrow it.
+    pub(crate) finished: bool,
+}
+
+impl<DB: Database> TxConnection<DB> {
+    pub(crate) fn shared(conn: PoolConnection<DB>) -> SharedConnection<DB> {
+        Arc::new(tokio::sync::Mutex::new(TxConnection {
+            conn,
+            open: true,
+            finished: false,
+        }))
+    }
+}
+
+impl<DB: Database> Drop for TxConnection<DB> {
+    fn drop(&mut self) {
+        if self.open {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+/// [`TxConnection`] as the engine and the handler share it.
+pub(crate) type SharedConnection<DB> = Arc<tokio::sync::Mutex<TxConnection<DB>>>;
+
+/// The engine takes the connection back after the body: refused (`None`) while the handler
+/// still holds a borrow (a guard kept past its return, in a spawned task); the transaction is
+/// then never committed, and closes with the last borrow.
+pub(crate) fn take_back<DB: Database>(
+    shared: &SharedConnection<DB>,
+) -> Option<tokio::sync::OwnedMutexGuard<TxConnection<DB>>> {
+    let mut held = Arc::clone(shared).try_lock_owned().ok()?;
+    held.finished = true;
+    Some(held)
+}
+
+/// The handler still holds its borrow of the transaction after returning.
+pub(crate) fn kept() -> StoreError {
+    StoreError::Config {
+        problem: "the handler kept its borrow of the call's transaction (Call::transaction) past its return: \
+                  the transaction is rolled back when that borrow is dropped"
+            .into(),
+        source: None,
+    }
+}
