@@ -107,7 +107,7 @@ impl Idempotency {
                         }
                     }
                     tracing::debug!(tool, reference = %tx.reference(), "idempotency transaction open");
-                    return run_in(tx, spec, now, policy, body).await;
+                    return run_in(tx, spec, now, (policy, body)).await;
                 }
                 Ok(Begun::Answered(claim)) => claim,
             };
@@ -135,8 +135,7 @@ async fn run_in<T, E, Fut>(
     tx: Box<dyn OpenTransaction>,
     spec: ToolSpec,
     claimed_at: Timestamp,
-    policy: ErrorPolicy<E>,
-    body: Fut,
+    (policy, body): (ErrorPolicy<E>, Fut),
 ) -> Outcome<T, Failure<E>>
 where
     T: Serialize,
