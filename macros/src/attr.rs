@@ -483,6 +483,12 @@ impl Options {
             );
         } else if input.peek(Ident::peek_any) {
             let key: Ident = input.call(Ident::parse_any)?;
+            if key == "task" || key == "transactional" {
+                return Err(syn::Error::new(
+                    key.span(),
+                    format!("`{key}` is a flag: write `{key}` alone, without a value"),
+                ));
+            }
             return Err(syn::Error::new(
                 key.span(),
                 format!("unknown option `{key}`; valid options: {OPTIONS}"),
