@@ -54,6 +54,10 @@ enum Then {
     UnknownCustomer,
     Enqueue,
     EnqueueThenFail,
+    /// Asks for a second borrow of the transaction while holding one.
+    BorrowTwice,
+    /// Commits the transaction itself.
+    CommitItself,
 }
 
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
@@ -106,6 +110,11 @@ const INSERT: &str = "INSERT INTO orders (order_id, reference, customer) VALUES 
 
 #[idempotent(window = "1h", business_key = "order_id", transactional)]
 async fn place_order(ctx: &Ctx, args: Order) -> Result<Placed, OrderError> {
+    order_body(ctx, args).await
+}
+
+/// Inserts the order through the call's transaction, then does what `args.then` says.
+async fn order_body(ctx: &Ctx, args: Order) -> Result<Placed, OrderError> {
     ctx.runs.fetch_add(1, Ordering::SeqCst);
     let call = Call::current().ok_or(OrderError::Busy)?;
     let reference = call.reference().to_string();
@@ -119,11 +128,23 @@ async fn place_order(ctx: &Ctx, args: Order) -> Result<Placed, OrderError> {
             let mut tx = call.transaction::<sqlx::Postgres>()?;
             let insert = sqlx::query(INSERT).bind(&args.order_id).bind(&reference);
             insert.bind(customer).execute(&mut *tx).await?;
+            if args.then == Then::BorrowTwice {
+                call.transaction::<sqlx::Postgres>()?;
+            }
+            if args.then == Then::CommitItself {
+                sqlx::query("COMMIT").execute(&mut *tx).await?;
+            }
         }
         Db::Sqlite => {
             let mut tx = call.transaction::<sqlx::Sqlite>()?;
             let insert = sqlx::query(INSERT).bind(&args.order_id).bind(&reference);
             insert.bind(customer).execute(&mut *tx).await?;
+            if args.then == Then::BorrowTwice {
+                call.transaction::<sqlx::Sqlite>()?;
+            }
+            if args.then == Then::CommitItself {
+                sqlx::query("COMMIT").execute(&mut *tx).await?;
+            }
         }
     }
     if let Some((inside, go)) = &ctx.gate {
@@ -131,7 +152,7 @@ async fn place_order(ctx: &Ctx, args: Order) -> Result<Placed, OrderError> {
         go.notified().await;
     }
     match args.then {
-        Then::Answer | Then::UnknownCustomer => {}
+        Then::Answer | Then::UnknownCustomer | Then::BorrowTwice | Then::CommitItself => {}
         Then::Decline => return Err(OrderError::Declined),
         Then::FailRetryable => return Err(OrderError::Busy),
         Then::Panic => panic!("the handler broke after its insert"),
@@ -147,6 +168,41 @@ async fn place_order(ctx: &Ctx, args: Order) -> Result<Placed, OrderError> {
         order_id: args.order_id,
         reference,
     })
+}
+
+/// `place_order` under its own key, for a repeat that waits for the call in progress.
+#[idempotent(
+    name = "place_order",
+    window = "1h",
+    business_key = "order_id",
+    transactional,
+    wait = "30s"
+)]
+async fn place_order_waiting(ctx: &Ctx, args: Order) -> Result<Placed, OrderError> {
+    order_body(ctx, args).await
+}
+
+/// `place_order` with a timeout.
+#[idempotent(
+    name = "place_order",
+    window = "1h",
+    business_key = "order_id",
+    transactional,
+    timeout = "300ms"
+)]
+async fn place_order_timed(ctx: &Ctx, args: Order) -> Result<Placed, OrderError> {
+    order_body(ctx, args).await
+}
+
+/// Not transactional: it has no transaction to lend.
+#[idempotent(window = "1h", on_error = "retryable")]
+async fn plain(ctx: &Ctx, args: Order) -> Result<String, OrderError> {
+    let call = Call::current().ok_or(OrderError::Busy)?;
+    let _ = ctx;
+    match call.transaction::<sqlx::Postgres>() {
+        Err(e) => Ok(e.to_string()),
+        Ok(_) => Ok(format!("{} borrowed a transaction", args.order_id)),
+    }
 }
 
 /// The far side: the domain tables, read through a connection of their own.
@@ -262,6 +318,129 @@ async fn every_case(setup: Setup) {
     a_panic_rolls_back_and_the_repeat_runs_once(&setup).await;
     a_refused_commit_did_nothing_and_the_repeat_runs_once(&setup).await;
     the_outbox_commits_with_the_call(&setup).await;
+    a_second_borrow_is_refused(&setup).await;
+    a_handler_that_commits_itself_is_refused(&setup).await;
+    a_timeout_rolls_back(&setup).await;
+    a_dropped_call_leaves_nothing_and_a_waiting_repeat_runs_it(&setup).await;
+    a_waiting_repeat_gets_the_committed_answer(&setup).await;
+    a_plain_tool_has_no_transaction(&setup).await;
+}
+
+async fn a_second_borrow_is_refused(s: &Setup) {
+    let c = ctx(s).await;
+    let orders = s.far.orders().await;
+    match place_order(&c, order("o-9", Then::BorrowTwice)).await {
+        Err(OrderError::Db(e)) => assert!(e.contains("already borrowed"), "{e}"),
+        other => panic!("expected the second borrow refused, got {other:?}"),
+    }
+    assert_eq!(s.far.orders().await, orders);
+}
+
+async fn a_handler_that_commits_itself_is_refused(s: &Setup) {
+    let c = ctx(s).await;
+    let records = s.far.records().await;
+    match place_order(&c, order("o-10", Then::CommitItself)).await {
+        Err(OrderError::Wrapper(advice)) => {
+            assert!(
+                advice.contains("ended the call's transaction itself")
+                    || advice.contains("ended the transaction itself"),
+                "{advice}"
+            )
+        }
+        other => panic!("expected the call refused, got {other:?}"),
+    }
+    assert_eq!(
+        s.far.records().await,
+        records,
+        "no record for a call whose transaction was not its own"
+    );
+}
+
+async fn a_timeout_rolls_back(s: &Setup) {
+    let (inside, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let c = Ctx {
+        gate: Some((inside, go)),
+        ..ctx(s).await
+    };
+    let (orders, records) = (s.far.orders().await, s.far.records().await);
+    // The gate is never opened: the body is still waiting when the timeout passes.
+    match place_order_timed(&c, order("o-11", Then::Answer)).await {
+        Err(OrderError::Wrapper(advice)) => {
+            assert!(advice.contains("ran past its timeout"), "{advice}");
+            assert!(advice.contains("Nothing was done"), "{advice}");
+        }
+        other => panic!("expected a rollback, got {other:?}"),
+    }
+    assert_eq!(s.far.orders().await, orders);
+    assert_eq!(s.far.records().await, records);
+}
+
+async fn a_dropped_call_leaves_nothing_and_a_waiting_repeat_runs_it(s: &Setup) {
+    let (inside, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let c = Arc::new(Ctx {
+        gate: Some((inside.clone(), go)),
+        ..ctx(s).await
+    });
+    let orders = s.far.orders().await;
+    let first = tokio::spawn({
+        let c = c.clone();
+        async move { place_order(&c, order("o-12", Then::Answer)).await }
+    });
+    inside.notified().await;
+    first.abort();
+    assert!(first.await.is_err_and(|e| e.is_cancelled()));
+    // The repeat waits while the dropped call's connection closes, then runs it once.
+    let repeat = Ctx {
+        engine: c.engine.clone(),
+        db: s.db,
+        runs: AtomicUsize::new(0),
+        gate: None,
+    };
+    place_order_waiting(&repeat, order("o-12", Then::Answer))
+        .await
+        .expect("runs as a fresh call");
+    assert_eq!(repeat.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(s.far.orders().await, orders + 1);
+}
+
+async fn a_waiting_repeat_gets_the_committed_answer(s: &Setup) {
+    let (inside, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let c = Arc::new(Ctx {
+        gate: Some((inside.clone(), go.clone())),
+        ..ctx(s).await
+    });
+    let first = tokio::spawn({
+        let c = c.clone();
+        async move { place_order(&c, order("o-13", Then::Answer)).await }
+    });
+    inside.notified().await;
+    let repeat = Arc::new(Ctx {
+        engine: c.engine.clone(),
+        db: s.db,
+        runs: AtomicUsize::new(0),
+        gate: None,
+    });
+    let waiting = tokio::spawn({
+        let repeat = repeat.clone();
+        async move { place_order_waiting(&repeat, order("o-13", Then::Answer)).await }
+    });
+    go.notify_one();
+    let placed = first.await.expect("join").expect("placed");
+    let waited = waiting.await.expect("join").expect("the committed answer");
+    assert_eq!(placed, waited);
+    assert_eq!(
+        repeat.runs.load(Ordering::SeqCst),
+        0,
+        "the waiting repeat did not run it"
+    );
+}
+
+async fn a_plain_tool_has_no_transaction(s: &Setup) {
+    let c = ctx(s).await;
+    let said = plain(&c, order("o-14", Then::Answer))
+        .await
+        .expect("answered");
+    assert!(said.contains("is not a transactional tool"), "{said}");
 }
 
 async fn one_commit_and_a_replay(s: &Setup) {

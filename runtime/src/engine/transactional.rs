@@ -295,6 +295,16 @@ fn committed_failure<E>(
     e: CommitError,
 ) -> Failure<E> {
     match e {
+        // A misuse the store found (the handler kept or ended the transaction): its words.
+        CommitError::RolledBack(StoreError::Config { problem, .. }) => {
+            tracing::error!(tool, %reference, problem = %problem, "idempotency: the call's transaction could not be committed");
+            Failure::Wrapper(Error::RolledBack {
+                tool: tool.into(),
+                reference,
+                reason: problem,
+                source: None,
+            })
+        }
         CommitError::RolledBack(source) => {
             tracing::warn!(tool, %reference, error = %source, "idempotency: the database refused the commit; nothing was done");
             Failure::Wrapper(Error::RolledBack {
