@@ -8,6 +8,7 @@ use std::sync::Arc;
 use idempotency::store::{MemoryStore, SqliteStore, Store};
 use idempotency::{idempotent, Call, Caller, Classify, Disposition, Error, Idempotency};
 use idempotency_tests::pg::TestSchema;
+use idempotency_tests::scripted::{Act, Op, Scripted};
 use idempotency_tests::sqlite_file::SqliteFile;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
@@ -324,6 +325,78 @@ async fn every_case(setup: Setup) {
     a_dropped_call_leaves_nothing_and_a_waiting_repeat_runs_it(&setup).await;
     a_waiting_repeat_gets_the_committed_answer(&setup).await;
     a_plain_tool_has_no_transaction(&setup).await;
+    a_lost_commit_answer_is_unknown_and_the_repeat_replays(&setup).await;
+    a_hung_commit_is_abandoned_and_the_repeat_runs_once(&setup).await;
+    a_hung_begin_is_not_done(&setup).await;
+}
+
+/// A context whose engine's store is `setup`'s behind a [`Scripted`] wrapper.
+async fn scripted_ctx(setup: &Setup) -> (Ctx, Arc<Scripted>) {
+    let scripted = Scripted::new(setup.store.clone());
+    let engine = Idempotency::builder_shared(scripted.clone())
+        .start()
+        .await
+        .expect("start");
+    let c = Ctx {
+        engine,
+        db: setup.db,
+        runs: AtomicUsize::new(0),
+        gate: None,
+    };
+    (c, scripted)
+}
+
+async fn a_lost_commit_answer_is_unknown_and_the_repeat_replays(s: &Setup) {
+    let (c, scripted) = scripted_ctx(s).await;
+    scripted.script(Op::Commit, [Act::CommitThenFail]);
+    let orders = s.far.orders().await;
+    match place_order(&c, order("o-15", Then::Answer)).await {
+        Err(OrderError::Wrapper(advice)) => {
+            assert!(advice.contains("answer to its commit was lost"), "{advice}");
+            assert!(
+                advice.contains("if it is not found, nothing was done"),
+                "{advice}"
+            );
+        }
+        other => panic!("expected an unknown commit, got {other:?}"),
+    }
+    assert_eq!(s.far.orders().await, orders + 1, "it did commit");
+    let again = place_order(&c, order("o-15", Then::Answer))
+        .await
+        .expect("replayed");
+    assert_eq!(again.order_id, "o-15");
+    assert_eq!(c.runs.load(Ordering::SeqCst), 1);
+}
+
+async fn a_hung_commit_is_abandoned_and_the_repeat_runs_once(s: &Setup) {
+    let (c, scripted) = scripted_ctx(s).await;
+    scripted.script(Op::Commit, [Act::Hang]);
+    let orders = s.far.orders().await;
+    match place_order_timed(&c, order("o-16", Then::Answer)).await {
+        Err(OrderError::Wrapper(advice)) => {
+            assert!(advice.contains("answer to its commit was lost"), "{advice}")
+        }
+        other => panic!("expected an unknown commit, got {other:?}"),
+    }
+    // The abandoned transaction's connection closes; a repeat that waits then runs it once.
+    place_order_waiting(&c, order("o-16", Then::Answer))
+        .await
+        .expect("runs once");
+    assert_eq!(c.runs.load(Ordering::SeqCst), 2);
+    assert_eq!(s.far.orders().await, orders + 1);
+}
+
+async fn a_hung_begin_is_not_done(s: &Setup) {
+    let (c, scripted) = scripted_ctx(s).await;
+    scripted.script(Op::Begin, [Act::Hang]);
+    match place_order_timed(&c, order("o-17", Then::Answer)).await {
+        Err(OrderError::Wrapper(advice)) => {
+            assert!(advice.contains("was not run"), "{advice}");
+            assert!(advice.contains("safe to try again"), "{advice}");
+        }
+        other => panic!("expected not done, got {other:?}"),
+    }
+    assert_eq!(c.runs.load(Ordering::SeqCst), 0);
 }
 
 async fn a_second_borrow_is_refused(s: &Setup) {

@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use idempotency::clock::Timestamp;
 use idempotency::key::{Key, SecretFingerprint};
 use idempotency::store::{
-    BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
-    RecordStatus, RecordStore, SecretStore, Settlement, Store, StoreError, Token, Unsettled, Wake,
+    Begun, BoxFuture, Claim, ClaimRequest, CommitError, Completion, Maintenance, OpenTransaction,
+    OutboxEntry, OutboxStore, Receipt, RecordStatus, RecordStore, SecretStore, Settlement, Store,
+    StoreError, Token, TransactionalStore, TxOutcome, Unsettled, Wake,
 };
 use idempotency::Reference;
 use tokio::sync::{mpsc, Semaphore};
@@ -32,6 +33,10 @@ pub enum Op {
     Fetch,
     Ack,
     SwapSecret,
+    /// A transactional call's `begin`.
+    Begin,
+    /// A transactional call's commit (`CommitThenFail`: committed, then the answer is lost).
+    Commit,
 }
 
 /// What one call of a method does.
@@ -57,6 +62,8 @@ pub enum Act {
 
 /// The wrapper.
 pub struct Scripted {
+    /// This wrapper, for the transactions it hands out (their commit is scripted too).
+    me: std::sync::Weak<Scripted>,
     inner: Arc<dyn Store>,
     plan: Mutex<HashMap<Op, VecDeque<Act>>>,
     calls: Mutex<HashMap<Op, usize>>,
@@ -68,7 +75,8 @@ pub struct Scripted {
 impl Scripted {
     pub fn new(inner: Arc<dyn Store>) -> Arc<Self> {
         let (parked_tx, parked_rx) = mpsc::unbounded_channel();
-        Arc::new(Scripted {
+        Arc::new_cyclic(|me| Scripted {
+            me: me.clone(),
             inner,
             plan: Mutex::default(),
             calls: Mutex::default(),
@@ -227,6 +235,80 @@ impl RecordStore for Scripted {
         wake: Wake,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         self.run(Op::Watch, move || self.inner.watch(key, reference, wake))
+    }
+    fn transactions(&self) -> Option<&dyn TransactionalStore> {
+        self.inner
+            .transactions()
+            .map(|_| self as &dyn TransactionalStore)
+    }
+}
+
+impl TransactionalStore for Scripted {
+    fn begin<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Begun, StoreError>> {
+        let begun = self.run(Op::Begin, move || async move {
+            match self.inner.transactions() {
+                Some(inner) => inner.begin(req).await,
+                None => Err(unavailable(Op::Begin)),
+            }
+        });
+        Box::pin(async move {
+            Ok(match begun.await? {
+                Begun::Open(inner) => Begun::Open(Box::new(ScriptedTransaction {
+                    inner,
+                    store: self
+                        .me
+                        .upgrade()
+                        .expect("the wrapper lives while it is called"),
+                })),
+                answered => answered,
+            })
+        })
+    }
+}
+
+/// An open transaction whose commit the wrapper scripts ([`Op::Commit`]).
+#[derive(Debug)]
+struct ScriptedTransaction {
+    inner: Box<dyn OpenTransaction>,
+    store: Arc<Scripted>,
+}
+
+impl std::fmt::Debug for Scripted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Scripted")
+    }
+}
+
+impl OpenTransaction for ScriptedTransaction {
+    fn reference(&self) -> Reference {
+        self.inner.reference()
+    }
+    fn connection(&self) -> Arc<dyn std::any::Any + Send + Sync> {
+        self.inner.connection()
+    }
+    fn commit(self: Box<Self>, outcome: TxOutcome) -> BoxFuture<'static, Result<(), CommitError>> {
+        let act = self.store.next(Op::Commit);
+        Box::pin(async move {
+            let ScriptedTransaction { inner, store } = *self;
+            match act {
+                Act::Pass => inner.commit(outcome).await,
+                // Dropped unanswered: its connection closes, the database rolls it back.
+                Act::Fail => Err(CommitError::RolledBack(unavailable(Op::Commit))),
+                Act::Hang => std::future::pending().await,
+                Act::CommitThenFail => {
+                    let _ = inner.commit(outcome).await;
+                    Err(CommitError::Unknown(unavailable(Op::Commit)))
+                }
+                Act::Park | Act::CommitThenPark | Act::Report => {
+                    let _ = store.parked_tx.send(Op::Commit);
+                    store.gate.acquire().await.expect("never closed").forget();
+                    inner.commit(outcome).await
+                }
+            }
+        })
+    }
+    fn rollback(self: Box<Self>) -> BoxFuture<'static, ()> {
+        self.inner.rollback()
     }
 }
 
