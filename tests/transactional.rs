@@ -695,3 +695,202 @@ async fn a_store_that_cannot_run_it_refuses_to_start_naming_the_tool() {
         .await
         .expect("told it serves none");
 }
+
+/// Through an MCP client: an rmcp tool that is `transactional`, and the status tool while its
+/// call runs (its record appears only at the commit).
+mod over_mcp {
+    use std::sync::Arc;
+
+    use idempotency::mcp::{status_router, Identity, META_REPLAYED};
+    use idempotency::{idempotent, idempotent_tools, Call, Caller, Error, Idempotency};
+    use rmcp::handler::server::router::tool::ToolRouter;
+    use rmcp::handler::server::wrapper::{Json, Parameters};
+    use rmcp::model::{CallToolRequestParams, CallToolResult, ServerCapabilities, ServerConfig};
+    use rmcp::service::{RequestContext, RunningService};
+    use rmcp::{schemars, tool, tool_handler, tool_router, RoleClient, RoleServer, ServiceExt};
+    use serde::{Deserialize, Serialize};
+    use serde_json::{json, Value};
+    use tokio::sync::Notify;
+
+    use super::{postgres, sqlite, Far, Setup};
+
+    #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    struct OrderArgs {
+        order_id: String,
+    }
+
+    #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    struct Placed {
+        order_id: String,
+        reference: String,
+    }
+
+    #[derive(Clone)]
+    struct Shop {
+        engine: Idempotency,
+        sqlite: bool,
+        inside: Arc<Notify>,
+        go: Arc<Notify>,
+        tool_router: ToolRouter<Self>,
+    }
+
+    impl idempotency::IdempotencyContext<RequestContext<RoleServer>> for Shop {
+        fn idempotency(&self) -> &Idempotency {
+            &self.engine
+        }
+        fn caller(&self, request: &RequestContext<RoleServer>) -> Result<Caller, Error> {
+            Identity::stdio(Caller::new("acme", "alice")).resolve(request)
+        }
+    }
+
+    #[idempotent_tools]
+    #[tool_router]
+    impl Shop {
+        #[idempotent(
+            window = "1h",
+            business_key = "order_id",
+            transactional,
+            on_error = "retryable"
+        )]
+        #[tool(description = "Place an order: one row in the orders table.")]
+        async fn place_order(
+            &self,
+            Parameters(args): Parameters<OrderArgs>,
+        ) -> Result<Json<Placed>, String> {
+            let call = Call::current().ok_or("not wrapped")?;
+            let reference = call.reference().to_string();
+            let insert =
+                "INSERT INTO orders (order_id, reference, customer) VALUES ($1, $2, 'acme')";
+            if self.sqlite {
+                let mut tx = call
+                    .transaction::<sqlx::Sqlite>()
+                    .map_err(|e| e.to_string())?;
+                sqlx::query(insert)
+                    .bind(&args.order_id)
+                    .bind(&reference)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            } else {
+                let mut tx = call
+                    .transaction::<sqlx::Postgres>()
+                    .map_err(|e| e.to_string())?;
+                sqlx::query(insert)
+                    .bind(&args.order_id)
+                    .bind(&reference)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            self.inside.notify_one();
+            self.go.notified().await;
+            Ok(Json(Placed {
+                order_id: args.order_id,
+                reference,
+            }))
+        }
+    }
+
+    #[tool_handler(router = self.tool_router)]
+    impl rmcp::ServerHandler for Shop {
+        fn get_info(&self) -> ServerConfig {
+            ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        }
+    }
+
+    type Client = RunningService<RoleClient, ()>;
+
+    async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
+        let args = args.as_object().cloned().unwrap_or_default();
+        client
+            .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
+            .await
+            .expect("call_tool")
+    }
+
+    fn structured(r: &CallToolResult) -> Value {
+        r.structured_content.clone().unwrap_or(Value::Null)
+    }
+
+    async fn status_while_running(setup: Setup) {
+        let (inside, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let shop = Shop {
+            engine: Idempotency::builder_shared(setup.store.clone())
+                .start()
+                .await
+                .expect("start"),
+            sqlite: matches!(setup.far, Far::Sqlite(_)),
+            inside: inside.clone(),
+            go: go.clone(),
+            tool_router: Shop::tool_router() + status_router::<Shop>(),
+        };
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(async move {
+            if let Ok(s) = shop.serve(server_io).await {
+                let _ = s.waiting().await;
+            }
+        });
+        let client = Arc::new(().serve(client_io).await.expect("client"));
+        let tools = client.list_all_tools().await.expect("tools/list");
+        let hint = tools
+            .iter()
+            .find(|t| t.name == "place_order")
+            .and_then(|t| t.annotations.as_ref())
+            .and_then(|a| a.idempotent_hint);
+        assert_eq!(hint, Some(true));
+
+        let first = tokio::spawn({
+            let client = client.clone();
+            async move { call(&client, "place_order", json!({"order_id": "m-1"})).await }
+        });
+        inside.notified().await;
+        let repeat = call(&client, "place_order", json!({"order_id": "m-1"})).await;
+        assert_eq!(repeat.is_error, Some(true));
+        let reference = repeat
+            .meta
+            .as_ref()
+            .and_then(|m| m.0.get(idempotency::mcp::META_REF))
+            .and_then(Value::as_str)
+            .expect("the in-flight answer names its ref")
+            .to_owned();
+        let status = call(
+            &client,
+            idempotency::error::STATUS_TOOL,
+            json!({"ref": reference}),
+        )
+        .await;
+        assert_eq!(structured(&status)["state"], "in_flight", "{status:?}");
+        go.notify_one();
+        let first = first.await.expect("join");
+        assert_eq!(first.is_error, Some(false), "{first:?}");
+        let status = call(
+            &client,
+            idempotency::error::STATUS_TOOL,
+            json!({"ref": reference}),
+        )
+        .await;
+        assert_eq!(structured(&status)["state"], "completed", "{status:?}");
+        assert_eq!(structured(&status)["answer"], structured(&first));
+        // The replay does not run the body (which would wait on the gate).
+        let later = call(&client, "place_order", json!({"order_id": "m-1"})).await;
+        assert_eq!(
+            later.meta.as_ref().and_then(|m| m.0.get(META_REPLAYED)),
+            Some(&Value::Bool(true))
+        );
+        assert_eq!(setup.far.orders().await, 1);
+    }
+
+    #[tokio::test]
+    #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+    async fn on_postgres() {
+        let Some(setup) = postgres("transactional_mcp").await else {
+            return;
+        };
+        status_while_running(setup).await;
+    }
+
+    #[tokio::test]
+    async fn on_a_sqlite_file() {
+        status_while_running(sqlite("transactional_mcp").await).await;
+    }
+}

@@ -244,6 +244,13 @@ impl RecordStore for Scripted {
 }
 
 impl TransactionalStore for Scripted {
+    fn running(&self, reference: Reference) -> BoxFuture<'_, Result<bool, StoreError>> {
+        match self.inner.transactions() {
+            Some(inner) => inner.running(reference),
+            None => Box::pin(std::future::ready(Ok(false))),
+        }
+    }
+
     fn begin<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Begun, StoreError>> {
         let begun = self.run(Op::Begin, move || async move {
             match self.inner.transactions() {

@@ -131,6 +131,19 @@ impl Idempotency {
             .await
     }
 
+    /// Whether a transactional call under `reference` is running now: its record appears only
+    /// at its commit. Not scoped to a caller (the store's lock knows only the reference), so it
+    /// answers only whether *a* call holds it, nothing of that call.
+    pub(crate) async fn running_in_transaction(
+        &self,
+        reference: Reference,
+    ) -> Result<bool, StoreError> {
+        match self.store.transactions() {
+            Some(store) => store.running(reference).await,
+            None => Ok(false),
+        }
+    }
+
     /// Runs `body` at most once for `prepared`'s key: claims first, then runs, then records; a
     /// repeat gets the stored answer or the wrapper's honest error, converted into `E`.
     /// What `#[idempotent]` does on plain functions.

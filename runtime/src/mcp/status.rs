@@ -96,6 +96,18 @@ where
             Standing::Superseded => superseded(reference, &status),
             standing => describe(&status, standing),
         },
+        Ok(None)
+            if engine
+                .running_in_transaction(reference)
+                .await
+                .unwrap_or(false) =>
+        {
+            CallToolResult::structured(json!({
+                "ref": reference.to_string(),
+                "state": "in_flight",
+                "message": format!("ref {reference} is running now as one transaction: when it ends it has either taken effect as a whole (this tool then shows its answer) or not at all. Ask again shortly; do not repeat the call meanwhile."),
+            }))
+        }
         Ok(None) => CallToolResult::structured(json!({
             "ref": reference.to_string(),
             "state": "not_found",

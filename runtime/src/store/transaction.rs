@@ -26,6 +26,11 @@ pub trait TransactionalStore: Send + Sync + 'static {
     /// [`RecordStore::claim`](super::RecordStore::claim) would give it (completed, unknown,
     /// mismatch, in flight), or [`Claim::InFlight`] when another transaction holds the key.
     fn begin<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Begun, StoreError>>;
+
+    /// Whether a transactional call under `reference` is running now (its key held by an open
+    /// transaction): its record appears only at its commit, so the status tool asks this when it
+    /// finds none. A store that can only see its own process's transactions answers for those.
+    fn running(&self, reference: Reference) -> BoxFuture<'_, Result<bool, StoreError>>;
 }
 
 /// What [`TransactionalStore::begin`] found.

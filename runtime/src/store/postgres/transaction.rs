@@ -23,7 +23,7 @@ use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::{RecordState, StoredResponse};
 use crate::store::sql::{
-    db_error, generation_of, kept, ref_of, rest_of, state_code, take_back, RecordRow,
+    db_error, generation_of, kept, ref_of, ref_value, rest_of, state_code, take_back, RecordRow,
     SharedConnection, TxConnection,
 };
 use crate::store::{
@@ -74,7 +74,26 @@ box AS (
 SELECT count(*) FROM rec"
 );
 
+/// Whether a session of this database holds the advisory lock of `$1`, `$2` (the reference's
+/// halves, as `oid`s: the two-`int4` form's `classid` and `objid`, `objsubid` 2).
+const RUNNING: &str = "\
+SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2
+    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND classid = $1::BIGINT::OID AND objid = $2::BIGINT::OID)";
+
 impl TransactionalStore for PostgresStore {
+    fn running(&self, reference: Reference) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let r = ref_value(&reference);
+            sqlx::query_scalar(RUNNING)
+                .bind(i64::from((r >> 32) as i32 as u32))
+                .bind(i64::from(r as i32 as u32))
+                .fetch_one(&self.pool)
+                .await
+                .map_err(db_error)
+        })
+    }
+
     fn begin<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Begun, StoreError>> {
         Box::pin(async move {
             let mut conn = self.pool.acquire().await.map_err(db_error)?;

@@ -18,7 +18,7 @@ use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::{RecordState, StoredResponse};
 use crate::store::sql::{
-    db_error, generation_of, kept, ref_of, rest_of, state_code, take_back, RecordRow,
+    db_error, generation_of, kept, ref_of, ref_value, rest_of, state_code, take_back, RecordRow,
     SharedConnection, TxConnection,
 };
 use crate::store::{
@@ -83,6 +83,11 @@ ON CONFLICT (ref) DO UPDATE SET token = excluded.token, claimed_at = excluded.cl
 WHERE key_rest = excluded.key_rest";
 
 impl TransactionalStore for SqliteStore {
+    fn running(&self, reference: Reference) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let held = self.busy.held(ref_value(&reference)) == Some(reference);
+        Box::pin(std::future::ready(Ok(held)))
+    }
+
     fn begin<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Begun, StoreError>> {
         Box::pin(async move {
             let r = ref_of(&req.key);
