@@ -9,7 +9,7 @@ use idempotency::key::Secret;
 use idempotency::mcp::CallerBoundSessions;
 use idempotency::store::{PostgresStore, SqliteStore};
 use idempotency::tasks::Reconcile;
-use idempotency::{Caller, Idempotency};
+use idempotency::{Caller, Idempotency, IdempotencyBuilder};
 use rmcp::transport::streamable_http_server::{
     session::{local::LocalSessionManager, never::NeverSessionManager},
     StreamableHttpServerConfig, StreamableHttpService,
@@ -38,6 +38,33 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// `IDEMPOTENCY_WAIT` (default `0s`) is how long a repeat that finds its call in progress waits
 /// for its answer ([`IdempotencyBuilder::wait`](idempotency::IdempotencyBuilder::wait)).
 pub async fn engine_from_env(reconcile: impl Reconcile) -> Result<(Idempotency, String), BoxError> {
+    let (engine, _, store) = open_from_env(|builder| builder.reconcile(reconcile)).await?;
+    Ok((engine, store))
+}
+
+/// The store's own database: where a tool that writes beside its records
+/// (`#[idempotent(transactional)]`) keeps its tables, and which transaction it borrows
+/// (`Call::transaction::<sqlx::Postgres>()` or `::<sqlx::Sqlite>()`).
+#[derive(Clone, Debug)]
+pub enum Database {
+    /// PostgreSQL (`DATABASE_URL`): the store's pool.
+    Postgres(sqlx::PgPool),
+    /// The SQLite file: the store's pool.
+    Sqlite(sqlx::SqlitePool),
+}
+
+/// Like [`engine_from_env`], for a server of transactional tools: the same store, the same
+/// environment, and also the store's [`Database`]. No reconciler: a transactional call is never
+/// left unsettled (a worker that dies leaves nothing; the next repeat runs once).
+pub async fn engine_and_database_from_env() -> Result<(Idempotency, Database, String), BoxError> {
+    open_from_env(|builder| builder).await
+}
+
+/// The engine on the environment's store, its builder finished by `configure`, and the store's
+/// database.
+async fn open_from_env(
+    configure: impl FnOnce(IdempotencyBuilder) -> IdempotencyBuilder,
+) -> Result<(Idempotency, Database, String), BoxError> {
     let wait = wait_from_env()?;
     if let Ok(url) = std::env::var("DATABASE_URL") {
         let secret = secret_from_env(SecretUse::Shared("DATABASE_URL"))?;
@@ -48,10 +75,8 @@ pub async fn engine_from_env(reconcile: impl Reconcile) -> Result<(Idempotency, 
                 chain(&e)
             )
         })?;
-        let engine = Idempotency::builder(store)
-            .secret(secret)
-            .reconcile(reconcile)
-            .wait(wait)
+        let database = Database::Postgres(store.pool().clone());
+        let engine = configure(Idempotency::builder(store).secret(secret).wait(wait))
             .start()
             .await
             .map_err(|e| {
@@ -61,21 +86,19 @@ pub async fn engine_from_env(reconcile: impl Reconcile) -> Result<(Idempotency, 
                     chain(&e)
                 )
             })?;
-        return Ok((engine, "PostgreSQL (DATABASE_URL)".into()));
+        return Ok((engine, database, "PostgreSQL (DATABASE_URL)".into()));
     }
     let secret = secret_from_env(SecretUse::Local)?;
     let path = std::env::var("IDEMPOTENCY_SQLITE").unwrap_or_else(|_| DEFAULT_SQLITE.into());
     let store = SqliteStore::open(&path)
         .await
         .map_err(|e| format!("cannot open the SQLite store {path}: {}", chain(&e)))?;
-    let engine = Idempotency::builder(store)
-        .secret(secret)
-        .reconcile(reconcile)
-        .wait(wait)
+    let database = Database::Sqlite(store.pool().clone());
+    let engine = configure(Idempotency::builder(store).secret(secret).wait(wait))
         .start()
         .await
         .map_err(|e| format!("cannot start on the SQLite store {path}: {}", chain(&e)))?;
-    Ok((engine, format!("SQLite file {path}")))
+    Ok((engine, database, format!("SQLite file {path}")))
 }
 
 /// `IDEMPOTENCY_WAIT`: a whole number and a unit (`ms`, `s`, `m`); unset means no wait.
