@@ -632,6 +632,51 @@ async fn kill_9_inside_the_transaction_on_postgres() {
     schema.drop_schema().await;
 }
 
+/// Two stores in two schemas of one database, their engines with one secret: the victim's
+/// transaction, open in the first, holds nothing in the second, where the same call (the same
+/// key, the same reference) runs at once instead of being told "in flight".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+async fn a_transaction_in_another_schema_holds_no_key_here() {
+    let (log, secret) = (StartLog::new(), fresh_secret());
+    let Some((first, there, there_far)) = postgres("txkeya", &secret, &log).await else {
+        return;
+    };
+    let Some((second, here, here_far)) = postgres("txkeyb", &secret, &log).await else {
+        return;
+    };
+    drop(there.engine().await);
+    let env = there.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut victim = Victim::spawn(VICTIM_TEST, &env);
+    let inside = victim.said(INSIDE).await;
+    let (victim_reference, _) = inside.split_once(' ').expect("reference pid");
+
+    let ctx = Ctx {
+        engine: here.engine().await,
+        db: Db::Postgres,
+        log: log.0.clone(),
+        hold: false,
+        runs: AtomicUsize::new(0),
+    };
+    let order = Order {
+        order_id: order_id(VICTIM_ORDER),
+    };
+    let placed = place_order(&ctx, order)
+        .await
+        .expect("the call runs in its own schema");
+    assert_eq!(placed.reference, victim_reference, "the same key");
+    assert_eq!(placed.ran_by, i64::from(std::process::id()));
+    assert_eq!(here_far.scalar("SELECT count(*) FROM orders").await, 1);
+    assert_eq!(there_far.scalar("SELECT count(*) FROM orders").await, 0);
+
+    victim.kill().await;
+    here_far.close().await;
+    there_far.close().await;
+    first.drop_schema().await;
+    second.drop_schema().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_inside_the_transaction_on_a_sqlite_file() {
     let file = SqliteFile::new("txkill");
