@@ -8,9 +8,13 @@
 //! completed call is the first of them; its transaction is ended in the background.
 //!
 //! The lock is the two-`int4` form of `pg_try_advisory_xact_lock` on the reference's two
-//! halves (its key space is not the one-`bigint` form's that applications mostly use). It is
-//! taken in a statement of its own, before the statement that reads the row, so the read's
-//! snapshot is taken after the lock: a transaction that held the key and committed is seen.
+//! halves (its key space is not the one-`bigint` form's that applications mostly use), the high
+//! half XORed with the oid of the store's `idempotency_records` table: advisory locks belong to
+//! the database, so without it a store in another schema of the same database (tests, a
+//! schema per tenant, staging beside production) holding the same key would answer this one's
+//! calls "in flight". It is taken in a statement of its own, before the statement that reads the
+//! row, so the read's snapshot is taken after the lock: a transaction that held the key and
+//! committed is seen.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -85,7 +89,7 @@ impl TransactionalStore for PostgresStore {
                 None => req.now.as_millis().to_string(),
             };
             let sql = format!(
-                "BEGIN; SELECT pg_try_advisory_xact_lock({hi}, {lo}); \
+                "BEGIN; SELECT pg_try_advisory_xact_lock({hi} # 'idempotency_records'::REGCLASS::OID::INT4, {lo}); \
                  SELECT {clock}, (date_part('epoch', transaction_timestamp()) * 1000000)::BIGINT, \
                  key_rest, generation, state, fingerprint, claimed_at, {ends}, response \
                  FROM (SELECT 1) AS one LEFT JOIN idempotency_records ON ref = {r}",
