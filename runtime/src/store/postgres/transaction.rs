@@ -8,9 +8,13 @@
 //! completed call is the first of them; its transaction is ended in the background.
 //!
 //! The lock is the two-`int4` form of `pg_try_advisory_xact_lock` on the reference's two
-//! halves (its key space is not the one-`bigint` form's that applications mostly use). It is
-//! taken in a statement of its own, before the statement that reads the row, so the read's
-//! snapshot is taken after the lock: a transaction that held the key and committed is seen.
+//! halves (its key space is not the one-`bigint` form's that applications mostly use), the high
+//! half XORed with the oid of the store's `idempotency_records` table: advisory locks belong to
+//! the database, so without it a store in another schema of the same database (tests, a
+//! schema per tenant, staging beside production) holding the same key would answer this one's
+//! calls "in flight". It is taken in a statement of its own, before the statement that reads the
+//! row, so the read's snapshot is taken after the lock: a transaction that held the key and
+//! committed is seen.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -74,19 +78,22 @@ box AS (
 SELECT count(*) FROM rec"
 );
 
-/// Whether a session of this database holds the advisory lock of `$1`, `$2` (the reference's
-/// halves, as `oid`s: the two-`int4` form's `classid` and `objid`, `objsubid` 2).
+/// Whether a session of this database holds the advisory lock a transactional call of this
+/// store takes for a reference: `$1` its high half (an `int4`, scoped by the records table's oid
+/// as `begin` scopes it), `$2` its low half as an unsigned `bigint`. In `pg_locks` the two-`int4`
+/// form's keys are `classid` and `objid`, as `oid`s, with `objsubid` 2.
 const RUNNING: &str = "\
 SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2
     AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-    AND classid = $1::BIGINT::OID AND objid = $2::BIGINT::OID)";
+    AND classid = ((($1::INT4 # 'idempotency_records'::REGCLASS::OID::INT4)::BIGINT) & 4294967295)::OID
+    AND objid = $2::BIGINT::OID)";
 
 impl TransactionalStore for PostgresStore {
     fn running(&self, reference: Reference) -> BoxFuture<'_, Result<bool, StoreError>> {
         Box::pin(async move {
             let r = ref_value(&reference);
             sqlx::query_scalar(RUNNING)
-                .bind(i64::from((r >> 32) as i32 as u32))
+                .bind((r >> 32) as i32)
                 .bind(i64::from(r as i32 as u32))
                 .fetch_one(&self.pool)
                 .await
@@ -104,7 +111,7 @@ impl TransactionalStore for PostgresStore {
                 None => req.now.as_millis().to_string(),
             };
             let sql = format!(
-                "BEGIN; SELECT pg_try_advisory_xact_lock({hi}, {lo}); \
+                "BEGIN; SELECT pg_try_advisory_xact_lock({hi} # 'idempotency_records'::REGCLASS::OID::INT4, {lo}); \
                  SELECT {clock}, (date_part('epoch', transaction_timestamp()) * 1000000)::BIGINT, \
                  key_rest, generation, state, fingerprint, claimed_at, {ends}, response \
                  FROM (SELECT 1) AS one LEFT JOIN idempotency_records ON ref = {r}",
