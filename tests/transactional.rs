@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use idempotency::store::{MemoryStore, SqliteStore, Store};
+use idempotency::store::{MemoryStore, PostgresStore, SqliteStore, Store};
 use idempotency::{idempotent, Call, Caller, Classify, Disposition, Error, Idempotency};
 use idempotency_tests::pg::TestSchema;
 use idempotency_tests::scripted::{Act, Op, Scripted};
@@ -673,6 +673,58 @@ async fn on_postgres() {
         return;
     };
     every_case(setup).await;
+}
+
+/// PostgreSQL prepares the read of the record once per connection: a connection that lost it
+/// (`DEALLOCATE`, a pooler's `DISCARD ALL`) prepares it again, under the server's clock and the
+/// engine's.
+#[tokio::test]
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+async fn on_postgres_a_connection_that_lost_the_prepared_read_prepares_it_again() {
+    let Some(schema) = TestSchema::create("transactional_prepared").await else {
+        return;
+    };
+    // One connection: the calls and the DEALLOCATE run on the same one.
+    let pool = schema.pool(1).await;
+    sqlx::raw_sql(
+        "CREATE TABLE customers (id TEXT PRIMARY KEY); INSERT INTO customers VALUES ('acme');
+         CREATE TABLE orders (order_id TEXT PRIMARY KEY, reference TEXT NOT NULL,
+             customer TEXT NOT NULL REFERENCES customers (id) DEFERRABLE INITIALLY DEFERRED)",
+    )
+    .execute(&pool)
+    .await
+    .expect("create the domain tables");
+    let server = PostgresStore::from_pool(pool.clone()).await.expect("store");
+    let engine_clock = server.clone().trusting_engine_clock();
+    for (n, store) in [server, engine_clock].into_iter().enumerate() {
+        let setup = Setup {
+            store: Arc::new(store),
+            far: Far::Postgres(pool.clone()),
+            db: Db::Postgres,
+            _schema: None,
+            _file: None,
+        };
+        let c = ctx(&setup).await;
+        let (first, second) = (format!("p-{n}-1"), format!("p-{n}-2"));
+        place_order(&c, order(&first, Then::Answer))
+            .await
+            .expect("placed");
+        sqlx::raw_sql("DEALLOCATE idempotency_tx_read")
+            .execute(&pool)
+            .await
+            .expect("the read was prepared on the connection");
+        let placed = place_order(&c, order(&second, Then::Answer))
+            .await
+            .expect("placed after the DEALLOCATE");
+        let again = place_order(&c, order(&second, Then::Answer))
+            .await
+            .expect("replayed");
+        assert_eq!(placed, again);
+        assert_eq!(c.runs.load(Ordering::SeqCst), 2);
+        assert_eq!(setup.far.orders().await, 2 * (n as i64 + 1));
+    }
+    pool.close().await;
+    schema.drop_schema().await;
 }
 
 #[tokio::test]

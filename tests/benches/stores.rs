@@ -10,9 +10,9 @@
 //! Environment: `DATABASE_URL` (the PostgreSQL part is skipped without it), `BENCH_ROWS` (rows
 //! in the full table, 100000), `BENCH_SAMPLES` (latency samples per figure, 2000), `BENCH_SECS`
 //! (seconds per side per throughput figure, 16; its ratio is the median of paired 1 s slices),
-//! `BENCH_CLIENTS` (concurrent clients and pool size, 32), `BENCH_ONLY` (`postgres`, `sqlite` or
-//! `wait`: run one part), `BENCH_KEEP_SCHEMA` (set: keep the PostgreSQL schema, with both full tables,
-//! for inspection).
+//! `BENCH_CLIENTS` (concurrent clients and pool size, 32), `BENCH_ONLY` (`postgres`, `sqlite`,
+//! `wait` or `transactional`: run one part), `BENCH_KEEP_SCHEMA` (set: keep the PostgreSQL schema,
+//! with both full tables, for inspection).
 //!
 //! Then, per store, a line on repeats that wait for the call in progress (`wait`):
 //! `wait store=<postgres|redis|sqlite> waiters=100 answer_after_completion_p50_ms=..
@@ -24,6 +24,44 @@
 //! the connections open while they wait beyond those a burst of 100 calls answered at once left
 //! open (PostgreSQL: counted by the server, so the listening connection counts).
 //! `BENCH_ONLY=wait` runs only these lines.
+//!
+//! Then, per store, a line on transactional calls (`#[idempotent(transactional)]`):
+//! `transactional store=<postgres|sqlite> fresh_p50_ratio_hand=.. tps32_ratio_hand=..
+//! fresh_p50_ratio_two_commits=.. commits_per_call=..`. The domain side effect is a row in an
+//! `orders` table (`order_id TEXT PRIMARY KEY, reference TEXT NOT NULL`) beside the store's
+//! records; three sides, each a fresh call with an order id (so a key) of its own, sharing that
+//! table and interleaved (blocks of 50 for latency, 1 s slices for throughput) so that its
+//! growth falls on all alike:
+//! - *ours*: a transactional call through the engine whose body inserts the order through
+//!   `Call::transaction` (claim, order, record: one transaction, one commit);
+//! - *hand*: what a user writes by hand with sqlx: `pool.begin()`, insert the order, insert a row
+//!   keyed by the call's key with its answer into a comparable table (`raw_records`), `commit`;
+//! - *two_commits*: the store's ordinary call of the same tool (not transactional), its body
+//!   inserting the order on the pool (autocommit): claim, order, completion, each committed.
+//!
+//! `fresh_p50_ratio_hand` is ours p50 over hand p50 (1 client), `tps32_ratio_hand` ours calls/s
+//! over hand's with `BENCH_CLIENTS` clients (the paired-slice median; the key says the number of
+//! clients), `fresh_p50_ratio_two_commits` ours p50 over two_commits'. The engines run without
+//! lease-expiry rounds (`without_reconciler`), whose statements would count as the calls'.
+//! `commits_per_call` is ours, counted by the database over 200 fresh calls one at a time (the
+//! median of 3 rounds):
+//! - PostgreSQL: the move of `pg_stat_database.xact_commit`, read from a connection of its own
+//!   to `DATABASE_URL`'s database, while the calls run in a database the bench creates for this
+//!   part (so other sessions' transactions are not counted; in a schema of `DATABASE_URL`'s
+//!   database, said on stderr, where it cannot create one) over a pool of `BENCH_CLIENTS`
+//!   connections shared by all sides. Backends report their counts at most once a second (and
+//!   an idle one after up to 10 s), so before each reading every pool connection runs `SELECT
+//!   pg_stat_force_next_flush()` (PostgreSQL 15+; `na` before), which reports it before it
+//!   answers, and the counter is read until it stops moving; those statements' commits (and
+//!   the reader's, when it is in the same database) are subtracted.
+//! - SQLite: SQLite's commit hook (`sqlite3_commit_hook`), set on every connection of the
+//!   store's pool (4, as `SqliteStore::open`'s) as it opens, which SQLite calls as it commits a
+//!   transaction that wrote (a read-only transaction is no commit there; none of the sides has
+//!   one).
+//!
+//! On stderr, the absolute figures behind the line, and the commits per call of hand and
+//! two_commits (1 and 3: a check of the counting). `BENCH_ONLY=transactional` runs only these
+//! lines.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -37,6 +75,9 @@ use idempotency_tests::pg::{unique_name, TestSchema};
 use idempotency_tests::raw::{self, key, now, RESPONSE, TENANT, TOOL};
 use sqlx::sqlite::SqlitePoolOptions;
 use sqlx::{PgPool, SqlitePool};
+
+#[path = "stores/transactional.rs"]
+mod transactional;
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -945,6 +986,12 @@ fn main() {
             tables.push(Table {
                 lines: wait_lines().await,
             });
+        }
+        if only.is_empty() || only == "transactional" {
+            let mut lines = Vec::new();
+            lines.extend(transactional::postgres(&cfg).await);
+            lines.push(transactional::sqlite(&cfg).await);
+            tables.push(Table { lines });
         }
         tables
     });

@@ -15,6 +15,13 @@
 //! calls "in flight". It is taken in a statement of its own, before the statement that reads the
 //! row, so the read's snapshot is taken after the lock: a transaction that held the key and
 //! committed is seen.
+//!
+//! The read is a statement prepared on the connection ([`PREPARE_READ`], run by `EXECUTE` in
+//! the same simple query as `BEGIN` and the lock): planned once per connection instead of at
+//! every call, which is most of what a fresh call's first round trip costs the server beyond a
+//! bare `BEGIN`. A connection that does not have it yet (a new one, or one reset by `DISCARD
+//! ALL`) answers the `EXECUTE` with `26000`; the call then rolls back, prepares it and begins
+//! again in one more round trip.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -63,6 +70,26 @@ WHERE r.key_rest = EXCLUDED.key_rest"
 
 const RECORD: &str = record_sql!();
 
+/// The name of [`PREPARE_READ`]'s statement on a connection.
+const READ: &str = "idempotency_tx_read";
+
+/// Prepares the read of a transactional call's record after its lock: `$1` ref, `$2` the
+/// clock offset (NULL: the engine's time `$3` is taken as given). One row, with the record's
+/// columns NULL when it has none.
+const PREPARE_READ: &str = concat!(
+    "PREPARE idempotency_tx_read (BIGINT, BIGINT, BIGINT) AS SELECT COALESCE(",
+    server_clock!(),
+    " + $2, $3), (date_part('epoch', transaction_timestamp()) * 1000000)::BIGINT, \
+     key_rest, generation, state, fingerprint, claimed_at, ",
+    ends_and_completed!(),
+    ", response FROM (SELECT 1) AS one LEFT JOIN idempotency_records ON ref = $1"
+);
+
+/// The server's answer to `EXECUTE` of a statement the connection has not prepared.
+fn unprepared(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("26000"))
+}
+
 /// [`RECORD`] with the call's outbox messages (`$16` topics, `$17` payloads), in the same
 /// statement; answers with the number of records written (1, or 0 as [`RECORD`]).
 const RECORD_WITH_OUTBOX: &str = concat!(
@@ -106,24 +133,28 @@ impl TransactionalStore for PostgresStore {
             let mut conn = self.pool.acquire().await.map_err(db_error)?;
             let r = ref_of(&req.key);
             // Literals only: integers this store computed.
-            let clock = match self.clock_offset {
-                Some(off) => format!("{} + {off}", server_clock!()),
-                None => req.now.as_millis().to_string(),
-            };
+            let offset = self
+                .clock_offset
+                .map_or_else(|| "NULL".to_owned(), |off| off.to_string());
             let sql = format!(
                 "BEGIN; SELECT pg_try_advisory_xact_lock({hi} # 'idempotency_records'::REGCLASS::OID::INT4, {lo}); \
-                 SELECT {clock}, (date_part('epoch', transaction_timestamp()) * 1000000)::BIGINT, \
-                 key_rest, generation, state, fingerprint, claimed_at, {ends}, response \
-                 FROM (SELECT 1) AS one LEFT JOIN idempotency_records ON ref = {r}",
+                 EXECUTE {READ}({r}, {offset}, {now})",
                 hi = (r >> 32) as i32,
                 lo = r as i32,
-                ends = ends_and_completed!(),
+                now = req.now.as_millis(),
             );
             // Audited: every value in it is an integer this store computed.
-            let rows = match sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            let mut begun = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone()))
                 .fetch_all(&mut *conn)
-                .await
-            {
+                .await;
+            if matches!(&begun, Err(e) if unprepared(e)) {
+                // The failed `EXECUTE` aborted the transaction: end it, prepare, begin again.
+                let again = format!("ROLLBACK; {PREPARE_READ}; {sql}");
+                begun = sqlx::raw_sql(sqlx::AssertSqlSafe(again))
+                    .fetch_all(&mut *conn)
+                    .await;
+            }
+            let rows = match begun {
                 Ok(rows) => rows,
                 Err(e) => {
                     conn.close_on_drop();
