@@ -34,8 +34,8 @@ use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::{RecordState, StoredResponse};
 use crate::store::sql::{
-    db_error, generation_of, kept, ref_of, ref_value, rest_of, state_code, take_back, RecordRow,
-    SharedConnection, TxConnection,
+    db_error, generation_of, kept, ref_of, ref_value, rest_of, roll_back, state_code, take_back,
+    RecordRow, SharedConnection, TxConnection,
 };
 use crate::store::{
     Begun, BoxFuture, Claim, ClaimRequest, CommitError, OpenTransaction, StoreError,
@@ -241,18 +241,7 @@ impl TransactionalStore for PostgresStore {
 /// Ends a transaction that wrote nothing (a repeat's, a busy key's) without holding up the
 /// answer: `ROLLBACK` in the background; a connection that cannot is closed instead.
 fn end_in_background(shared: SharedConnection<Postgres>) {
-    tokio::spawn(async move {
-        let Some(mut held) = take_back(&shared) else {
-            return;
-        };
-        if sqlx::raw_sql("ROLLBACK")
-            .execute(&mut *held.conn)
-            .await
-            .is_ok()
-        {
-            held.open = false;
-        }
-    });
+    tokio::spawn(async move { roll_back(&shared).await });
 }
 
 /// A call's open transaction on PostgreSQL, holding its key's advisory lock.
@@ -359,17 +348,6 @@ impl OpenTransaction for PgOpen {
     }
 
     fn rollback(self: Box<Self>) -> BoxFuture<'static, ()> {
-        Box::pin(async move {
-            let Some(mut held) = take_back(&self.shared) else {
-                return;
-            };
-            if sqlx::raw_sql("ROLLBACK")
-                .execute(&mut *held.conn)
-                .await
-                .is_ok()
-            {
-                held.open = false;
-            }
-        })
+        Box::pin(async move { roll_back(&self.shared).await })
     }
 }

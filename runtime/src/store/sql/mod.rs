@@ -19,7 +19,7 @@ pub(crate) use admin::{admin_record, admin_stats, sql_admin, AdminRow};
 pub(crate) use fence::{why_fenced, why_not_taken, FenceRow};
 pub(crate) use migrate::{migrate, Bookkeeping, Migration};
 pub(crate) use row::RecordRow;
-pub(crate) use transaction::{kept, take_back, SharedConnection, TxConnection};
+pub(crate) use transaction::{kept, roll_back, take_back, SharedConnection, TxConnection};
 
 /// How often a claim runs again when a concurrent writer changed the row under it (rare: a
 /// conflicting insert committed after the statement's snapshot, or a concurrent takeover).

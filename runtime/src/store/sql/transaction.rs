@@ -52,6 +52,24 @@ pub(crate) fn take_back<DB: Database>(
     Some(held)
 }
 
+/// Ends a transaction without keeping anything it wrote: `ROLLBACK` once the engine has it back
+/// (a connection that cannot, or a handler that kept its borrow, closes instead).
+pub(crate) async fn roll_back<DB: Database>(shared: &SharedConnection<DB>)
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    let Some(mut held) = take_back(shared) else {
+        return;
+    };
+    if sqlx::raw_sql("ROLLBACK")
+        .execute(&mut *held.conn)
+        .await
+        .is_ok()
+    {
+        held.open = false;
+    }
+}
+
 /// The handler still holds its borrow of the transaction after returning.
 pub(crate) fn kept() -> StoreError {
     StoreError::Config {

@@ -18,8 +18,8 @@ use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::{RecordState, StoredResponse};
 use crate::store::sql::{
-    db_error, generation_of, kept, ref_of, ref_value, rest_of, state_code, take_back, RecordRow,
-    SharedConnection, TxConnection,
+    db_error, generation_of, kept, ref_of, ref_value, rest_of, roll_back, state_code, take_back,
+    RecordRow, SharedConnection, TxConnection,
 };
 use crate::store::{
     Begun, BoxFuture, Claim, ClaimRequest, CommitError, OpenTransaction, StoreError,
@@ -203,16 +203,7 @@ impl SqliteStore {
 
 /// Ends a transaction that wrote nothing; a connection that cannot is closed instead.
 async fn end(shared: SharedConnection<Sqlite>) {
-    let Some(mut held) = take_back(&shared) else {
-        return;
-    };
-    if sqlx::raw_sql("ROLLBACK")
-        .execute(&mut *held.conn)
-        .await
-        .is_ok()
-    {
-        held.open = false;
-    }
+    roll_back(&shared).await;
 }
 
 /// A call's open transaction on SQLite, holding the file's write lock and its key in [`Busy`].
