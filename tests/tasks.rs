@@ -712,6 +712,7 @@ async fn a_killed_replicas_task_fails_with_its_outcome_unknown() {
 }
 
 /// As above with `recover = "rerun"` (the ledger deduplicates on the reference): after the kill,
+/// once A's lease has passed, `tasks/get` tells a polling client to send the call again; then
 /// replica B's client retries `tools/call` (each answer the same task) and polls `tasks/get`;
 /// once A's lease has passed a retry runs the body again under the same reference, and the task
 /// ends `completed` with the entry A posted. Two body starts (A, then B), one entry.
@@ -723,6 +724,15 @@ async fn a_killed_replicas_task_is_rerun_once_and_completes() {
     };
     let tool = "post_entry_rerun";
     let (id, b, killed) = kill_replica_a_mid_task(&schema, tool).await;
+
+    // A client that only polls is told, once A's lease has passed, to send the call again (not
+    // "do not submit it again": this tool reruns it under the same reference).
+    let (stopped, _) = until_not_working(&b, &id).await;
+    assert_eq!(stopped.task.status(), TaskStatus::Failed, "{stopped:?}");
+    let message = stopped.task.task.status_message.clone().unwrap_or_default();
+    assert!(message.contains("Send the same call again"), "{message}");
+    assert!(!message.contains("Do not submit"), "{message}");
+    assert!(message.contains(&format!("ref {id}")), "{message}");
 
     let deadline = Instant::now() + LEASE + AFTER_LEASE;
     // What the retries were answered, and what tasks/get said after each (in order, repeats

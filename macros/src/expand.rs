@@ -153,6 +153,17 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
             #p::inventory::submit! { #p::TransactionalTool::new(#name) }
         };
     }
+    if opts.task.is_some() {
+        // Registered at link time: `tasks/get` says what its recovery means for a lost worker.
+        let recover = match opts.recover.as_ref().map(|r| r.value) {
+            None | Some(Recover::Unknown) => quote!(Unknown),
+            Some(Recover::Rerun) => quote!(Rerun),
+            Some(Recover::Reconcile) => quote!(Reconcile),
+        };
+        registration = quote! {
+            #p::inventory::submit! { #p::TaskTool::new(#name, #p::Recover::#recover) }
+        };
+    }
     let mut local_descriptor = TokenStream::new();
     let (spec_path, descriptor) = if f.in_trait {
         // A trait impl holds only the trait's items: the descriptor is the body's own.

@@ -7,7 +7,7 @@ pub use crate::error::Error;
 pub use crate::key::Caller;
 pub use crate::key::Scope;
 pub use crate::outcome::{Classify, ErrorPolicy, Failure, Outcome};
-pub use crate::tool::{BusinessKey, Prepared, Recover, ToolSpec, TransactionalTool};
+pub use crate::tool::{BusinessKey, Prepared, Recover, TaskTool, ToolSpec, TransactionalTool};
 pub use core::clone::Clone;
 pub use core::convert::From;
 pub use core::option::Option;

@@ -345,3 +345,32 @@ pub(crate) fn transactional_tools() -> Vec<&'static str> {
     names.dedup();
     names
 }
+
+/// A `#[idempotent(task)]` tool linked into this program, with its recovery: the attribute
+/// registers each one, so that `tasks/get` can tell a client what a task whose worker is gone
+/// means for that tool (with `recover = "rerun"`, sending the call again runs it again).
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct TaskTool {
+    name: &'static str,
+    recover: Recover,
+}
+
+impl TaskTool {
+    /// The registration of the task tool `name` (generated code).
+    pub const fn new(name: &'static str, recover: Recover) -> Self {
+        TaskTool { name, recover }
+    }
+}
+
+inventory::collect!(TaskTool);
+
+/// The recovery of the task tool `name`, when every registration of that name agrees on it.
+pub(crate) fn task_recovery(name: &str) -> Option<Recover> {
+    let mut found = inventory::iter::<TaskTool>
+        .into_iter()
+        .filter(|t| t.name == name)
+        .map(|t| t.recover);
+    let first = found.next()?;
+    found.all(|r| r == first).then_some(first)
+}

@@ -204,7 +204,13 @@ fn detailed(s: &RecordStatus, now: Timestamp) -> DetailedTask {
     // What the record means now, as a repeat and the status tool read it. A claim whose lease
     // passed unrenewed, or whose outcome was lost, is a terminal answer for the task: failed,
     // outcome unknown (never "working" forever while nobody works on it).
+    // A tool that reruns a call whose worker is gone (`recover = "rerun"`) runs it again when the
+    // call is sent again: say so, instead of "do not submit it again".
+    let reruns = crate::tool::task_recovery(tool) == Some(crate::tool::Recover::Rerun);
     let (payload, message) = match s.standing(r, now) {
+        Standing::LeasePassed | Standing::Unknown if reruns => failed(format!(
+            "{tool} (ref {r}) stopped before it reported: its worker is gone. Send the same call again: it runs again under the same reference, which the downstream system deduplicates on, and this task then completes with its answer."
+        )),
         Standing::InFlight => (
             TaskPayload::Working,
             format!("{tool} (ref {r}) is in progress. Do not submit it again."),
