@@ -716,12 +716,31 @@ async fn on_postgres_a_connection_that_lost_the_prepared_read_prepares_it_again(
         let placed = place_order(&c, order(&second, Then::Answer))
             .await
             .expect("placed after the DEALLOCATE");
+        // A statement of that name that is not the store's (as behind a pooler that moved the
+        // session): the call reads with literals instead.
+        let third = format!("p-{n}-3");
+        sqlx::raw_sql(
+            "DEALLOCATE idempotency_tx_read; PREPARE idempotency_tx_read (TEXT) AS SELECT $1",
+        )
+        .execute(&pool)
+        .await
+        .expect("a foreign statement under the read's name");
+        place_order(&c, order(&third, Then::Answer))
+            .await
+            .expect("placed with a literal read");
+        place_order(&c, order(&third, Then::Answer))
+            .await
+            .expect("replayed with a literal read");
+        sqlx::raw_sql("DEALLOCATE idempotency_tx_read")
+            .execute(&pool)
+            .await
+            .expect("the foreign statement is still there");
         let again = place_order(&c, order(&second, Then::Answer))
             .await
             .expect("replayed");
         assert_eq!(placed, again);
-        assert_eq!(c.runs.load(Ordering::SeqCst), 2);
-        assert_eq!(setup.far.orders().await, 2 * (n as i64 + 1));
+        assert_eq!(c.runs.load(Ordering::SeqCst), 3);
+        assert_eq!(setup.far.orders().await, 3 * (n as i64 + 1));
     }
     pool.close().await;
     schema.drop_schema().await;

@@ -21,7 +21,9 @@
 //! every call, which is most of what a fresh call's first round trip costs the server beyond a
 //! bare `BEGIN`. A connection that does not have it yet (a new one, or one reset by `DISCARD
 //! ALL`) answers the `EXECUTE` with `26000`; the call then rolls back, prepares it and begins
-//! again in one more round trip.
+//! again in one more round trip. If that fails too (a pooler in transaction mode hands each
+//! transaction another server connection, or a statement of that name is not this store's), the
+//! call reads with literals, planned at that call: slower, never wrong.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -71,19 +73,33 @@ WHERE r.key_rest = EXCLUDED.key_rest"
 const RECORD: &str = record_sql!();
 
 /// The name of [`PREPARE_READ`]'s statement on a connection.
-const READ: &str = "idempotency_tx_read";
+const READ_NAME: &str = "idempotency_tx_read";
 
 /// Prepares the read of a transactional call's record after its lock: `$1` ref, `$2` the
 /// clock offset (NULL: the engine's time `$3` is taken as given). One row, with the record's
 /// columns NULL when it has none.
+macro_rules! read_sql {
+    () => {
+        concat!(
+            "SELECT COALESCE(",
+            server_clock!(),
+            " + $2, $3), (date_part('epoch', transaction_timestamp()) * 1000000)::BIGINT, \
+             key_rest, generation, state, fingerprint, claimed_at, ",
+            ends_and_completed!(),
+            ", response FROM (SELECT 1) AS one LEFT JOIN idempotency_records ON ref = $1"
+        )
+    };
+}
+
 const PREPARE_READ: &str = concat!(
-    "PREPARE idempotency_tx_read (BIGINT, BIGINT, BIGINT) AS SELECT COALESCE(",
-    server_clock!(),
-    " + $2, $3), (date_part('epoch', transaction_timestamp()) * 1000000)::BIGINT, \
-     key_rest, generation, state, fingerprint, claimed_at, ",
-    ends_and_completed!(),
-    ", response FROM (SELECT 1) AS one LEFT JOIN idempotency_records ON ref = $1"
+    "PREPARE idempotency_tx_read (BIGINT, BIGINT, BIGINT) AS ",
+    read_sql!()
 );
+
+/// The read itself, for the rare call whose connection cannot keep [`PREPARE_READ`] (behind a
+/// pooler that hands each transaction another server connection): sent with its values as
+/// literals (integers this store computed) and planned at that call.
+const READ: &str = read_sql!();
 
 /// The server's answer to `EXECUTE` of a statement the connection has not prepared.
 fn unprepared(e: &sqlx::Error) -> bool {
@@ -138,7 +154,7 @@ impl TransactionalStore for PostgresStore {
                 .map_or_else(|| "NULL".to_owned(), |off| off.to_string());
             let sql = format!(
                 "BEGIN; SELECT pg_try_advisory_xact_lock({hi} # 'idempotency_records'::REGCLASS::OID::INT4, {lo}); \
-                 EXECUTE {READ}({r}, {offset}, {now})",
+                 EXECUTE {READ_NAME}({r}, {offset}, {now})",
                 hi = (r >> 32) as i32,
                 lo = r as i32,
                 now = req.now.as_millis(),
@@ -151,6 +167,22 @@ impl TransactionalStore for PostgresStore {
                 // The failed `EXECUTE` aborted the transaction: end it, prepare, begin again.
                 let again = format!("ROLLBACK; {PREPARE_READ}; {sql}");
                 begun = sqlx::raw_sql(sqlx::AssertSqlSafe(again))
+                    .fetch_all(&mut *conn)
+                    .await;
+            }
+            if matches!(&begun, Err(sqlx::Error::Database(_))) {
+                // The prepared read is missing again or is not ours (a pooler moved the session,
+                // or a statement of that name with another shape): this call reads with literals.
+                let read = READ
+                    .replace("$1", &r.to_string())
+                    .replace("$2", &offset)
+                    .replace("$3", &req.now.as_millis().to_string());
+                let literal = format!(
+                    "ROLLBACK; BEGIN; SELECT pg_try_advisory_xact_lock({hi} # 'idempotency_records'::REGCLASS::OID::INT4, {lo}); {read}",
+                    hi = (r >> 32) as i32,
+                    lo = r as i32,
+                );
+                begun = sqlx::raw_sql(sqlx::AssertSqlSafe(literal))
                     .fetch_all(&mut *conn)
                     .await;
             }
