@@ -765,6 +765,14 @@ async fn a_store_that_cannot_run_it_refuses_to_start_naming_the_tool() {
         .start()
         .await
         .expect("told it serves none");
+    // Redis too: records there are not in the handler's database.
+    let redis = idempotency_tests::backends::Backend::redis("transactional", false).await;
+    let refused = Idempotency::builder_shared(redis.store.clone())
+        .start()
+        .await;
+    let message = refused.expect_err("refused").to_string();
+    assert!(message.contains("place_order"), "{message}");
+    redis.finish().await;
 }
 
 /// Through an MCP client: an rmcp tool that is `transactional`, and the status tool while its
