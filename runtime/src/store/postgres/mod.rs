@@ -84,6 +84,12 @@ fn found_row(value: sqlx::postgres::PgValueRef<'_>) -> Result<RecordRow, sqlx::E
     })
 }
 
+/// A window's length as the row keeps it (`window_s`): whole seconds, rounded up (see the
+/// migration), saturating.
+fn window_s(window: Duration) -> i32 {
+    i32::try_from(window.as_secs() + u64::from(window.subsec_nanos() > 0)).unwrap_or(i32::MAX)
+}
+
 type PgQuery = Query<'static, Postgres, PgArguments>;
 
 /// A [`Store`](super::Store) on PostgreSQL, for servers with several replicas.
@@ -201,10 +207,7 @@ impl RecordStore for PostgresStore {
                 .fingerprint
                 .as_ref()
                 .map_or(&[][..], |f| &f.as_bytes()[..]);
-            // Whole seconds, rounded up (see the migration).
-            let window_s =
-                i32::try_from(req.window.as_secs() + u64::from(req.window.subsec_nanos() > 0))
-                    .unwrap_or(i32::MAX);
+            let window_s = window_s(req.window);
             // `$1` … `$5`, the same in every claim statement.
             let head = |sql: &'static str| {
                 sqlx::query(sql)

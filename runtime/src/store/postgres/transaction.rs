@@ -31,13 +31,13 @@ use std::sync::Arc;
 use sqlx::{Postgres, Row};
 
 use super::statements::{ends_and_completed, ends_at, server_clock};
-use super::{in_callers_frame, PostgresStore};
+use super::{in_callers_frame, window_s, PostgresStore};
 use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::{RecordState, StoredResponse};
 use crate::store::sql::{
-    db_error, generation_of, kept, ref_of, ref_value, rest_of, roll_back, state_code, take_back,
-    RecordRow, SharedConnection, TxConnection,
+    db_error, kept, ref_of, ref_value, rest_of, roll_back, state_code, take_back, RecordRow,
+    SharedConnection, TxConnection,
 };
 use crate::store::{
     Begun, BoxFuture, Claim, ClaimRequest, CommitError, OpenTransaction, StoreError,
@@ -146,28 +146,32 @@ impl TransactionalStore for PostgresStore {
 
     fn begin<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Begun, StoreError>> {
         Box::pin(async move {
-            let mut conn = self.pool.acquire().await.map_err(db_error)?;
+            // Dropped from here on (its caller gone mid-statement), the connection is closed: it
+            // may be inside the transaction, holding the key.
+            let mut tx = TxConnection::open(self.pool.acquire().await.map_err(db_error)?);
             let r = ref_of(&req.key);
             // Literals only: integers this store computed.
             let offset = self
                 .clock_offset
                 .map_or_else(|| "NULL".to_owned(), |off| off.to_string());
-            let sql = format!(
-                "BEGIN; SELECT pg_try_advisory_xact_lock({hi} # 'idempotency_records'::REGCLASS::OID::INT4, {lo}); \
-                 EXECUTE {READ_NAME}({r}, {offset}, {now})",
+            let lock = format!(
+                "BEGIN; SELECT pg_try_advisory_xact_lock({hi} # 'idempotency_records'::REGCLASS::OID::INT4, {lo})",
                 hi = (r >> 32) as i32,
                 lo = r as i32,
+            );
+            let sql = format!(
+                "{lock}; EXECUTE {READ_NAME}({r}, {offset}, {now})",
                 now = req.now.as_millis(),
             );
             // Audited: every value in it is an integer this store computed.
             let mut begun = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone()))
-                .fetch_all(&mut *conn)
+                .fetch_all(&mut *tx.conn)
                 .await;
             if matches!(&begun, Err(e) if unprepared(e)) {
                 // The failed `EXECUTE` aborted the transaction: end it, prepare, begin again.
                 let again = format!("ROLLBACK; {PREPARE_READ}; {sql}");
                 begun = sqlx::raw_sql(sqlx::AssertSqlSafe(again))
-                    .fetch_all(&mut *conn)
+                    .fetch_all(&mut *tx.conn)
                     .await;
             }
             if matches!(&begun, Err(sqlx::Error::Database(_))) {
@@ -177,23 +181,14 @@ impl TransactionalStore for PostgresStore {
                     .replace("$1", &r.to_string())
                     .replace("$2", &offset)
                     .replace("$3", &req.now.as_millis().to_string());
-                let literal = format!(
-                    "ROLLBACK; BEGIN; SELECT pg_try_advisory_xact_lock({hi} # 'idempotency_records'::REGCLASS::OID::INT4, {lo}); {read}",
-                    hi = (r >> 32) as i32,
-                    lo = r as i32,
-                );
+                let literal = format!("ROLLBACK; {lock}; {read}");
                 begun = sqlx::raw_sql(sqlx::AssertSqlSafe(literal))
-                    .fetch_all(&mut *conn)
+                    .fetch_all(&mut *tx.conn)
                     .await;
             }
-            let rows = match begun {
-                Ok(rows) => rows,
-                Err(e) => {
-                    conn.close_on_drop();
-                    return Err(db_error(e));
-                }
-            };
-            let shared = TxConnection::shared(conn);
+            // An error: `tx` is dropped, closing the connection.
+            let rows = begun.map_err(db_error)?;
+            let shared = tx.share();
             let read = || -> Result<_, sqlx::Error> {
                 let locked: bool = rows.first().ok_or(sqlx::Error::RowNotFound)?.try_get(0)?;
                 let row = rows.get(1).ok_or(sqlx::Error::RowNotFound)?;
@@ -225,14 +220,8 @@ impl TransactionalStore for PostgresStore {
                 },
                 None => None,
             };
-            // The generation a call run now gets: a released record's own, an expired one's next.
-            let generation = match &rec {
-                None => 1,
-                Some(rec) if rec.state == state_code(RecordState::Released, None) => {
-                    generation_of(i64::from(rec.generation))?
-                }
-                Some(rec) => generation_of(i64::from(rec.generation) + 1)?,
-            };
+            // The generation a call run now gets.
+            let generation = rec.as_ref().map_or(Ok(1), RecordRow::next_generation)?;
             if let Some(found) = found {
                 end_in_background(shared);
                 return Ok(Begun::Answered(in_callers_frame(found, shift)));
@@ -253,10 +242,7 @@ impl TransactionalStore for PostgresStore {
                 token: req.token.0,
                 claimed_at: clock,
                 started,
-                window_s: i32::try_from(
-                    req.window.as_secs() + u64::from(req.window.subsec_nanos() > 0),
-                )
-                .unwrap_or(i32::MAX),
+                window_s: window_s(req.window),
                 tenant: req.tenant.to_owned(),
                 subject: req.subject.unwrap_or("").to_owned(),
                 tool: req.tool.to_owned(),
@@ -364,18 +350,8 @@ impl OpenTransaction for PgOpen {
                 }
                 Err(e) => return Err(CommitError::RolledBack(db_error(e))),
             }
-            match sqlx::raw_sql("COMMIT").execute(&mut *held.conn).await {
-                Ok(_) => {
-                    held.open = false;
-                    Ok(())
-                }
-                // The server answered: the transaction is over, rolled back.
-                Err(e @ sqlx::Error::Database(_)) => {
-                    held.open = false;
-                    Err(CommitError::RolledBack(db_error(e)))
-                }
-                Err(e) => Err(CommitError::Unknown(db_error(e))),
-            }
+            // A refused COMMIT ends a PostgreSQL transaction.
+            held.commit(true).await
         })
     }
 

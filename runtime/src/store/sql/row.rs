@@ -52,6 +52,14 @@ impl RecordRow {
         })
     }
 
+    /// The generation a call that takes this row over runs under (the row is released, or
+    /// completed with its window passed): a released record's own, an expired one's next. As the
+    /// claim statements' `CASE WHEN state = 3 THEN generation ELSE generation + 1 END`.
+    pub(in crate::store) fn next_generation(&self) -> Result<u32, StoreError> {
+        let released = self.state == super::state_code(RecordState::Released, None);
+        generation_of(i64::from(self.generation) + i64::from(!released))
+    }
+
     fn response(&self, ok: Option<bool>) -> Option<StoredResponse> {
         match (&self.response, ok) {
             (Some(body), Some(ok)) => Some(StoredResponse {

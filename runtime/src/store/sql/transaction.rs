@@ -6,7 +6,7 @@ use std::sync::Arc;
 use sqlx::pool::PoolConnection;
 use sqlx::Database;
 
-use crate::store::StoreError;
+use crate::store::{CommitError, StoreError};
 
 /// The connection a transactional call's transaction is open on. Dropped while the transaction
 /// is open (the call's future dropped, a panic, the handler keeping its borrow), the connection
@@ -21,12 +21,40 @@ pub(crate) struct TxConnection<DB: Database> {
 }
 
 impl<DB: Database> TxConnection<DB> {
-    pub(crate) fn shared(conn: PoolConnection<DB>) -> SharedConnection<DB> {
-        Arc::new(tokio::sync::Mutex::new(TxConnection {
+    /// `conn`, about to begin a transaction: from the first statement on, dropping it closes
+    /// the connection (a `BEGIN` whose answer was never read may have opened one).
+    pub(crate) fn open(conn: PoolConnection<DB>) -> Self {
+        TxConnection {
             conn,
             open: true,
             finished: false,
-        }))
+        }
+    }
+
+    /// Shared by the engine and the handler's borrow.
+    pub(crate) fn share(self) -> SharedConnection<DB> {
+        Arc::new(tokio::sync::Mutex::new(self))
+    }
+
+    /// `COMMIT`. A refusal the database answered is a rollback; when `refusal_ends_it` (it does
+    /// on PostgreSQL; a SQLite transaction can stay open after a refused `COMMIT`) the
+    /// connection goes back to the pool, else it is closed, which ends the transaction. No
+    /// answer at all: the commit may or may not have happened.
+    pub(crate) async fn commit(&mut self, refusal_ends_it: bool) -> Result<(), CommitError>
+    where
+        for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    {
+        match sqlx::raw_sql("COMMIT").execute(&mut *self.conn).await {
+            Ok(_) => {
+                self.open = false;
+                Ok(())
+            }
+            Err(e @ sqlx::Error::Database(_)) => {
+                self.open = !refusal_ends_it;
+                Err(CommitError::RolledBack(super::db_error(e)))
+            }
+            Err(e) => Err(CommitError::Unknown(super::db_error(e))),
+        }
     }
 }
 

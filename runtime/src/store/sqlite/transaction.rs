@@ -9,7 +9,7 @@
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use sqlx::Sqlite;
 
@@ -18,8 +18,8 @@ use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::{RecordState, StoredResponse};
 use crate::store::sql::{
-    db_error, generation_of, kept, ref_of, ref_value, rest_of, roll_back, state_code, take_back,
-    RecordRow, SharedConnection, TxConnection,
+    db_error, kept, ref_of, ref_value, rest_of, roll_back, state_code, take_back, RecordRow,
+    SharedConnection, TxConnection,
 };
 use crate::store::{
     Begun, BoxFuture, Claim, ClaimRequest, CommitError, OpenTransaction, StoreError,
@@ -32,16 +32,19 @@ use crate::store::{
 pub(super) struct Busy(Mutex<HashMap<i64, Reference>>);
 
 impl Busy {
+    /// The map; a panic while it was locked left it consistent (every change is one insert or
+    /// one remove).
+    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Reference>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn held(&self, r: i64) -> Option<Reference> {
-        self.0.lock().map_or(None, |held| held.get(&r).copied())
+        self.keys().get(&r).copied()
     }
 
     /// Holds `r` for this call unless another already does (its reference then).
     fn hold(self: &Arc<Self>, r: i64, reference: Reference) -> Result<Holding, Reference> {
-        let mut held = self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut held = self.keys();
         if let Some(other) = held.get(&r) {
             return Err(*other);
         }
@@ -60,10 +63,16 @@ struct Holding {
     r: i64,
 }
 
+impl Holding {
+    /// The call runs under `reference` (its generation known once the row was read).
+    fn runs_under(&self, reference: Reference) {
+        self.busy.keys().insert(self.r, reference);
+    }
+}
+
 impl Drop for Holding {
     fn drop(&mut self) {
-        let mut held = self.busy.0.lock().unwrap_or_else(|p| p.into_inner());
-        held.remove(&self.r);
+        self.busy.keys().remove(&self.r);
     }
 }
 
@@ -109,23 +118,20 @@ impl TransactionalStore for SqliteStore {
                 Ok(holding) => holding,
                 Err(other) => return in_flight(other),
             };
-            let mut conn = self.pool.acquire().await.map_err(db_error)?;
+            // Dropped from here on (its caller gone mid-statement), the connection is closed: it
+            // may be inside the transaction, holding the write lock.
+            let mut tx = TxConnection::open(self.pool.acquire().await.map_err(db_error)?);
             // Audited: the one value in it is an integer this store computed.
             let sql = format!(
                 "BEGIN IMMEDIATE; SELECT key_rest, generation, state, fingerprint, claimed_at, ends_at, \
                  completed_at, response FROM idempotency_records WHERE ref = {r}"
             );
-            let rows = match sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-                .fetch_all(&mut *conn)
+            // An error: `tx` is dropped, closing the connection.
+            let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .fetch_all(&mut *tx.conn)
                 .await
-            {
-                Ok(rows) => rows,
-                Err(e) => {
-                    conn.close_on_drop();
-                    return Err(db_error(e));
-                }
-            };
-            let shared = TxConnection::shared(conn);
+                .map_err(db_error)?;
+            let shared = tx.share();
             let rec = match rows.first().map(|row| RecordRow::read(row, 0)).transpose() {
                 Ok(rec) => rec,
                 Err(e) => {
@@ -147,17 +153,9 @@ impl TransactionalStore for SqliteStore {
                 end(shared).await;
                 return Ok(Begun::Answered(found));
             }
-            let generation = match &rec {
-                None => 1,
-                Some(rec) if rec.state == state_code(RecordState::Released, None) => {
-                    generation_of(i64::from(rec.generation))?
-                }
-                Some(rec) => generation_of(i64::from(rec.generation) + 1)?,
-            };
+            let generation = rec.as_ref().map_or(Ok(1), RecordRow::next_generation)?;
             let reference = req.key.reference(generation);
-            if let Ok(mut held) = self.busy.0.lock() {
-                held.insert(r, reference);
-            }
+            holding.runs_under(reference);
             Ok(Begun::Open(Box::new(SqliteOpen {
                 shared,
                 _holding: holding,
@@ -288,14 +286,9 @@ impl OpenTransaction for SqliteOpen {
                     return Err(CommitError::RolledBack(db_error(e)));
                 }
             }
-            match sqlx::raw_sql("COMMIT").execute(&mut *conn).await {
-                Ok(_) => {
-                    held.open = false;
-                    Ok(())
-                }
-                Err(e @ sqlx::Error::Database(_)) => Err(CommitError::RolledBack(db_error(e))),
-                Err(e) => Err(CommitError::Unknown(db_error(e))),
-            }
+            // A refused COMMIT (a deferred constraint) can leave a SQLite transaction open: the
+            // connection is closed, which ends it.
+            held.commit(false).await
         })
     }
 
