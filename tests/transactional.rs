@@ -324,6 +324,7 @@ async fn every_case(setup: Setup) {
     a_timeout_rolls_back(&setup).await;
     a_dropped_call_leaves_nothing_and_a_waiting_repeat_runs_it(&setup).await;
     a_waiting_repeat_gets_the_committed_answer(&setup).await;
+    past_max_waiters_a_repeat_is_told_in_flight_at_once(&setup).await;
     a_plain_tool_has_no_transaction(&setup).await;
     a_lost_commit_answer_is_unknown_and_the_repeat_replays(&setup).await;
     a_hung_commit_is_abandoned_and_the_repeat_runs_once(&setup).await;
@@ -506,6 +507,50 @@ async fn a_waiting_repeat_gets_the_committed_answer(s: &Setup) {
         0,
         "the waiting repeat did not run it"
     );
+}
+
+async fn past_max_waiters_a_repeat_is_told_in_flight_at_once(s: &Setup) {
+    let (inside, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let engine = Idempotency::builder_shared(s.store.clone())
+        .max_waiters(1)
+        .start()
+        .await
+        .expect("start");
+    let ctx_with = |gate| {
+        Arc::new(Ctx {
+            engine: engine.clone(),
+            db: s.db,
+            runs: AtomicUsize::new(0),
+            gate,
+        })
+    };
+    let c = ctx_with(Some((inside.clone(), go.clone())));
+    let first = tokio::spawn({
+        let c = c.clone();
+        async move { place_order(&c, order("o-18", Then::Answer)).await }
+    });
+    inside.notified().await;
+    let repeat = ctx_with(None);
+    let waiting = |repeat: Arc<Ctx>| {
+        tokio::spawn(async move { place_order_waiting(&repeat, order("o-18", Then::Answer)).await })
+    };
+    let (mut a, mut b) = (waiting(repeat.clone()), waiting(repeat.clone()));
+    // While the first call is held, only one repeat may wait: the other is answered at once.
+    let (told, other) = tokio::select! {
+        told = &mut a => (told, b),
+        told = &mut b => (told, a),
+    };
+    match told.expect("join") {
+        Err(OrderError::Wrapper(advice)) => assert!(advice.contains("in progress"), "{advice}"),
+        got => panic!("expected in flight at once, got {got:?}"),
+    }
+    go.notify_one();
+    let placed = first.await.expect("join").expect("placed");
+    assert_eq!(
+        other.await.expect("join").expect("the waiter's answer"),
+        placed
+    );
+    assert_eq!(repeat.runs.load(Ordering::SeqCst), 0);
 }
 
 async fn a_plain_tool_has_no_transaction(s: &Setup) {

@@ -79,6 +79,9 @@ impl Idempotency {
         let wait = spec.timeout.map_or(wait, |t| wait.min(t));
         let wait_until = (!wait.is_zero()).then(|| started + wait);
         let mut pause = FIRST_LOOK;
+        // A place among the engine's waiting repeats (at most `max_waiters`), held while this
+        // one waits.
+        let mut slot = None;
         loop {
             let now = self.clock.now();
             let req = self.request(&prepared, &self.secret, now);
@@ -115,8 +118,20 @@ impl Idempotency {
                 Claim::InFlight { reference, .. } => Some(*reference),
                 _ => None,
             };
+            if in_flight.is_some() && wait_until.is_some() && slot.is_none() {
+                slot = self.waiters.enter(key, self.max_waiters);
+                if slot.is_none() {
+                    tracing::info!(
+                        tool,
+                        max = self.max_waiters,
+                        "idempotency: too many repeats waiting; answering in progress at once"
+                    );
+                }
+            }
             match (in_flight, wait_until) {
-                (Some(reference), Some(until)) if tokio::time::Instant::now() + pause < until => {
+                (Some(reference), Some(until))
+                    if slot.is_some() && tokio::time::Instant::now() + pause < until =>
+                {
                     let look = tokio::time::sleep(pause);
                     crate::progress::reporting(reference, started, wait, look).await;
                     pause = (pause * 2).min(LONGEST_LOOK);
