@@ -144,6 +144,18 @@ impl Idempotency {
         }
     }
 
+    /// How long a repeat of `spec` that finds its call in progress waits (the tool's wait, else
+    /// the engine's, bounded by the timeout), and until when, from `started`; `None`: not at all.
+    fn wait_for(
+        &self,
+        spec: &crate::tool::ToolSpec,
+        started: tokio::time::Instant,
+    ) -> (Duration, Option<tokio::time::Instant>) {
+        let wait = spec.wait.unwrap_or(self.wait);
+        let wait = spec.timeout.map_or(wait, |t| wait.min(t));
+        (wait, (!wait.is_zero()).then(|| started + wait))
+    }
+
     /// Runs `body` at most once for `prepared`'s key: claims first, then runs, then records; a
     /// repeat gets the stored answer or the wrapper's honest error, converted into `E`.
     /// What `#[idempotent]` does on plain functions.
@@ -221,9 +233,7 @@ impl Idempotency {
         let key = prepared.key.key(&self.secret);
         // A repeat that finds the call in progress may wait for it: up to the wait, and the
         // timeout. It claims again only once the record may have moved on.
-        let wait = spec.wait.unwrap_or(self.wait);
-        let wait = spec.timeout.map_or(wait, |t| wait.min(t));
-        let wait_until = (!wait.is_zero()).then(|| started + wait);
+        let (wait, wait_until) = self.wait_for(spec, started);
         let mut slot: Option<wait::Slot> = None;
         let (claim, now) = loop {
             let now = self.clock.now();

@@ -75,9 +75,7 @@ impl Idempotency {
         if let Err(out) = self.check_secret(tool, by).await {
             return out;
         }
-        let wait = spec.wait.unwrap_or(self.wait);
-        let wait = spec.timeout.map_or(wait, |t| wait.min(t));
-        let wait_until = (!wait.is_zero()).then(|| started + wait);
+        let (wait, wait_until) = self.wait_for(&spec, started);
         let mut pause = FIRST_LOOK;
         // A place among the engine's waiting repeats (at most `max_waiters`), held while this
         // one waits.
