@@ -201,3 +201,26 @@ impl SecretStore for Metered {
         timed("swap_secret", self.0.swap_secret(expected, new))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `answer` label of a rolled-back transactional call, as the README's metrics table
+    /// lists it.
+    #[test]
+    fn a_rolled_back_call_is_counted_as_such() {
+        let e = Error::RolledBack {
+            tool: "place_order".into(),
+            reference: "3f9a0c1b2d4e5f60-1".parse().expect("a reference"),
+            reason: "the handler failed".into(),
+            source: None,
+        };
+        assert_eq!(wrapper_answer(&e), "rolled_back");
+        let readme = include_str!("../../README.md");
+        assert!(
+            readme.contains("`refused`, `rolled_back`"),
+            "the README's metrics table lists it"
+        );
+    }
+}
