@@ -539,11 +539,13 @@ async fn claim_reply_lost(store: Arc<dyn Store>) {
     assert_eq!(charge(&w, spec(), 20, false).await.result.ok(), Some(20));
     assert_eq!(w.charges.load(Ordering::SeqCst), 1);
 
-    // Dropped while the claim's reply is held (the claim is made): released the same way.
+    // Dropped while the claim's reply is held (the claim is made): the reply, when it comes,
+    // is heard in the background, and the claim released.
     let r = reference(&w, 21);
     w.store.script(Op::Claim, [Act::CommitThenPark]);
     w.store.script(Op::Release, [Act::Report]);
     drop_at(&w, Op::Claim, charge(&w, spec(), 21, false)).await;
+    w.store.unpark();
     assert_eq!(reported(&w).await, Op::Release);
     assert_eq!(state(&w, r).await, Some(RecordState::Released));
     assert_eq!(charge(&w, spec(), 21, false).await.result.ok(), Some(21));
@@ -583,6 +585,32 @@ async fn a_lost_claim_reply_is_released_sqlite() {
         p.push(suffix);
         std::fs::remove_file(p).ok();
     }
+}
+
+/// A claim whose caller stopped waiting lands long after (a database finishes a statement its
+/// client stopped waiting for; SQLite's busy wait or a loaded server can take seconds): the
+/// claim goes on in the background and, once it lands, is given back, fenced by its token. A
+/// minute passes before it lands, past any schedule of retries looking for it, so only the
+/// claim's own answer can tell the engine what to give back. Nothing ran: released, and the
+/// next call runs once.
+#[tokio::test(start_paused = true)]
+async fn a_claim_that_lands_after_its_caller_left_is_given_back() {
+    let w = world();
+    let r = reference(&w, 30);
+    w.store.script(Op::Claim, [Act::LandLate]);
+    drop_at(&w, Op::Claim, charge(&w, spec(), 30, false)).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(state(&w, r).await, None, "the claim has not landed yet");
+    w.store.script(Op::Release, [Act::Report]);
+    w.store.unpark();
+    assert_eq!(
+        reported(&w).await,
+        Op::Release,
+        "the late claim is given back"
+    );
+    assert_eq!(state(&w, r).await, Some(RecordState::Released));
+    assert_eq!(charge(&w, spec(), 30, false).await.result.ok(), Some(30));
+    assert_eq!(w.charges.load(Ordering::SeqCst), 1);
 }
 
 /// A timeout sweep on PostgreSQL: 300 calls, each wrapped by its caller in a random short

@@ -58,6 +58,10 @@ pub enum Act {
     CommitThenPark,
     /// Calls the wrapped store and signals (through [`Scripted::parked`]) once it has answered.
     Report,
+    /// Signals that it was entered, then calls the wrapped store once [`Scripted::unpark`] lets
+    /// it, whether or not its caller still waits: a database finishes a statement its client
+    /// stopped waiting for. Claims only.
+    LandLate,
 }
 
 /// The wrapper.
@@ -135,6 +139,19 @@ impl Scripted {
         F: Future<Output = Result<T, StoreError>> + Send + 'a,
     {
         let act = self.next(op);
+        self.act(op, act, call)
+    }
+
+    /// Does `act` for a call of `op` (see [`Scripted::run`]).
+    fn act<'a, T: Send + 'a, F>(
+        &'a self,
+        op: Op,
+        act: Act,
+        call: impl FnOnce() -> F + Send + 'a,
+    ) -> BoxFuture<'a, Result<T, StoreError>>
+    where
+        F: Future<Output = Result<T, StoreError>> + Send + 'a,
+    {
         Box::pin(async move {
             match act {
                 Act::Pass => call().await,
@@ -160,8 +177,48 @@ impl Scripted {
                     let _ = self.parked_tx.send(op);
                     r
                 }
+                Act::LandLate => panic!("LandLate is scripted for claims only, not {op:?}"),
             }
         })
+    }
+}
+
+impl Scripted {
+    /// [`Act::LandLate`]: the claim runs in a task of its own, so dropping the returned future
+    /// does not stop it.
+    fn land_late<'a>(&'a self, req: &ClaimRequest<'_>) -> BoxFuture<'a, Result<Claim, StoreError>> {
+        let me = self.me.upgrade().expect("the store is alive while called");
+        let (tenant, subject, tool) = (
+            req.tenant.to_owned(),
+            req.subject.map(str::to_owned),
+            req.tool.to_owned(),
+        );
+        let (key, fingerprint, now, lease, window, token) = (
+            req.key,
+            req.fingerprint,
+            req.now,
+            req.lease,
+            req.window,
+            req.token,
+        );
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let _ = me.parked_tx.send(Op::Claim);
+            me.gate.acquire().await.expect("never closed").forget();
+            let req = ClaimRequest {
+                key,
+                tenant: &tenant,
+                subject: subject.as_deref(),
+                tool: &tool,
+                fingerprint,
+                now,
+                lease,
+                window,
+                token,
+            };
+            let _ = tx.send(me.inner.claim(&req).await);
+        });
+        Box::pin(async move { rx.await.unwrap_or_else(|_| Err(unavailable(Op::Claim))) })
     }
 }
 
@@ -171,7 +228,10 @@ fn unavailable(op: Op) -> StoreError {
 
 impl RecordStore for Scripted {
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
-        self.run(Op::Claim, move || self.inner.claim(req))
+        match self.next(Op::Claim) {
+            Act::LandLate => self.land_late(req),
+            act => self.act(Op::Claim, act, move || self.inner.claim(req)),
+        }
     }
     fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
         self.run(Op::Complete, move || self.inner.complete(c))
@@ -306,6 +366,7 @@ impl OpenTransaction for ScriptedTransaction {
                     let _ = inner.commit(outcome).await;
                     Err(CommitError::Unknown(unavailable(Op::Commit)))
                 }
+                Act::LandLate => panic!("LandLate is scripted for claims only, not commits"),
                 Act::Park | Act::CommitThenPark | Act::Report => {
                     let _ = store.parked_tx.send(Op::Commit);
                     store.gate.acquire().await.expect("never closed").forget();

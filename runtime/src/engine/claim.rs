@@ -15,7 +15,7 @@ use crate::store::{Claim, ClaimRequest, StoreError, Token};
 use crate::tool::Prepared;
 
 use super::attempt::Attempt;
-use super::guard::{bounded, Guard, Held};
+use super::guard::{bounded, Guard, Held, Landing};
 use super::{answered, noise, refused, Idempotency};
 
 impl Idempotency {
@@ -70,16 +70,42 @@ impl Idempotency {
         let tool = prepared.spec.name;
         let req = self.request(prepared, secret, now);
         let key = req.key;
-        let token = req.token;
         self.check_secret(tool, by).await?;
-        let pending = Guard::claiming(self, key, token, tool);
-        let claim = bounded(by, self.store.claim(&req)).await;
-        if claim.is_ok() {
-            pending.disarm();
-        } else {
-            drop(pending);
-        }
+        let mut landing = self.claim_landing(&req, tool);
+        let claim = bounded(by, landing.answer()).await;
+        // Answered: the caller's. Otherwise given back (in the background, once it lands).
+        drop(landing);
         claim.map_err(|e| claim_failed(tool, key, e))
+    }
+
+    /// The claim `req` asks for, owned so that it can land without its caller.
+    fn claim_landing(&self, req: &ClaimRequest<'_>, tool: &'static str) -> Landing<Claim> {
+        let store = self.store.clone();
+        let (tenant, subject) = (req.tenant.to_owned(), req.subject.map(str::to_owned));
+        let ClaimRequest {
+            key,
+            fingerprint,
+            now,
+            lease,
+            window,
+            token,
+            ..
+        } = *req;
+        let call = Box::pin(async move {
+            let req = ClaimRequest {
+                key,
+                tenant: &tenant,
+                subject: subject.as_deref(),
+                tool,
+                fingerprint,
+                now,
+                lease,
+                window,
+                token,
+            };
+            store.claim(&req).await
+        });
+        Landing::new(self, (key, token), tool, call)
     }
 
     /// `recover = "rerun"`: takes over the call whose worker is gone (its reference, and when it
@@ -106,13 +132,17 @@ impl Idempotency {
         let spec = &prepared.spec;
         let tool = spec.name;
         let token = attempt_token(now);
-        let pending = Guard::claiming(self, key, token, tool);
-        let taken = bounded(by, self.store.take_over(key, token, now, self.lease)).await;
-        if taken.is_ok() {
-            pending.disarm();
-        } else {
-            drop(pending);
-        }
+        let store = self.store.clone();
+        let lease = self.lease;
+        let mut landing = Landing::new(
+            self,
+            (key, token),
+            tool,
+            Box::pin(async move { store.take_over(key, token, now, lease).await }),
+        );
+        let taken = bounded(by, landing.answer()).await;
+        // Taken: the caller's. Otherwise given back (in the background, once it lands).
+        drop(landing);
         match taken {
             Ok(reference) => {
                 tracing::warn!(tool, %reference, "idempotency: running a call whose worker is gone again under its reference (recover = \"rerun\")");

@@ -169,6 +169,115 @@ impl Drop for Guard {
     }
 }
 
+/// A store call that may make a claim (a claim, a takeover), owned so that it can finish
+/// without its caller. If the caller stops waiting (its future dropped, its deadline passed),
+/// the call goes on in the background and a claim it made is given back once it lands, fenced
+/// by the attempt's token, however late that is: a database finishes a statement its client
+/// stopped waiting for, and a busy SQLite file or a loaded server can take seconds to. A call
+/// answered with an error may still have landed (its reply lost): given back too, with the
+/// retries such a claim needs. Nothing ran under either.
+pub(super) struct Landing<T: Made> {
+    state: LandingState<T>,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    key: Key,
+    token: Token,
+    tool: &'static str,
+}
+
+enum LandingState<T> {
+    /// On its way to the store.
+    Flying(crate::store::BoxFuture<'static, Result<T, StoreError>>),
+    /// Answered with a claim: the caller's from here on.
+    Answered,
+    /// Answered with an error: it may have landed, so it is given back when this goes.
+    Failed,
+}
+
+/// A store call's answer that may be a claim the attempt made.
+pub(super) trait Made: Send + 'static {
+    /// Whether this answer is a claim made with `token`.
+    fn made(&self, token: Token) -> bool;
+}
+
+impl Made for crate::store::Claim {
+    fn made(&self, token: Token) -> bool {
+        matches!(self, crate::store::Claim::New { token: t, .. } if *t == token)
+    }
+}
+
+impl Made for Reference {
+    /// A takeover's answer is the taken-over record's reference: made.
+    fn made(&self, _: Token) -> bool {
+        true
+    }
+}
+
+/// How long a claim whose caller left may take to land before the background stops waiting
+/// for it and looks for it instead (a store that never answers).
+const LANDING_BOUND: std::time::Duration = std::time::Duration::from_secs(120);
+
+impl<T: Made> Landing<T> {
+    /// `call`, made for `key` with `token` by a call of `tool` on `engine`'s store.
+    pub(super) fn new(
+        engine: &super::Idempotency,
+        (key, token): (Key, Token),
+        tool: &'static str,
+        call: crate::store::BoxFuture<'static, Result<T, StoreError>>,
+    ) -> Self {
+        Landing {
+            state: LandingState::Flying(call),
+            store: engine.store.clone(),
+            clock: engine.clock.clone(),
+            key,
+            token,
+            tool,
+        }
+    }
+
+    /// The call's answer. Dropped before it comes, the call finishes in the background.
+    pub(super) async fn answer(&mut self) -> Result<T, StoreError> {
+        let LandingState::Flying(call) = &mut self.state else {
+            return Err(StoreError::Unavailable(
+                "the store call was already answered".into(),
+            ));
+        };
+        let r = call.await;
+        self.state = match r {
+            Ok(_) => LandingState::Answered,
+            Err(_) => LandingState::Failed,
+        };
+        r
+    }
+}
+
+impl<T: Made> Drop for Landing<T> {
+    fn drop(&mut self) {
+        let state = std::mem::replace(&mut self.state, LandingState::Answered);
+        let (key, token, tool) = (self.key, self.token, self.tool);
+        let ctx = (self.store.clone(), self.clock.clone());
+        match state {
+            LandingState::Answered => {}
+            LandingState::Failed => {
+                in_background(release(ctx, (key, token), tool), tool, key.reference(1));
+            }
+            LandingState::Flying(call) => {
+                let land = async move {
+                    match tokio::time::timeout(LANDING_BOUND, call).await {
+                        Ok(Ok(answer)) if !answer.made(token) => {}
+                        Ok(_) => release(ctx, (key, token), tool).await,
+                        Err(_) => {
+                            tracing::warn!(tool, reference = %key.reference(1), "idempotency: a claim whose caller left has had no answer for 2 minutes; looking for it instead");
+                            release(ctx, (key, token), tool).await;
+                        }
+                    }
+                };
+                in_background(land, tool, key.reference(1));
+            }
+        }
+    }
+}
+
 /// How often a lost claim's release is tried, and the first pause between tries (doubling): the
 /// last try comes about 6 s after the first.
 const RELEASE_TRIES: u32 = 9;
