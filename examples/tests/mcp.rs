@@ -657,6 +657,18 @@ async fn over_http_two_bearer_identities_are_isolated() {
     };
     assert_eq!(count("fresh"), Some(2.0), "{}", scraped.body);
     assert_eq!(count("replayed"), Some(1.0), "{}", scraped.body);
+    // The replay came from the engine's cache of completed answers.
+    assert!(
+        scraped
+            .body
+            .lines()
+            .any(|l| l.starts_with("idempotency_cache_total{")
+                && l.contains("tool=\"charge_card\"")
+                && l.contains("result=\"hit\"")
+                && l.ends_with(" 1")),
+        "{}",
+        scraped.body
+    );
     assert!(
         scraped
             .body

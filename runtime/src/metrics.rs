@@ -9,6 +9,8 @@
 //! | `idempotency_unsettled_seen_total` | counter | – | unsettled records a reconciliation round looked at |
 //! | `idempotency_reruns_total` | counter | `tool` | calls whose worker was gone run again under their reference (`recover = "rerun"`) |
 //! | `idempotency_purged_total` | counter | – | records the purger deleted |
+//! | `idempotency_cache_total` | counter | `tool`, `result` | lookups in the engine's cache of completed answers: `hit` (replayed with no store round trip) or `miss` |
+//! | `idempotency_cache_evictions_total` | counter | `tool` | answers the cache let go to make room (counted under the tool of the answer put) |
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,6 +35,22 @@ pub const UNSETTLED_SEEN: &str = "idempotency_unsettled_seen_total";
 pub const PURGED: &str = "idempotency_purged_total";
 /// Counter: calls run again under their reference because their worker was gone.
 pub const RERUNS: &str = "idempotency_reruns_total";
+
+/// Counter: calls looked up in the engine's cache of completed answers, by tool and result.
+pub const CACHE: &str = "idempotency_cache_total";
+/// Counter: answers the cache let go to make room, by tool (of the one put).
+pub const CACHE_EVICTIONS: &str = "idempotency_cache_evictions_total";
+
+/// Counts a lookup in the cache of completed answers.
+pub(crate) fn cache(tool: &'static str, hit: bool) {
+    let result = if hit { "hit" } else { "miss" };
+    metrics::counter!(CACHE, "tool" => tool, "result" => result).increment(1);
+}
+
+/// Counts answers the cache let go to make room.
+pub(crate) fn cache_evicted(tool: &'static str, n: u64) {
+    metrics::counter!(CACHE_EVICTIONS, "tool" => tool).increment(n);
+}
 
 /// Counts a call run again under its reference (`recover = "rerun"`).
 pub(crate) fn rerun(tool: &'static str) {
@@ -157,6 +175,9 @@ impl RecordStore for Metered {
     }
     fn transactions(&self) -> Option<&dyn crate::store::TransactionalStore> {
         self.0.transactions()
+    }
+    fn window_clock(&self) -> crate::store::WindowClock {
+        self.0.window_clock()
     }
 }
 

@@ -11,7 +11,7 @@ use idempotency::key::{Key, SecretFingerprint};
 use idempotency::store::{
     Begun, BoxFuture, Claim, ClaimRequest, CommitError, Completion, Maintenance, OpenTransaction,
     OutboxEntry, OutboxStore, Receipt, RecordStatus, RecordStore, SecretStore, Settlement, Store,
-    StoreError, Token, TransactionalStore, TxOutcome, Unsettled, Wake,
+    StoreError, Token, TransactionalStore, TxOutcome, Unsettled, Wake, WindowClock,
 };
 use idempotency::Reference;
 use tokio::sync::{mpsc, Semaphore};
@@ -300,6 +300,9 @@ impl RecordStore for Scripted {
         self.inner
             .transactions()
             .map(|_| self as &dyn TransactionalStore)
+    }
+    fn window_clock(&self) -> WindowClock {
+        self.inner.window_clock()
     }
 }
 

@@ -33,6 +33,8 @@ pub(super) struct Attempt {
     /// earlier: a clock stepped back while the body ran must not shorten the window.
     claimed_at: Timestamp,
     guard: Guard,
+    /// Where its answer is kept once recorded, if anywhere.
+    keep: Option<super::cache::Keep>,
 }
 
 enum Finished<O> {
@@ -56,7 +58,14 @@ impl Attempt {
             spec,
             claimed_at,
             guard: Guard::new(engine, held, spec.name),
+            keep: None,
         }
+    }
+
+    /// Keeps the answer, once recorded, in `keep`'s cache.
+    pub(super) fn keeping(mut self, keep: Option<super::cache::Keep>) -> Self {
+        self.keep = keep;
+        self
     }
 
     /// The engine's clock, never earlier than the claim.
@@ -270,6 +279,7 @@ impl Attempt {
             unreachable!("set on the line above")
         };
         let completion = answer.completion(self.guard.key, self.guard.token);
+        let sent = tokio::time::Instant::now();
         let done = bounded(settle_by, self.guard.store.complete(&completion)).await;
         let unsent: Vec<String> = match &done {
             Err(StoreError::Fenced { .. } | StoreError::WrongState { .. }) => {
@@ -279,6 +289,11 @@ impl Attempt {
         };
         match done {
             Ok(()) => {
+                if let Some(keep) = &self.keep {
+                    let held = (self.guard.key, self.guard.reference);
+                    let kept = (self.spec.name, self.spec.window);
+                    keep.put(held, &answer.response, (now, sent), kept);
+                }
                 self.guard.on_drop = OnDrop::Nothing;
                 tracing::debug!(tool = self.tool(), reference = %self.guard.reference, "idempotency complete");
                 Ok(())

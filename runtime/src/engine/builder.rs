@@ -36,6 +36,8 @@ pub struct IdempotencyBuilder {
     waiters: Arc<Waiters>,
     /// `start` does not check that the store can run the transactional tools linked in.
     no_transactional_tools: bool,
+    /// The cache of completed answers: entries, and the largest answer kept.
+    cache: (usize, usize),
 }
 
 /// What the engine does about claims whose lease passed.
@@ -78,6 +80,10 @@ impl IdempotencyBuilder {
             max_waiters: Idempotency::DEFAULT_MAX_WAITERS,
             waiters,
             no_transactional_tools: false,
+            cache: (
+                Idempotency::DEFAULT_CACHE_ENTRIES,
+                Idempotency::DEFAULT_CACHE_MAX_ANSWER,
+            ),
         }
     }
 }
@@ -138,6 +144,29 @@ impl IdempotencyBuilder {
     /// progress" at once.
     pub fn max_waiters(mut self, max: usize) -> Self {
         self.max_waiters = max;
+        self
+    }
+
+    /// Keeps up to `entries` completed answers this engine recorded (default
+    /// [`Idempotency::DEFAULT_CACHE_ENTRIES`], 4,096; `0` turns the cache off) and replays
+    /// them with no store round trip. A completed answer does not change until its window
+    /// ends, so this is safe: an answer is never served after its record's window ended (on
+    /// the clock the store ends windows by, see [`WindowClock`](crate::store::WindowClock);
+    /// a store that does not say keeps nothing), to another caller (the key separates them),
+    /// to a business-key call whose arguments differ (the store then answers "mismatch"), or
+    /// for a call still in flight. Answers larger than
+    /// [`cache_max_answer`](IdempotencyBuilder::cache_max_answer) are not kept. Every clone of
+    /// the engine shares it; another process (replica) has its own, and asks the store.
+    pub fn cache(mut self, entries: usize) -> Self {
+        self.cache.0 = entries;
+        self
+    }
+
+    /// The largest answer (bytes of JSON) the cache keeps (default
+    /// [`Idempotency::DEFAULT_CACHE_MAX_ANSWER`], 16 KiB); a larger one is replayed from the
+    /// store.
+    pub fn cache_max_answer(mut self, bytes: usize) -> Self {
+        self.cache.1 = bytes;
         self
     }
 
@@ -272,6 +301,7 @@ impl IdempotencyBuilder {
             Secret::demo()
         });
         let secret_check = Arc::new(SecretCheck::new(&secret, &self.previous));
+        let window_clock = self.store.window_clock();
         Idempotency {
             store: self.store,
             clock: self.clock,
@@ -283,6 +313,8 @@ impl IdempotencyBuilder {
             wait: self.wait,
             max_waiters: self.max_waiters,
             waiters: self.waiters,
+            cache: super::cache::AnswerCache::new(self.cache.0, self.cache.1).map(Arc::new),
+            window_clock,
         }
     }
 }

@@ -323,6 +323,9 @@ impl RecordStore for Waking {
     fn transactions(&self) -> Option<&dyn crate::store::TransactionalStore> {
         self.store.transactions()
     }
+    fn window_clock(&self) -> crate::store::WindowClock {
+        self.store.window_clock()
+    }
 }
 
 impl Maintenance for Waking {

@@ -132,6 +132,11 @@ fn mismatch(row: &Row, fp: &Option<Fingerprint>) -> bool {
 }
 
 impl RecordStore for MemoryStore {
+    /// The engine's times: a record completed at `now` answers until `now + window`.
+    fn window_clock(&self) -> super::WindowClock {
+        super::WindowClock::Engine
+    }
+
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         let out = {
             let mut inner = self.lock();

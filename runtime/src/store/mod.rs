@@ -385,6 +385,30 @@ pub trait RecordStore: Send + Sync + 'static {
     fn transactions(&self) -> Option<&dyn TransactionalStore> {
         None
     }
+
+    /// The clock this store ends windows by, which an engine's cache of completed answers
+    /// follows so that it never replays one after its record's window ended.
+    /// [`WindowClock::Unknown`] (the default): the engine keeps no answer of this store's.
+    fn window_clock(&self) -> WindowClock {
+        WindowClock::Unknown
+    }
+}
+
+/// The clock a store ends records' windows by ([`RecordStore::window_clock`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WindowClock {
+    /// The engine's times as given: a record completed with [`Completion::now`] answers repeats
+    /// whose [`ClaimRequest::now`] is before `now + window`, and no later one.
+    Engine,
+    /// The store's own clock (a database server's), which runs at the rate of real time: a
+    /// record's window ends no earlier, in real time, than its length after the completion was
+    /// sent. The cache ends an answer by this process's monotonic clock from before it sent
+    /// the completion, 0.1% early (twice the most NTP slews a clock). A step of the store's
+    /// clock (set forward by hand, a failover to a server whose clock is ahead) is not seen.
+    Own,
+    /// Not said: nothing of this store's is cached.
+    Unknown,
 }
 
 /// Background work over many records: retention and reconciliation.

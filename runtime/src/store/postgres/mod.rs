@@ -201,6 +201,14 @@ fn fenced_query(sql: &'static str, key: &Key, token: Token) -> PgQuery {
 }
 
 impl RecordStore for PostgresStore {
+    /// The database server's clock (the engine's only in tests that move time by hand).
+    fn window_clock(&self) -> super::WindowClock {
+        match self.clock_offset {
+            Some(_) => super::WindowClock::Own,
+            None => super::WindowClock::Engine,
+        }
+    }
+
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(async move {
             let fingerprint = req

@@ -243,6 +243,15 @@ impl RedisStore {
 }
 
 impl RecordStore for RedisStore {
+    /// The Redis server's clock (`TIME`; the engine's only in tests that move time by hand).
+    fn window_clock(&self) -> super::WindowClock {
+        if self.inner.trusted == b"1" {
+            super::WindowClock::Engine
+        } else {
+            super::WindowClock::Own
+        }
+    }
+
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(async move {
             let inner = &*self.inner;

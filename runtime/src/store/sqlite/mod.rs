@@ -255,6 +255,11 @@ fn fenced_query(sql: &'static str, key: &Key, token: Token) -> SqliteQuery {
 }
 
 impl RecordStore for SqliteStore {
+    /// The engine's times: `ends_at = now + window_ms` at the completion.
+    fn window_clock(&self) -> super::WindowClock {
+        super::WindowClock::Engine
+    }
+
     /// One call to sqlx's SQLite worker answers a fresh claim, a takeover and a repeat alike:
     /// the upsert, then (only when it changed nothing) the row it found, in one prepared batch
     /// (`CLAIM`). The answer comes from that read; a row that changed between the two
