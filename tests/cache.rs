@@ -432,3 +432,25 @@ fn hits_misses_and_evictions_are_counted() {
         "{counts:?}"
     );
 }
+
+/// A transactional call's committed answer is kept too: its repeats open no transaction until
+/// the window ends.
+#[tokio::test]
+async fn transactional_answers_are_kept_sqlite() {
+    const PLACE: ToolSpec = ToolSpec::new("place_order", WINDOW).with_transactional();
+    let backend = Backend::sqlite("cache-tx").await;
+    let w = world(backend.store.clone(), |b| b);
+    let place = || Prepared::call(&alice(), &PLACE, &5u64).expect("key");
+    let first = call(&w, place(), 5, false).await;
+    assert!(!first.replayed);
+    w.clock.advance(WINDOW - Duration::from_millis(1));
+    let again = call(&w, place(), 5, false).await;
+    assert!(again.replayed);
+    assert_eq!(again.result.ok(), first.result.ok());
+    assert_eq!(w.store.calls(Op::Begin), 1, "replayed with no transaction");
+    w.clock.advance(Duration::from_millis(1));
+    assert!(!call(&w, place(), 5, false).await.replayed);
+    assert_eq!(w.store.calls(Op::Begin), 2);
+    assert_eq!(w.runs.load(Ordering::SeqCst), 2);
+    backend.finish().await;
+}

@@ -84,6 +84,8 @@ impl Idempotency {
             let now = self.clock.now();
             let req = self.request(&prepared, &self.secret, now);
             let key = req.key;
+            // Before the transaction begins: no time the database gives the record is earlier.
+            let sent = tokio::time::Instant::now();
             let begun = match by {
                 None => store.begin(&req).await,
                 Some(by) => tokio::time::timeout_at(by, store.begin(&req))
@@ -108,7 +110,8 @@ impl Idempotency {
                         }
                     }
                     tracing::debug!(tool, reference = %tx.reference(), "idempotency transaction open");
-                    return run_in(tx, spec, now, (policy, body)).await;
+                    let keep = self.keep(&prepared).map(|k| Kept { keep: k, key, sent });
+                    return run_in(tx, spec, (now, keep), (policy, body)).await;
                 }
                 Ok(Begun::Answered(claim)) => claim,
             };
@@ -143,11 +146,35 @@ impl Idempotency {
     }
 }
 
-/// Runs `body` inside the open transaction `tx` and commits its outcome, or rolls back.
+/// Where a transactional call keeps its answer once committed: the cache, the call's key, and
+/// the instant before its transaction began.
+struct Kept {
+    keep: super::cache::Keep,
+    key: crate::key::Key,
+    sent: tokio::time::Instant,
+}
+
+impl Kept {
+    /// Keeps `response`, committed under `reference` with the time `now`.
+    fn put(
+        &self,
+        reference: crate::key::Reference,
+        response: &StoredResponse,
+        now: Timestamp,
+        spec: &ToolSpec,
+    ) {
+        let kept = (spec.name, spec.window);
+        self.keep
+            .put((self.key, reference), response, (now, self.sent), kept);
+    }
+}
+
+/// Runs `body` inside the open transaction `tx` and commits its outcome, or rolls back; a
+/// committed answer is kept in `keep`'s cache.
 async fn run_in<T, E, Fut>(
     tx: Box<dyn OpenTransaction>,
     spec: ToolSpec,
-    claimed_at: Timestamp,
+    (claimed_at, keep): (Timestamp, Option<Kept>),
     (policy, body): (ErrorPolicy<E>, Fut),
 ) -> Outcome<T, Failure<E>>
 where
@@ -209,10 +236,16 @@ where
         Ended::Done(Ok(value)) => match serde_json::to_string(&value) {
             Ok(body) => {
                 let response = StoredResponse { ok: true, body };
-                commit(tx, (response, messages, claimed_at), settle_by)
-                    .await
-                    .map(|()| value)
-                    .map_err(|e| committed_failure(tool, reference, e))
+                let kept = keep.as_ref().map(|k| (k, response.clone()));
+                match commit(tx, (response, messages, claimed_at), settle_by).await {
+                    Ok(()) => {
+                        if let Some((k, response)) = kept {
+                            k.put(reference, &response, claimed_at, &spec);
+                        }
+                        Ok(value)
+                    }
+                    Err(e) => Err(committed_failure(tool, reference, e)),
+                }
             }
             Err(e) => {
                 settle(settle_by, tx.rollback()).await;
@@ -231,8 +264,14 @@ where
             Disposition::Definitive => match (policy.encode)(&err) {
                 Ok(body) => {
                     let response = StoredResponse { ok: false, body };
+                    let kept = keep.as_ref().map(|k| (k, response.clone()));
                     match commit(tx, (response, messages, claimed_at), settle_by).await {
-                        Ok(()) => Err(Failure::Handler(err)),
+                        Ok(()) => {
+                            if let Some((k, response)) = kept {
+                                k.put(reference, &response, claimed_at, &spec);
+                            }
+                            Err(Failure::Handler(err))
+                        }
                         Err(e) => Err(committed_failure(tool, reference, e)),
                     }
                 }
