@@ -11,7 +11,7 @@
 //! in the full table, 100000), `BENCH_SAMPLES` (latency samples per figure, 2000), `BENCH_SECS`
 //! (seconds per side per throughput figure, 16; its ratio is the median of paired 1 s slices),
 //! `BENCH_CLIENTS` (concurrent clients and pool size, 32), `BENCH_ONLY` (`postgres`, `sqlite`,
-//! `wait` or `transactional`: run one part), `BENCH_KEEP_SCHEMA` (set: keep the PostgreSQL schema,
+//! `wait`, `cache` or `transactional`: run one part), `BENCH_KEEP_SCHEMA` (set: keep the PostgreSQL schema,
 //! with both full tables, for inspection).
 //!
 //! Then, per store, a line on repeats that wait for the call in progress (`wait`):
@@ -62,6 +62,11 @@
 //! On stderr, the absolute figures behind the line, and the commits per call of hand and
 //! two_commits (1 and 3: a check of the counting). `BENCH_ONLY=transactional` runs only these
 //! lines.
+//!
+//! Then, per SQL store, a line on what a repeat costs with the engine's cache of completed
+//! answers and without it (see `stores/cache.rs`): `cache store=<postgres|sqlite>
+//! repeat_p50_us=.. cached_repeat_p50_us=.. cached_repeat_ratio_store=..`. `BENCH_ONLY=cache`
+//! runs only these lines.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -76,6 +81,8 @@ use idempotency_tests::raw::{self, key, now, RESPONSE, TENANT, TOOL};
 use sqlx::sqlite::SqlitePoolOptions;
 use sqlx::{PgPool, SqlitePool};
 
+#[path = "stores/cache.rs"]
+mod cache;
 #[path = "stores/transactional.rs"]
 mod transactional;
 
@@ -985,6 +992,11 @@ fn main() {
         if only.is_empty() || only == "wait" {
             tables.push(Table {
                 lines: wait_lines().await,
+            });
+        }
+        if only.is_empty() || only == "cache" {
+            tables.push(Table {
+                lines: cache::lines(&cfg).await,
             });
         }
         if only.is_empty() || only == "transactional" {
