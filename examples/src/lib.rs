@@ -353,15 +353,28 @@ async fn authenticate(
 }
 
 /// Logs go to stderr (stdout carries the MCP protocol over stdio), filtered by `RUST_LOG`
-/// (default `info`).
+/// (default `info`). rmcp's own events stay at `warn` unless `RUST_LOG` names `rmcp`: its debug
+/// events print whole requests, tool arguments (a card token) included.
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_env_filter(log_filter(std::env::var("RUST_LOG").ok().as_deref()))
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .try_init();
+}
+
+/// The filter for `RUST_LOG` (see [`init_logging`]).
+fn log_filter(rust_log: Option<&str>) -> tracing_subscriber::EnvFilter {
+    let asked = rust_log.filter(|s| !s.trim().is_empty()).unwrap_or("info");
+    let directives = if asked.contains("rmcp") {
+        asked.to_owned()
+    } else {
+        format!("{asked},rmcp=warn")
+    };
+    tracing_subscriber::EnvFilter::try_new(&directives).unwrap_or_else(|e| {
+        eprintln!("RUST_LOG={asked:?} is not a filter ({e}); logging at info");
+        tracing_subscriber::EnvFilter::new("info,rmcp=warn")
+    })
 }
 
 /// A server's exit: on an error, `error: ` and the whole chain of causes on stderr, exit code 1.

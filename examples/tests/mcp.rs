@@ -491,6 +491,50 @@ async fn a_child_process_stdio_server_replays_across_a_restart() {
     remove_db(&db);
 }
 
+/// Tool arguments and answers never reach the log, even at `RUST_LOG=debug`: a stdio server is
+/// called with a recognisable card token and its whole stderr searched for it.
+#[tokio::test]
+async fn no_arguments_in_the_log_at_debug() {
+    use tokio::io::AsyncReadExt;
+    const CANARY: &str = "tok_canary_5f3a9e";
+    let db = temp_db("nolog");
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_charge_card"));
+    cmd.env("IDEMPOTENCY_SQLITE", &db)
+        .env("RUST_LOG", "debug")
+        .env_remove("DATABASE_URL");
+    let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn charge_card");
+    let mut stderr = stderr.expect("piped stderr");
+    let log = tokio::spawn(async move {
+        let mut all = String::new();
+        let _ = stderr.read_to_string(&mut all).await;
+        all
+    });
+    let client = ().serve(transport).await.unwrap();
+    let args = json!({"amount_cents": 4200, "currency": "EUR", "card_token": CANARY});
+    let first = call(&client, "charge_card", args.clone()).await;
+    assert_eq!(first.is_error, Some(false), "{}", text(&first));
+    assert!(replayed(&call(&client, "charge_card", args).await));
+    client.cancel().await.unwrap();
+    let log = log.await.expect("the log");
+    assert!(log.contains("DEBUG"), "the server logged at debug: {log}");
+    assert!(
+        !log.contains(CANARY),
+        "the card token is in the log:\n{log}"
+    );
+    let charge_id = first.structured_content.expect("a receipt")["charge_id"]
+        .as_str()
+        .expect("charge_id")
+        .to_owned();
+    assert!(
+        !log.contains(&charge_id),
+        "the answer is in the log:\n{log}"
+    );
+    remove_db(&db);
+}
+
 /// A `charge_card --http 127.0.0.1:0 [extra...]` child on its own SQLite file, and its URL read
 /// from its own "listening on" line (port 0: the server binds a free port and logs it once it
 /// listens). The child is killed when dropped.
