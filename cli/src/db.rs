@@ -27,17 +27,50 @@ pub(crate) struct RedisOptions<'a> {
 }
 
 impl Db {
-    /// Opens (and migrates) the store at `url`.
-    pub(crate) async fn open(url: &str, redis: RedisOptions<'_>) -> Result<Db, BoxError> {
+    /// Opens the store at `url`; `writes`: the command changes the store (it may then create a
+    /// SQLite file and migrate). A read-only command never creates a file: the SQLite file must
+    /// exist.
+    pub(crate) async fn open(
+        url: &str,
+        redis: RedisOptions<'_>,
+        writes: bool,
+    ) -> Result<Db, BoxError> {
+        // The error's sources name the server and say why; a file's path is said here.
+        let failed = |what: &str, e: idempotency::store::StoreError| -> BoxError {
+            let what = match url.strip_prefix("sqlite:") {
+                Some(path) => format!("cannot open the {what} store at {path}"),
+                None => format!("cannot open the {what} store"),
+            };
+            Box::new(OpenError {
+                what,
+                source: Box::new(e),
+            })
+        };
         if let Some(path) = url.strip_prefix("sqlite:") {
-            let store = SqliteStore::open(path)
-                .await
-                .map_err(|e| format!("cannot open the SQLite store {path}: {e}"))?;
-            Ok(Db::Sqlite(store))
+            let store = if writes {
+                SqliteStore::open(path).await
+            } else {
+                if !std::path::Path::new(path).is_file() {
+                    return Err(format!(
+                        "no SQLite store at {path}: no such file (read-only commands never create one; check the path)"
+                    )
+                    .into());
+                }
+                let options = SqliteStore::connect_options(path).create_if_missing(false);
+                match sqlx::sqlite::SqlitePoolOptions::new()
+                    .max_connections(1)
+                    .connect_with(options)
+                    .await
+                {
+                    Ok(pool) => SqliteStore::from_pool(pool).await,
+                    Err(e) => Err(idempotency::store::StoreError::Unavailable(Box::new(e))),
+                }
+            };
+            Ok(Db::Sqlite(store.map_err(|e| failed("SQLite", e))?))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let store = PostgresStore::connect(url)
                 .await
-                .map_err(|e| format!("cannot open the PostgreSQL store: {e}"))?;
+                .map_err(|e| failed("PostgreSQL", e))?;
             Ok(Db::Postgres(store))
         } else if url.starts_with("redis://") {
             let store = RedisStore::builder()
@@ -45,7 +78,7 @@ impl Db {
                 .retention(redis.retention)
                 .connect(url)
                 .await
-                .map_err(|e| format!("cannot open the Redis store: {e}"))?;
+                .map_err(|e| failed("Redis", e))?;
             Ok(Db::Redis(store))
         } else if let Some(nodes) = url.strip_prefix("redis+cluster://") {
             let seeds: Vec<String> = nodes
@@ -64,11 +97,12 @@ impl Db {
                 .retention(redis.retention)
                 .connect_cluster(&seeds)
                 .await
-                .map_err(|e| format!("cannot open the Redis Cluster store: {e}"))?;
+                .map_err(|e| failed("Redis Cluster", e))?;
             Ok(Db::Redis(store))
         } else {
             Err(format!(
-                "`{url}` is not a store this tool opens: use sqlite:PATH, postgres://…, redis://HOST:PORT or redis+cluster://HOST:PORT,HOST:PORT"
+                "`{}` is not a store this tool opens: use sqlite:PATH, postgres://…, redis://HOST:PORT or redis+cluster://HOST:PORT,HOST:PORT",
+                redact(url)
             )
             .into())
         }
@@ -139,6 +173,55 @@ impl Db {
     }
 }
 
+/// A store that could not be opened: which (its URL without a password), and why (the source).
+#[derive(Debug)]
+struct OpenError {
+    what: String,
+    source: BoxError,
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.what)
+    }
+}
+
+impl std::error::Error for OpenError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+/// `url` without its password (`user:secret@` becomes `user@`; a `password=` parameter goes).
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    let authority = match authority.rsplit_once('@') {
+        Some((user, host)) => match user.split_once(':') {
+            Some((name, _)) => format!("{name}@{host}"),
+            None => authority.to_owned(),
+        },
+        None => authority.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let kept: Vec<&str> = query
+                .split('&')
+                .filter(|p| !p.to_ascii_lowercase().starts_with("password="))
+                .collect();
+            if kept.is_empty() {
+                path.to_owned()
+            } else {
+                format!("{path}?{}", kept.join("&"))
+            }
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
+
 /// A record as the CLI prints it in JSON.
 fn record_json(r: &AdminRecord, now: Timestamp) -> Value {
     json!({
@@ -154,7 +237,10 @@ fn record_json(r: &AdminRecord, now: Timestamp) -> Value {
         "ends_at": r.ends_at.to_string(),
         "completed_at": r.completed_at.map(|t| t.to_string()),
         "window_s": r.window.as_secs(),
-        "answer": r.answer,
+        // The stored answer is JSON: a JSON value here, not a string of it.
+        "answer": r.answer.as_deref().map(|a| {
+            serde_json::from_str::<Value>(a).unwrap_or_else(|_| Value::String(a.to_owned()))
+        }),
     })
 }
 
@@ -220,4 +306,20 @@ pub(crate) fn describe_stats(stats: &Value) -> String {
         stats["bytes"]
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_never_print() {
+        assert_eq!(
+            redact("postgres://app:s3cret@db:5432/app?sslmode=require&password=x"),
+            "postgres://app@db:5432/app?sslmode=require"
+        );
+        assert_eq!(redact("redis://:pw@h:6379/0"), "redis://@h:6379/0");
+        assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact("sqlite:/tmp/x.db"), "sqlite:/tmp/x.db");
+    }
 }

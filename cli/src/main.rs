@@ -18,7 +18,13 @@ use db::{Db, RedisOptions};
 
 /// Look inside an idempotency store, settle, purge and migrate it.
 #[derive(Parser)]
-#[command(name = "idempotency-admin", version)]
+#[command(
+    name = "idempotency-admin",
+    version,
+    after_help = "Exit status: 0 found or done; 1 an error (the store cannot be opened, a refusal); \
+                  2 a usage error (also a reference that does not parse); 3 not found (inspect, \
+                  settle of a reference with no record)."
+)]
 struct Args {
     /// The store: `sqlite:PATH`, a PostgreSQL URL (`postgres://…`), one Redis
     /// (`redis://HOST:PORT[/DB]`) or a Redis Cluster by seed nodes
@@ -104,24 +110,44 @@ fn duration(s: &str) -> Result<Duration, String> {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Exit status for a usage error (clap's own too).
+const USAGE: u8 = 2;
+/// Exit status for "not found".
+const NOT_FOUND: u8 = 3;
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    let print = |out: &Output| {
+        if args.json {
+            println!("{}", out.json);
+        } else {
+            println!("{}", out.text.trim_end());
+        }
+    };
     match run(&args).await {
-        Ok(out) => {
-            if args.json {
-                println!("{}", out.json);
-            } else {
-                println!("{}", out.text.trim_end());
-            }
+        Ok(Answer::Done(out)) => {
+            print(&out);
             ExitCode::SUCCESS
         }
-        Err(e) => {
+        Ok(Answer::NotFound(out)) => {
+            print(&out);
+            ExitCode::from(NOT_FOUND)
+        }
+        Err(Failed::Usage(message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(USAGE)
+        }
+        Err(Failed::Error(e)) => {
             let mut message = e.to_string();
             let mut source = e.source();
             while let Some(cause) = source {
-                message.push_str(": ");
-                message.push_str(&cause.to_string());
+                // Some drivers' messages already end with their source's: said once.
+                let cause_text = cause.to_string();
+                if !message.ends_with(&cause_text) {
+                    message.push_str(": ");
+                    message.push_str(&cause_text);
+                }
                 source = cause.source();
             }
             eprintln!("error: {message}");
@@ -136,21 +162,67 @@ struct Output {
     json: Value,
 }
 
-fn parse_reference(s: &str) -> Result<Reference, BoxError> {
-    Ok(s.parse::<Reference>()?)
+/// What a command found.
+enum Answer {
+    Done(Output),
+    NotFound(Output),
 }
 
-async fn run(args: &Args) -> Result<Output, BoxError> {
+/// Why a command did not answer.
+enum Failed {
+    /// The command line is wrong (exit 2).
+    Usage(String),
+    /// Anything else (exit 1).
+    Error(BoxError),
+}
+
+impl<E: Into<BoxError>> From<E> for Failed {
+    fn from(e: E) -> Self {
+        Failed::Error(e.into())
+    }
+}
+
+fn parse_reference(s: &str) -> Result<Reference, Failed> {
+    s.parse::<Reference>().map_err(|e| {
+        Failed::Usage(format!(
+            "{s:?} is not a reference like 3f9a0c1b2d4e5f60-1: {e}"
+        ))
+    })
+}
+
+/// `n` and the noun, singular or plural.
+fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+async fn run(args: &Args) -> Result<Answer, Failed> {
+    // Check the command line before touching the store.
+    let reference = match &args.command {
+        Command::Inspect { reference, .. } | Command::Settle { reference, .. } => {
+            Some(parse_reference(reference)?)
+        }
+        _ => None,
+    };
+    let writes = match &args.command {
+        Command::Settle { .. } | Command::Migrate => true,
+        Command::Purge { dry_run, .. } => !dry_run,
+        Command::Inspect { .. } | Command::Unsettled { .. } | Command::Stats => false,
+    };
     let db = Db::open(
         &args.store,
         RedisOptions {
             namespace: &args.namespace,
             retention: args.redis_retention,
         },
+        writes,
     )
     .await?;
     let now = SystemClock.now();
-    Ok(match &args.command {
+    Ok(Answer::Done(match &args.command {
         Command::Migrate => Output {
             text: match db {
                 Db::Redis(_) => {
@@ -160,17 +232,19 @@ async fn run(args: &Args) -> Result<Output, BoxError> {
             },
             json: json!({"migrated": true, "store": db.name()}),
         },
-        Command::Inspect { reference, tenant } => {
-            let reference = parse_reference(reference)?;
+        Command::Inspect { tenant, .. } => {
+            let reference = reference.ok_or("no reference")?;
             match db.inspect(reference, tenant.as_deref(), now).await? {
                 Some(record) => Output {
                     text: db::describe(&record),
                     json: record,
                 },
-                None => Output {
-                    text: format!("{reference}: not found"),
-                    json: json!({"reference": reference.to_string(), "found": false}),
-                },
+                None => {
+                    return Ok(Answer::NotFound(Output {
+                        text: format!("{reference}: not found"),
+                        json: json!({"reference": reference.to_string(), "found": false}),
+                    }))
+                }
             }
         }
         Command::Unsettled { older_than, limit } => {
@@ -213,12 +287,12 @@ async fn run(args: &Args) -> Result<Output, BoxError> {
             }
         }
         Command::Settle {
-            reference,
             completed,
             released,
             unknown,
+            ..
         } => {
-            let reference = parse_reference(reference)?;
+            let reference = reference.ok_or("no reference")?;
             let settlement = match (completed, released, unknown) {
                 (Some(file), false, false) => {
                     let body = std::fs::read_to_string(file)
@@ -230,19 +304,22 @@ async fn run(args: &Args) -> Result<Output, BoxError> {
                 (None, true, false) => Settlement::Released,
                 (None, false, true) => Settlement::Unknown,
                 _ => {
-                    return Err(
+                    return Err(Failed::Usage(
                         "say how it settled: --completed FILE, --released or --unknown".into(),
-                    )
+                    ))
                 }
             };
             // The claim and the token to present, as the reconciler would see them.
             let claims = db.store().unsettled(now, u32::MAX).await?;
-            let claim = claims
-                .iter()
-                .find(|c| c.reference == reference)
-                .ok_or_else(|| {
-                    format!("{reference} is not an unsettled claim (in flight past its lease, or unknown): nothing settled")
-                })?;
+            let Some(claim) = claims.iter().find(|c| c.reference == reference) else {
+                if db.inspect(reference, None, now).await?.is_none() {
+                    return Ok(Answer::NotFound(Output {
+                        text: format!("{reference}: not found; nothing settled"),
+                        json: json!({"reference": reference.to_string(), "found": false}),
+                    }));
+                }
+                return Err(format!("{reference} is not an unsettled claim (in flight past its lease, or unknown): nothing settled").into());
+            };
             db.store()
                 .settle(claim.key, claim.token, &settlement, now)
                 .await?;
@@ -272,7 +349,7 @@ async fn run(args: &Args) -> Result<Output, BoxError> {
             };
             let verb = if *dry_run { "would purge" } else { "purged" };
             Output {
-                text: format!("{verb} {n} records"),
+                text: format!("{verb} {}", count(n, "record")),
                 json: json!({"dry_run": dry_run, "records": n}),
             }
         }
@@ -283,5 +360,5 @@ async fn run(args: &Args) -> Result<Output, BoxError> {
                 json: stats,
             }
         }
-    })
+    }))
 }

@@ -127,10 +127,23 @@ async fn scenario(url: Target<'_>, store: Arc<dyn Store>) {
         ]),
         "{stats}"
     );
-    assert_eq!(record["answer"], "{\"charge\":2}");
+    // The stored answer as a JSON value, not a string of it.
+    assert_eq!(record["answer"], serde_json::json!({"charge": 2}));
     assert_eq!(record["subject"], "alice");
-    let foreign = json(url, &["inspect", &done, "--tenant", "globex"]);
+    // Not found: said, on stdout as JSON, with exit status 3.
+    let foreign = admin(url, &["--json", "inspect", &done, "--tenant", "globex"]);
+    assert_eq!(foreign.status.code(), Some(3));
+    let foreign: Value = serde_json::from_slice(&foreign.stdout).expect("JSON");
     assert_eq!(foreign["found"], false, "{foreign}");
+    let nowhere = admin(url, &["inspect", "0000000000000000-1"]);
+    assert_eq!(nowhere.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&nowhere.stdout).contains("not found"));
+    let nowhere = admin(url, &["settle", "0000000000000000-1", "--released"]);
+    assert_eq!(nowhere.status.code(), Some(3), "settle of no record");
+    // A reference that does not parse is a usage error (2), said before the store is touched.
+    let garbled = admin(url, &["inspect", "nonsense"]);
+    assert_eq!(garbled.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&garbled.stderr).contains("is not a reference like"));
 
     let unsettled = json(url, &["unsettled"]);
     let refs: Vec<&str> = unsettled
@@ -157,7 +170,10 @@ async fn scenario(url: Target<'_>, store: Arc<dyn Store>) {
     assert_eq!(again.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&again.stderr).contains("is not an unsettled claim"));
     std::fs::remove_file(&answer).ok();
-    assert_eq!(json(url, &["inspect", &stuck])["answer"], "{\"charge\":1}");
+    assert_eq!(
+        json(url, &["inspect", &stuck])["answer"],
+        serde_json::json!({"charge": 1})
+    );
     assert_eq!(json(url, &["inspect", &stuck])["standing"], "completed");
     // Replayed for its tool's own window (24 h, from its claim), not a window given here.
     let status = store
@@ -180,7 +196,17 @@ async fn scenario(url: Target<'_>, store: Arc<dyn Store>) {
         2,
         "a dry run deletes nothing"
     );
+    let dry = admin(url, &["purge", "--retention", "30m", "--dry-run"]);
+    assert_eq!(
+        String::from_utf8_lossy(&dry.stdout).trim(),
+        "would purge 1 record"
+    );
     assert_eq!(json(url, &["purge", "--retention", "30m"])["records"], 1);
+    let none = admin(url, &["purge", "--retention", "30m"]);
+    assert_eq!(
+        String::from_utf8_lossy(&none.stdout).trim(),
+        "purged 0 records"
+    );
     assert_eq!(json(url, &["stats"])["records"], 1);
     assert_eq!(json(url, &["migrate"])["migrated"], true);
 
@@ -321,4 +347,103 @@ async fn against_a_redis_cluster() {
         &["stats"],
     );
     assert_eq!(other["records"], 0, "{other}");
+}
+
+/// A read-only command on a SQLite path with no file says so and creates nothing.
+#[test]
+fn read_only_commands_never_create_a_sqlite_file() {
+    let path = std::env::temp_dir().join(format!("idem-admin-missing-{}.db", std::process::id()));
+    let url = format!("sqlite:{}", path.display());
+    let target = Target {
+        url: &url,
+        namespace: None,
+    };
+    for args in [
+        &["stats"][..],
+        &["unsettled"],
+        &["inspect", "3f9a0c1b2d4e5f60-1"],
+        &["purge", "--dry-run"],
+    ] {
+        let out = admin(target, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("no SQLite store at") && err.contains("no such file"),
+            "{err}"
+        );
+        assert!(!path.exists(), "{args:?} created {}", path.display());
+    }
+}
+
+/// Connection failures name the target (never its password) and the driver's reason, at once.
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+#[test]
+fn postgres_connection_failures_say_where_and_why() {
+    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+    let options: sqlx::postgres::PgConnectOptions = base.parse().expect("a URL");
+    let (host, port) = (options.get_host().to_owned(), options.get_port());
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let refused_port = closed.local_addr().expect("addr").port();
+    drop(closed);
+    let cases = [
+        (
+            format!("postgres://root:hunter2@127.0.0.1:{refused_port}/test"),
+            "Connection refused",
+        ),
+        (
+            format!("postgres://root@{host}:{port}/no_such_database_here"),
+            "database \"no_such_database_here\" does not exist",
+        ),
+        (
+            format!("postgres://no_such_role_here@{host}:{port}/test"),
+            "role \"no_such_role_here\" does not exist",
+        ),
+        (
+            format!("postgres://root@{host}:{port}/test?sslmode=require"),
+            "TLS",
+        ),
+    ];
+    for (url, why) in cases {
+        let started = std::time::Instant::now();
+        let out = admin(
+            Target {
+                url: &url,
+                namespace: None,
+            },
+            &["stats"],
+        );
+        let took = started.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{url}: {err}");
+        assert!(err.contains(why), "{url}: {err}");
+        assert!(
+            err.contains("cannot connect to postgres://"),
+            "{url}: {err}"
+        );
+        assert!(!err.contains("hunter2"), "the password is printed: {err}");
+        assert!(!err.contains("at line"), "{err}");
+        assert!(took < Duration::from_secs(2), "{url}: {took:?}");
+    }
+}
+
+/// A Redis that refuses the connection: said, with the target, at once.
+#[test]
+fn redis_connection_failures_say_where_and_why() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = closed.local_addr().expect("addr").port();
+    drop(closed);
+    let url = format!("redis://127.0.0.1:{port}");
+    let out = admin(
+        Target {
+            url: &url,
+            namespace: None,
+        },
+        &["stats"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("Connection refused") && err.contains(&format!("127.0.0.1:{port}")),
+        "{err}"
+    );
 }

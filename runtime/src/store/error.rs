@@ -148,3 +148,13 @@ fn secret_mismatch(stored: &SecretFingerprint, engine: &SecretFingerprint) -> St
         name(stored)
     )
 }
+
+/// A store's database that could not be connected to: the target (never a password) and the
+/// driver's reason, as its source.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot connect to {target}")]
+pub(crate) struct Unreachable {
+    pub(crate) target: String,
+    #[source]
+    pub(crate) source: BoxError,
+}

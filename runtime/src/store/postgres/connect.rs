@@ -14,6 +14,9 @@ const MIGRATIONS: &[Migration] = &[Migration {
     sql: include_str!("../../../migrations/postgres/0001_records.sql"),
 }];
 
+/// How long [`PostgresStore::connect`] waits for a database that does not answer.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The pool size [`PostgresStore::connect`] uses.
 const POOL_SIZE: u32 = 10;
 
@@ -55,7 +58,48 @@ impl PostgresStore {
     /// let store = PostgresStore::connect_with(options).await?;
     /// # let _ = store; Ok(()) }
     /// ```
+    ///
+    /// A database that cannot be reached fails with the driver's reason (connection refused, no
+    /// such database, authentication, TLS) and the target (`postgres://user@host:port/database`,
+    /// never the password) in the error's sources; one that does not answer, after 10 s.
     pub async fn connect_with(options: PgConnectOptions) -> Result<Self, StoreError> {
+        // One connection first, for the driver's own reason when there is none: the pool
+        // would only say that it timed out, 5 s later.
+        let target = format!(
+            "postgres://{}@{}:{}/{}",
+            options.get_username(),
+            options.get_host(),
+            options.get_port(),
+            options.get_database().unwrap_or(options.get_username()),
+        );
+        let unreachable = |source: super::super::BoxError| {
+            StoreError::Unavailable(Box::new(super::super::error::Unreachable {
+                target: target.clone(),
+                source,
+            }))
+        };
+        let probe = Self::tune(options.clone());
+        match tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            <sqlx::PgConnection as sqlx::Connection>::connect_with(&probe),
+        )
+        .await
+        {
+            Ok(Ok(conn)) => {
+                let _ = sqlx::Connection::close(conn).await;
+            }
+            // The server's own words ("database \"app\" does not exist"), without sqlx's
+            // "error returned from database" and the server's source line.
+            Ok(Err(sqlx::Error::Database(e))) => {
+                let code = e
+                    .code()
+                    .map(|c| format!(" (SQLSTATE {c})"))
+                    .unwrap_or_default();
+                return Err(unreachable(format!("{}{code}", e.message()).into()));
+            }
+            Ok(Err(e)) => return Err(unreachable(Box::new(e))),
+            Err(elapsed) => return Err(unreachable(Box::new(elapsed))),
+        }
         let pool = PgPoolOptions::new()
             .max_connections(POOL_SIZE)
             .acquire_timeout(Duration::from_secs(5))
