@@ -98,7 +98,13 @@ async fn open_from_env(
         .start()
         .await
         .map_err(|e| format!("cannot start on the SQLite store {path}: {}", chain(&e)))?;
-    Ok((engine, database, format!("SQLite file {path}")))
+    // Said whole: a stdio server runs in whatever directory its host starts it in.
+    let shown = std::path::absolute(&path).map_or(path.clone(), |p| p.display().to_string());
+    Ok((
+        engine,
+        database,
+        format!("SQLite file {shown} (set IDEMPOTENCY_SQLITE to choose it)"),
+    ))
 }
 
 /// `IDEMPOTENCY_WAIT`: a whole number and a unit (`ms`, `s`, `m`); unset means no wait.

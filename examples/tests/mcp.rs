@@ -524,6 +524,11 @@ async fn no_arguments_in_the_log_at_debug() {
         !log.contains(CANARY),
         "the card token is in the log:\n{log}"
     );
+    // Where the records go is said at start-up, whole.
+    assert!(
+        log.contains(&format!("SQLite file {}", db.display())),
+        "{log}"
+    );
     let charge_id = first.structured_content.expect("a receipt")["charge_id"]
         .as_str()
         .expect("charge_id")

@@ -118,11 +118,18 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// A secret too short to be one.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+/// A secret too short to be one. `Debug` (what `fn main() -> Result<(), Box<dyn Error>>`
+/// prints) says it as `Display` does.
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the idempotency secret is {len} bytes long; it must be at least 16 (32 random bytes recommended)")]
 pub struct SecretError {
     len: usize,
+}
+
+impl std::fmt::Debug for SecretError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// HMAC-SHA256 (RFC 2104, RustCrypto's `hmac`) of the concatenated `parts` under `key`.

@@ -249,3 +249,14 @@ fn references_round_trip_and_fit_processor_limits() {
     let (lo, hi) = r.key_range();
     assert!(lo <= *k.as_bytes() && *k.as_bytes() <= hi);
 }
+
+#[test]
+fn a_short_secret_says_its_length_and_the_minimum_in_debug_too() {
+    let e = Secret::new("short").unwrap_err();
+    for text in [e.to_string(), format!("{e:?}")] {
+        assert!(
+            text.contains("5 bytes long") && text.contains("at least 16"),
+            "{text}"
+        );
+    }
+}

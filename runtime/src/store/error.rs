@@ -7,7 +7,11 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why a store call failed. `Display` says what went wrong in this layer; the underlying error
 /// (the driver's, the I/O's) is the [`source`](std::error::Error::source), never repeated.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` (what `fn main() -> Result<(), Box<dyn Error>>` prints) is the message and its causes
+/// as a person reads them: `the idempotency store could not be reached: cannot connect to
+/// postgres://app@db:5432/app: error communicating with database: Connection refused`.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The database could not be reached or a statement failed on the way (connection refused,
@@ -149,6 +153,28 @@ fn secret_mismatch(stored: &SecretFingerprint, engine: &SecretFingerprint) -> St
     )
 }
 
+impl std::fmt::Debug for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", chain(self))
+    }
+}
+
+/// `e` and its sources, joined by ": ", a source whose words already end the text said once
+/// (some drivers repeat their source).
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let words = cause.to_string();
+        if !text.ends_with(&words) {
+            text.push_str(": ");
+            text.push_str(&words);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 /// A store's database that could not be connected to: the target (never a password) and the
 /// driver's reason, as its source.
 #[derive(Debug, thiserror::Error)]
@@ -157,4 +183,22 @@ pub(crate) struct Unreachable {
     pub(crate) target: String,
     #[source]
     pub(crate) source: BoxError,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{StoreError, Unreachable};
+
+    #[test]
+    fn debug_is_the_message_and_its_causes_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+        let e = StoreError::Unavailable(Box::new(Unreachable {
+            target: "postgres://app@db:5432/app".into(),
+            source: Box::new(io),
+        }));
+        assert_eq!(
+            format!("{e:?}"),
+            "the idempotency store could not be reached: cannot connect to postgres://app@db:5432/app: Connection refused"
+        );
+    }
 }
