@@ -66,6 +66,47 @@ async fn open_from_env(
     configure: impl FnOnce(IdempotencyBuilder) -> IdempotencyBuilder,
 ) -> Result<(Idempotency, Database, String), BoxError> {
     let wait = wait_from_env()?;
+    // Installed before the engine is built, so that it describes its metrics to it.
+    metrics_handle()?;
+    let (engine, database, store) = open_store_from_env(configure, wait).await?;
+    // Deletes records 48 h past their window, every minute (its metrics with the rest).
+    idempotency::tasks::Purger::new(&engine).spawn();
+    Ok((engine, database, store))
+}
+
+/// The Prometheus recorder of this process (installed at the first call), with the library's
+/// histogram buckets.
+fn metrics_handle() -> Result<metrics_exporter_prometheus::PrometheusHandle, BoxError> {
+    static HANDLE: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+        std::sync::OnceLock::new();
+    if let Some(h) = HANDLE.get() {
+        return Ok(h.clone());
+    }
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .set_buckets(idempotency::metrics::BUCKETS)
+        .map_err(|e| format!("cannot set the metrics buckets: {e}"))?
+        .install_recorder()
+        .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
+    idempotency::metrics::describe();
+    Ok(HANDLE.get_or_init(|| handle).clone())
+}
+
+/// `/metrics`, rendered by `handle`.
+fn metrics_route(handle: metrics_exporter_prometheus::PrometheusHandle) -> axum::Router {
+    axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let handle = handle.clone();
+            async move { handle.render() }
+        }),
+    )
+}
+
+/// [`open_from_env`]'s store and engine.
+async fn open_store_from_env(
+    configure: impl FnOnce(IdempotencyBuilder) -> IdempotencyBuilder,
+    wait: std::time::Duration,
+) -> Result<(Idempotency, Database, String), BoxError> {
     if let Ok(url) = std::env::var("DATABASE_URL") {
         let secret = secret_from_env(SecretUse::Shared("DATABASE_URL"))?;
         let store = PostgresStore::connect(&url).await.map_err(|e| {
@@ -269,6 +310,25 @@ where
     S: ServerHandler + Send + Sync + 'static,
     F: Fn() -> S + Send + Sync + 'static,
 {
+    let metrics = metrics_handle()?;
+    // `METRICS_ADDR`: /metrics on an address of its own (any transport); without it, HTTP
+    // servers serve it beside /mcp.
+    let metrics_apart = match std::env::var("METRICS_ADDR") {
+        Ok(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr.as_str())
+                .await
+                .map_err(|e| format!("cannot listen on METRICS_ADDR={addr}: {e}"))?;
+            tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
+            let app = metrics_route(metrics.clone());
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!(error = %e, "the metrics endpoint stopped");
+                }
+            });
+            true
+        }
+        Err(_) => false,
+    };
     match transport {
         Transport::Stdio => {
             let running = make().serve(rmcp::transport::stdio()).await?;
@@ -309,17 +369,13 @@ where
                 .layer(axum::middleware::from_fn(move |req, next| {
                     authenticate(tokens.clone(), req, next)
                 }));
-            // Prometheus metrics at /metrics (unauthenticated, beside the MCP endpoint).
-            let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
-                .install_recorder()
-                .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
-            let app = app.route(
-                "/metrics",
-                axum::routing::get(move || {
-                    let metrics = metrics.clone();
-                    async move { metrics.render() }
-                }),
-            );
+            // Prometheus metrics at /metrics (unauthenticated), beside the MCP endpoint unless
+            // METRICS_ADDR put them apart.
+            let app = if metrics_apart {
+                app
+            } else {
+                app.merge(metrics_route(metrics))
+            };
             let listener = tokio::net::TcpListener::bind(addr.as_str())
                 .await
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;

@@ -547,11 +547,28 @@ async fn spawn_http(
     name: &str,
     extra: &[&str],
 ) -> (tokio::process::Child, String, std::path::PathBuf) {
+    let (child, url, db, _) = spawn_http_with(name, extra, &[]).await;
+    (child, url, db)
+}
+
+/// [`spawn_http`] with environment variables `env`; also the metrics URL the server logged,
+/// if it logged one (`METRICS_ADDR`).
+async fn spawn_http_with(
+    name: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (
+    tokio::process::Child,
+    String,
+    std::path::PathBuf,
+    Option<String>,
+) {
     use tokio::io::{AsyncBufReadExt, BufReader};
     let db = temp_db(name);
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_charge_card"))
         .args(["--http", "127.0.0.1:0"])
         .args(extra)
+        .envs(env.iter().copied())
         .env("IDEMPOTENCY_SQLITE", &db)
         .env_remove("DATABASE_URL")
         .stderr(std::process::Stdio::piped())
@@ -559,8 +576,12 @@ async fn spawn_http(
         .spawn()
         .unwrap();
     let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut metrics = None;
     let url = soon("the server's \"listening on\" line", async {
         while let Some(line) = log.next_line().await.expect("read the server's log") {
+            if let Some((_, at)) = line.split_once("metrics on ") {
+                metrics = Some(at.trim().to_owned());
+            }
             if let Some((_, at)) = line.split_once("listening on ") {
                 return at.trim().to_owned();
             }
@@ -574,7 +595,42 @@ async fn spawn_http(
     );
     // Keep draining the log so the server never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = log.next_line().await {} });
-    (child, url, db)
+    (child, url, db, metrics)
+}
+
+/// `METRICS_ADDR` puts /metrics on an address of its own: every metric described, histograms
+/// with buckets (not summaries), the purger's among them; nothing beside /mcp.
+#[tokio::test]
+async fn metrics_on_their_own_address() {
+    let (mut child, url, db, metrics) =
+        spawn_http_with("metrics", &[], &[("METRICS_ADDR", "127.0.0.1:0")]).await;
+    let metrics = metrics.expect("the server logged its metrics address");
+    let acme = http_client(&url, "acme-token").await;
+    call(&acme, "charge_card", charge_args()).await;
+    assert!(replayed(&call(&acme, "charge_card", charge_args()).await));
+    let scraped = raw(&metrics, "GET", "", &[], None, None).await;
+    assert_eq!(scraped.status, 200);
+    for line in [
+        "# HELP idempotency_calls_total ",
+        "# TYPE idempotency_call_seconds histogram",
+        "# TYPE idempotency_store_seconds histogram",
+        "idempotency_store_seconds_bucket{operation=\"purge\",le=\"0.0001\"}",
+        "idempotency_cache_total{tool=\"charge_card\",result=\"hit\"} 1",
+    ] {
+        assert!(scraped.body.contains(line), "{line}:\n{}", scraped.body);
+    }
+    let beside = raw(
+        &url.replace("/mcp", "/metrics"),
+        "GET",
+        "acme-token",
+        &[],
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(beside.status, 404, "not also beside /mcp");
+    let _ = child.kill().await;
+    remove_db(&db);
 }
 
 /// `--http` takes a host name too, and a bad address is refused with the form it needs.
@@ -721,7 +777,7 @@ async fn over_http_two_bearer_identities_are_isolated() {
     assert!(
         scraped
             .body
-            .contains("idempotency_store_seconds{operation=\"claim\""),
+            .contains("idempotency_store_seconds_bucket{operation=\"claim\""),
         "{}",
         scraped.body
     );

@@ -284,6 +284,7 @@ impl IdempotencyBuilder {
     /// Its lease-expiry rounds start with its first call (inside the runtime that serves it) and
     /// stop when the last clone of the engine is dropped.
     pub fn build(self) -> Idempotency {
+        crate::metrics::describe();
         let background = match self.expiry {
             Expiry::Off => None,
             Expiry::On { reconcile, every } => Some(Arc::new(Background::new(

@@ -105,12 +105,16 @@ impl Rounds {
             examined: claims.len(),
             ..Default::default()
         };
+        // Unknown records this round leaves so: found unknown and not settled, or marked so.
+        let mut left_unknown = 0;
         for claim in &claims {
+            let was_unknown = usize::from(claim.state == RecordState::Unknown);
             let settlement = match &self.reconcile {
                 Some(r) => r.reconcile(claim).await,
                 None if claim.state == RecordState::InFlight => Ok(Settlement::Unknown),
                 None => {
                     report.skipped += 1;
+                    left_unknown += was_unknown;
                     continue;
                 }
             };
@@ -119,6 +123,7 @@ impl Rounds {
                 Err(e) => {
                     tracing::warn!(tool = %claim.tool, reference = %claim.reference, error = %e, "idempotency reconcile failed; will retry");
                     report.skipped += 1;
+                    left_unknown += was_unknown;
                     continue;
                 }
             };
@@ -133,7 +138,10 @@ impl Rounds {
                     match settlement {
                         Settlement::Completed(_) => report.completed += 1,
                         Settlement::Released => report.released += 1,
-                        Settlement::Unknown => report.unknown += 1,
+                        Settlement::Unknown => {
+                            report.unknown += 1;
+                            left_unknown += 1;
+                        }
                     }
                 }
                 Err(
@@ -147,6 +155,7 @@ impl Rounds {
                 Err(e) => return Err(e),
             }
         }
+        crate::metrics::round(claims.len(), left_unknown);
         Ok(report)
     }
 }

@@ -221,6 +221,7 @@ impl Idempotency {
                 );
             }
         }
+        let began = std::time::Instant::now();
         let span = tracing::debug_span!("idempotent_call", tool = spec.name);
         let out = if let Some(out) = self.cached(&prepared, &policy) {
             out
@@ -230,7 +231,7 @@ impl Idempotency {
         } else {
             tracing::Instrument::instrument(self.claim_and_run(prepared, policy, body), span).await
         };
-        crate::metrics::call(spec.name, &out);
+        crate::metrics::call(spec.name, &out, began.elapsed());
         out
     }
 
@@ -335,6 +336,7 @@ impl Idempotency {
                 break (claim, now);
             };
             tracing::debug!(tool, %reference, "idempotency: waiting for the call in progress");
+            crate::metrics::waited(tool);
             let waited = crate::progress::reporting(
                 *reference,
                 started,
