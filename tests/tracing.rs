@@ -91,3 +91,109 @@ async fn tracing_names_ref_and_tool_but_not_arguments() {
         "raw arguments leaked into the logs:\n{log}"
     );
 }
+
+/// The spans, as a layer sees them: name and every field recorded (at creation and later).
+/// A span's name and fields.
+type Span = (String, std::collections::BTreeMap<String, String>);
+
+#[derive(Clone, Default)]
+struct Spans(
+    Arc<Mutex<Vec<Span>>>,
+    Arc<Mutex<std::collections::HashMap<u64, usize>>>,
+);
+
+struct Fields<'a>(&'a mut std::collections::BTreeMap<String, String>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(
+            field.name().to_owned(),
+            format!("{value:?}").trim_matches('"').to_owned(),
+        );
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for Spans
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut fields = std::collections::BTreeMap::new();
+        attrs.record(&mut Fields(&mut fields));
+        let mut spans = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        spans.push((attrs.metadata().name().to_owned(), fields));
+        let mut index = self.1.lock().unwrap_or_else(|e| e.into_inner());
+        index.insert(id.into_u64(), spans.len() - 1);
+    }
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let at = self
+            .1
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id.into_u64())
+            .copied();
+        let mut spans = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, fields)) = at.and_then(|i| spans.get_mut(i)) {
+            values.record(&mut Fields(fields));
+        }
+    }
+}
+
+/// The wrapper's span speaks OpenTelemetry's GenAI/MCP vocabulary, and the library's own
+/// attributes say the reference, the outcome and whether it was replayed.
+#[tokio::test]
+async fn the_call_span_follows_the_mcp_semantic_conventions() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let spans = Spans::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
+    let engine = Idempotency::new(MemoryStore::new());
+    let mut references = Vec::new();
+    for (n, fail) in [(1u8, false), (1, false), (2, true)] {
+        let prepared = Prepared::call(&caller(), &spec(), &n).expect("key");
+        let out: Outcome<u8, ChargeError> = engine
+            .execute(prepared, ErrorPolicy::classified(), async move {
+                if fail {
+                    Err(ChargeError::Declined)
+                } else {
+                    Ok(1)
+                }
+            })
+            .await;
+        references.push(out.reference.expect("a reference").to_string());
+    }
+    let spans = spans.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let calls: Vec<_> = spans
+        .iter()
+        .filter(|(name, _)| name == "tools/call")
+        .collect();
+    assert_eq!(calls.len(), 3, "{spans:?}");
+    for (_, f) in &calls {
+        assert_eq!(f["otel.name"], "tools/call charge_card");
+        assert_eq!(f["gen_ai.operation.name"], "execute_tool");
+        assert_eq!(f["gen_ai.tool.name"], "charge_card");
+        assert_eq!(f["mcp.method.name"], "tools/call");
+    }
+    let get = |i: usize, k: &str| calls[i].1.get(k).cloned();
+    assert_eq!(get(0, "idempotency.outcome").as_deref(), Some("fresh"));
+    assert_eq!(get(0, "idempotency.replayed").as_deref(), Some("false"));
+    assert_eq!(get(0, "idempotency.ref"), Some(references[0].clone()));
+    assert_eq!(get(0, "error.type"), None);
+    assert_eq!(get(1, "idempotency.outcome").as_deref(), Some("replayed"));
+    assert_eq!(get(1, "idempotency.replayed").as_deref(), Some("true"));
+    assert_eq!(get(2, "error.type").as_deref(), Some("tool_error"));
+    assert_eq!(get(2, "idempotency.ref"), Some(references[2].clone()));
+}

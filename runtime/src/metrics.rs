@@ -135,8 +135,12 @@ pub(crate) fn rerun(tool: &'static str) {
     metrics::counter!(RERUNS, "tool" => tool).increment(1);
 }
 
-/// Counts one call's answer, and how long it took.
-pub(crate) fn call<T, E>(tool: &'static str, outcome: &Outcome<T, Failure<E>>, took: Duration) {
+/// Counts one call's answer, and how long it took; the answer's label.
+pub(crate) fn call<T, E>(
+    tool: &'static str,
+    outcome: &Outcome<T, Failure<E>>,
+    took: Duration,
+) -> &'static str {
     let answer = match &outcome.result {
         _ if outcome.replayed => "replayed",
         Ok(_) | Err(Failure::Handler(_)) => "fresh",
@@ -145,6 +149,7 @@ pub(crate) fn call<T, E>(tool: &'static str, outcome: &Outcome<T, Failure<E>>, t
     metrics::counter!(CALLS, "tool" => tool, "answer" => answer).increment(1);
     metrics::histogram!(CALL_SECONDS, "tool" => tool, "answer" => answer)
         .record(took.as_secs_f64());
+    answer
 }
 
 /// Counts a call refused before it reached the engine (a caller or arguments that cannot be

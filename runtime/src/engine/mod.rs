@@ -222,7 +222,22 @@ impl Idempotency {
             }
         }
         let began = std::time::Instant::now();
-        let span = tracing::debug_span!("idempotent_call", tool = spec.name);
+        // OpenTelemetry's GenAI/MCP vocabulary (`otel.name` is the span's name for
+        // tracing-opentelemetry), and the library's own attributes, filled in as they are known.
+        let span = tracing::info_span!(
+            "tools/call",
+            otel.name = %format_args!("tools/call {}", spec.name),
+            otel.kind = "server",
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = spec.name,
+            mcp.method.name = "tools/call",
+            error.type = tracing::field::Empty,
+            "idempotency.ref" = tracing::field::Empty,
+            idempotency.outcome = tracing::field::Empty,
+            idempotency.replayed = tracing::field::Empty,
+            idempotency.waited_ms = tracing::field::Empty,
+        );
+        let recorded = span.clone();
         let out = if let Some(out) = self.cached(&prepared, &policy) {
             out
         } else if spec.transactional {
@@ -231,7 +246,21 @@ impl Idempotency {
         } else {
             tracing::Instrument::instrument(self.claim_and_run(prepared, policy, body), span).await
         };
-        crate::metrics::call(spec.name, &out, began.elapsed());
+        let answer = crate::metrics::call(spec.name, &out, began.elapsed());
+        recorded.record("idempotency.outcome", answer);
+        recorded.record("idempotency.replayed", out.replayed);
+        if let Some(r) = &out.reference {
+            recorded.record("idempotency.ref", tracing::field::display(r));
+        }
+        match &out.result {
+            Ok(_) => {}
+            Err(Failure::Handler(_)) => {
+                recorded.record("error.type", "tool_error");
+            }
+            Err(Failure::Wrapper(_)) => {
+                recorded.record("error.type", answer);
+            }
+        }
         out
     }
 
@@ -344,6 +373,8 @@ impl Idempotency {
                 waiting.wait(self, caller, *reference, until),
             )
             .await;
+            let waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            tracing::Span::current().record("idempotency.waited_ms", waited_ms);
             if let Waited::Over = waited {
                 break (claim, now);
             }
