@@ -46,8 +46,12 @@ CREATE TABLE idempotency_records (
 -- Completed and released records by the end of their window (purge, oldest first), and
 -- in-flight and unknown ones by claim time (the reconciler). A query uses a partial index only
 -- when its WHERE repeats the index's condition, term for term: keep them in step with
--- src/store/sqlite/background.rs.
-CREATE INDEX idempotency_records_settled ON idempotency_records (ends_at) WHERE state IN (1, 3, 4);
+-- src/store/sqlite/background.rs. The settled condition is spelled with OR, not
+-- `state IN (1, 3, 4)`: SQLite evaluates a constant IN list of more than two values through a
+-- temporary b-tree it builds each time a statement runs it, and every claim and completion
+-- evaluates this condition (for the row it writes, and a completion for the row it replaces).
+CREATE INDEX idempotency_records_settled ON idempotency_records (ends_at)
+    WHERE (state = 1 OR state = 3 OR state = 4);
 CREATE INDEX idempotency_records_open ON idempotency_records (claimed_at) WHERE state IN (0, 2);
 
 -- Follow-on messages written with a completion. AUTOINCREMENT: ids are never reused, so a late

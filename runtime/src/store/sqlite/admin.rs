@@ -16,6 +16,6 @@ const OLDEST_IN_FLIGHT: &str = "SELECT MIN(claimed_at) FROM idempotency_records 
 const SIZE: &str = "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()";
 /// What [`Maintenance::purge`](crate::store::Maintenance::purge) would delete.
 const PURGEABLE: &str =
-    "SELECT COUNT(*) FROM idempotency_records WHERE state IN (1, 3, 4) AND ends_at < $1";
+    "SELECT COUNT(*) FROM idempotency_records WHERE (state = 1 OR state = 3 OR state = 4) AND ends_at < $1";
 
 crate::store::sql::sql_admin!(SqliteStore);

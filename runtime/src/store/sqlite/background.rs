@@ -13,7 +13,7 @@ use crate::store::{
 /// nothing changes the rows between the read and the delete.
 pub(super) const PURGE: &str = "\
 DELETE FROM idempotency_records WHERE ref IN
-    (SELECT ref FROM idempotency_records WHERE state IN (1, 3, 4) AND ends_at < $1 ORDER BY ends_at LIMIT $2)";
+    (SELECT ref FROM idempotency_records WHERE (state = 1 OR state = 3 OR state = 4) AND ends_at < $1 ORDER BY ends_at LIMIT $2)";
 
 /// The claims to reconcile at `$1`, at most `$2`, from `idempotency_records_open` (in-flight and
 /// unknown records only, by claim time). Ties in the keys' byte order, as the memory store:
