@@ -3,7 +3,7 @@
 
 use super::conn::{array, bad, int, Conn};
 use super::record::{generation, state_name, COMPLETED_ERR, COMPLETED_OK, RELEASED, UNKNOWN};
-use super::{ms, Completion, RedisStore, Settlement, StoreError, Token};
+use super::{ms, Completion, Inner, RedisStore, Settlement, StoreError, Token};
 use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 
@@ -79,12 +79,12 @@ impl RedisStore {
                     args.push(m.topic.as_bytes().to_vec());
                     args.push(m.payload.as_bytes().to_vec());
                 }
-                wait = inner.wait;
+                wait = inner.wait();
             }
             Op::Renew(_, lease) => args.push(ms(*lease)),
             Op::TakeOver(_, lease) => {
                 args.push(ms(*lease));
-                wait = inner.wait;
+                wait = inner.wait();
             }
             Op::Settle(s, _) => {
                 args.push((token.0 + 1).to_be_bytes().to_vec());
@@ -96,9 +96,10 @@ impl RedisStore {
                 };
                 args.push(code.to_string().into_bytes());
                 args.push(body.as_bytes().to_vec());
-                wait = inner.wait;
+                wait = inner.wait();
             }
-            Op::Release(_) | Op::Unknown => {}
+            Op::Release(_) => wait = inner.wait(),
+            Op::Unknown => {}
         }
         let keys = [
             k.record.as_str(),
@@ -109,6 +110,7 @@ impl RedisStore {
         let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         let (reply, acked) = inner
             .conn_for(wait)
+            .await?
             .run(&inner.scripts.fenced, &keys, &args, wait)
             .await?;
         let reply = array(reply)?;
@@ -119,7 +121,7 @@ impl RedisStore {
             )?))
         };
         match answer {
-            Some(0) => inner.replicated(acked).and_then(|()| reference()),
+            Some(0) => Inner::replicated(wait, acked).and_then(|()| reference()),
             Some(-1) => Err(StoreError::NotFound),
             Some(-2) => Err(StoreError::Fenced {
                 reference: reference()?,
