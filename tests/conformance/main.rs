@@ -1,7 +1,9 @@
 //! One conformance suite, run against every store: `MemoryStore` (the reference), `SqliteStore`
 //! (a temporary file), `PostgresStore` (a schema of its own per test; skipped with a printed
-//! line without `DATABASE_URL`) and `RedisStore`, on one Redis and on a 3-master + 3-replica
-//! Redis Cluster (servers of this test process's own, a namespace per test). Every case passes explicit times, so window edges are exact.
+//! line without `DATABASE_URL`) and `RedisStore`, on one Redis 7 and on a 3-master + 3-replica
+//! Redis Cluster, and the same on Valkey (completions and releases by `SET … IFEQ` there;
+//! ignored without a `valkey-server`, see `tests/build.rs`), servers of this test process's
+//! own, a namespace per test. Every case passes explicit times, so window edges are exact.
 //!
 //! The cases are split by topic (the files beside this one); this file runs each on every store.
 //!
@@ -15,7 +17,9 @@ use idempotency::store::{
 };
 use idempotency_tests::conformance::*;
 use idempotency_tests::pg::{unique_name, TestSchema};
-use idempotency_tests::redis_servers::{shared_cluster, shared_server};
+use idempotency_tests::redis_servers::{
+    shared_cluster, shared_server, shared_valkey, shared_valkey_cluster,
+};
 
 mod background;
 mod claims;
@@ -79,6 +83,31 @@ macro_rules! suite {
                 async fn $case() {
                     let url = super::shared_server().url();
                     let store = super::redis_store().connect(&url).await.expect("connect to Redis");
+                    let b = super::Backend { store: std::sync::Arc::new(store), kind: super::Kind::Redis };
+                    super::$case(&b).await;
+                }
+            )*
+        }
+        mod valkey {
+            $(
+                #[cfg_attr(no_valkey, ignore = "needs valkey-server (see tests/build.rs)")]
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let url = super::shared_valkey().url();
+                    let store = super::redis_store().connect(&url).await.expect("connect to Valkey");
+                    let b = super::Backend { store: std::sync::Arc::new(store), kind: super::Kind::Redis };
+                    super::$case(&b).await;
+                }
+            )*
+        }
+        mod valkey_cluster {
+            $(
+                #[cfg_attr(no_valkey, ignore = "needs valkey-server (see tests/build.rs)")]
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let seeds = super::shared_valkey_cluster().seeds();
+                    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+                    let store = super::redis_store().connect_cluster(&seeds).await.expect("connect to the Valkey cluster");
                     let b = super::Backend { store: std::sync::Arc::new(store), kind: super::Kind::Redis };
                     super::$case(&b).await;
                 }

@@ -9,6 +9,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 
 use super::acks::{AckMode, Acks, Connector, DEFAULT_ACK_TIMEOUT};
+use super::cas::Cas;
 use super::conn::{Conn, Replicas};
 use super::{notices, Inner, RedisConnection, RedisStore, Scripts, StoreError, DEFAULT_RETENTION};
 
@@ -144,7 +145,8 @@ impl RedisStoreBuilder {
             .map_err(unreachable)?;
         let conn = RedisConnection(Conn::Single(conn));
         let acks = Acks::start(self.acks, &conn, Connector::Single(client.clone(), config)).await?;
-        Ok(self.finish(conn, acks, notices::Source::Single(client)))
+        let cas = Cas::detect(&conn, &self.probe_key()).await;
+        Ok(self.finish((conn, acks, cas), notices::Source::Single(client)))
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each); the
@@ -168,18 +170,28 @@ impl RedisStoreBuilder {
         let conn = client.get_async_connection().await.map_err(unreachable)?;
         let conn = RedisConnection(Conn::Cluster(conn));
         let acks = Acks::start(self.acks, &conn, Connector::Cluster(client)).await?;
+        let cas = Cas::detect(&conn, &self.probe_key()).await;
         Ok(self.finish(
-            conn,
-            acks,
+            (conn, acks, cas),
             notices::Source::Cluster(seeds.iter().map(|s| (*s).to_owned()).collect()),
         ))
     }
 
-    fn finish(self, conn: RedisConnection, acks: Acks, source: notices::Source) -> RedisStore {
+    /// A key no record uses, for asking the server what it has.
+    fn probe_key(&self) -> String {
+        format!("{}:probe", self.namespace)
+    }
+
+    fn finish(
+        self,
+        (conn, acks, cas): (RedisConnection, Acks, Cas),
+        source: notices::Source,
+    ) -> RedisStore {
         RedisStore {
             inner: Arc::new(Inner {
                 conn,
                 acks,
+                cas,
                 next_waiting: AtomicUsize::new(0),
                 namespace: self.namespace,
                 retention_ms: i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX / 4),

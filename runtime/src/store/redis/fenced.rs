@@ -1,6 +1,7 @@
 //! The fenced updates of the Redis store (complete, release, mark unknown, renew, take over,
 //! settle): one script each, checked against the claim's token.
 
+use super::cas::Settled;
 use super::conn::{array, bad, int, Conn};
 use super::record::{generation, state_name, COMPLETED_ERR, COMPLETED_OK, RELEASED, UNKNOWN};
 use super::{ms, Completion, Inner, RedisStore, Settlement, StoreError, Token};
@@ -36,6 +37,37 @@ impl RedisStore {
         op: Op<'_>,
     ) -> Result<Reference, StoreError> {
         let inner = &*self.inner;
+        let trusted = inner.trusted[0] == b'1';
+        let by_cas = match &op {
+            Op::Complete(c) if c.outbox.is_empty() => Some(Settled {
+                state: if c.response.ok {
+                    COMPLETED_OK
+                } else {
+                    COMPLETED_ERR
+                },
+                body: c.response.body.as_bytes(),
+                windowed: true,
+                now: c.now.as_millis(),
+                trusted,
+            }),
+            Op::Release(at) => Some(Settled {
+                state: RELEASED,
+                body: b"",
+                windowed: false,
+                now: at.as_millis(),
+                trusted,
+            }),
+            _ => {
+                inner.cas.forget(&key, token);
+                None
+            }
+        };
+        if let Some(settled) = by_cas {
+            let wait = inner.wait();
+            if let Some(g) = inner.settle_by_cas((key, token), settled, wait).await? {
+                return Ok(key.reference(g));
+            }
+        }
         let prefix = *key.reference(1).prefix();
         let k = inner.keys(&prefix);
         let token_b = token.0.to_be_bytes();

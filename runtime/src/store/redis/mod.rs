@@ -47,6 +47,7 @@ mod acks;
 mod admin;
 mod background;
 mod builder;
+mod cas;
 mod conn;
 mod fenced;
 mod notices;
@@ -127,6 +128,8 @@ struct Inner {
     conn: RedisConnection,
     /// Whether writes wait for replicas, and the connections they use (in turn).
     acks: acks::Acks,
+    /// `SET … IFEQ` for completions and releases, where the server has it.
+    cas: cas::Cas,
     next_waiting: AtomicUsize,
     namespace: String,
     retention_ms: i64,
@@ -144,6 +147,7 @@ impl std::fmt::Debug for RedisStore {
             .field("namespace", &self.inner.namespace)
             .field("retention_ms", &self.inner.retention_ms)
             .field("acks", &self.inner.acks)
+            .field("cas", &self.inner.cas)
             .finish()
     }
 }
@@ -292,6 +296,11 @@ impl RecordStore for RedisStore {
             Ok(match code {
                 0 => {
                     Inner::replicated(wait, acked)?;
+                    if let Some(head) = reply.next() {
+                        let mut blob = bytes(head)?;
+                        blob.extend_from_slice(&tail);
+                        inner.cas.hold(&req.key, req.token, blob);
+                    }
                     Claim::New {
                         reference,
                         token: req.token,
