@@ -296,3 +296,105 @@ async fn a_lagging_replica_promoted_loses_no_claim_redis() {
 async fn a_lagging_replica_promoted_loses_no_claim_valkey() {
     failover(Flavor::Valkey).await;
 }
+
+/// A store connected to a master without replicas does not wait (its claims go through while
+/// nothing replicates); a replica attached later is noticed (the store looks again at most once
+/// a second as it writes) and from then on every claim waits for it: with the replication link
+/// held back, claims are refused ("not done"), and still after the link is cut (the replica
+/// gone: the store keeps waiting for one). A store built with
+/// `without_replica_acks_may_lose_claims_on_failover` on the same master never waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_attached_later_is_waited_for() {
+    use idempotency::clock::{Clock, SystemClock};
+    use idempotency::key::Key;
+    use idempotency::store::{Claim, ClaimRequest, RecordStore, StoreError, Token};
+    let master = RedisServer::start_flavor(Flavor::Redis);
+    let namespace = unique_name("attach");
+    let waits = store_on(&master.url(), &namespace, true).await;
+    let never = store_on(&master.url(), &namespace, false).await;
+    let next = AtomicU64::new(0);
+    let claim = |store: &RedisStore| {
+        let n = next.fetch_add(1, Ordering::Relaxed);
+        let store = store.clone();
+        async move {
+            let key = Key::for_call(
+                &idempotency::key::Secret::demo(),
+                &Caller::new("acme", "alice"),
+                "charge_card",
+                &n,
+            )
+            .expect("key");
+            store
+                .claim(&ClaimRequest {
+                    key,
+                    tenant: "acme",
+                    subject: None,
+                    tool: "charge_card",
+                    fingerprint: None,
+                    now: SystemClock.now(),
+                    lease: Duration::from_secs(60),
+                    window: WINDOW,
+                    token: Token(1),
+                })
+                .await
+        }
+    };
+    let refused = |r: &Result<Claim, StoreError>| matches!(r, Err(StoreError::Unavailable(_)));
+    assert!(matches!(claim(&waits).await, Ok(Claim::New { .. })));
+
+    let replica = RedisServer::start_flavor(Flavor::Redis);
+    let proxy = Proxy::start(([127, 0, 0, 1], master.node.port).into())
+        .await
+        .expect("proxy");
+    replica
+        .node
+        .cmd(&["REPLICAOF", "127.0.0.1", &proxy.addr().port().to_string()])
+        .expect("REPLICAOF");
+    let m = Arc::new(master);
+    let m2 = m.clone();
+    blocking(move || {
+        wait_until("the replica to be online", Duration::from_secs(30), || {
+            let info = m2.node.text(&["INFO", "replication"]);
+            info.contains("connected_slaves:1") && info.contains("state=online")
+        })
+    })
+    .await;
+    proxy.delay(Duration::from_secs(2));
+    // Claims until the store has noticed the replica (deadline: many times its 1 s re-check).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut went_through = 0;
+    loop {
+        let r = claim(&waits).await;
+        if refused(&r) {
+            break;
+        }
+        assert!(matches!(r, Ok(Claim::New { .. })), "{r:?}");
+        went_through += 1;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the store never waited for the replica ({went_through} claims went through)"
+        );
+        tokio::task::yield_now().await;
+    }
+    let r = claim(&never).await;
+    assert!(
+        matches!(r, Ok(Claim::New { .. })),
+        "without acks: no wait: {r:?}"
+    );
+    proxy.cut();
+    let m3 = m.clone();
+    blocking(move || {
+        wait_until("the replica to be gone", Duration::from_secs(30), || {
+            m3.node
+                .text(&["INFO", "replication"])
+                .contains("connected_slaves:0")
+        })
+    })
+    .await;
+    let r = claim(&waits).await;
+    assert!(
+        refused(&r),
+        "the replica gone: still waiting for one: {r:?}"
+    );
+    println!("ATTACH claims before the store noticed the replica: {went_through}");
+}
