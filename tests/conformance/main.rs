@@ -129,11 +129,15 @@ macro_rules! suite {
 }
 
 /// A Redis store of a namespace of its own (tests share one server), deciding by the times the
-/// cases pass (`trust_engine_clock`), as the other stores do.
+/// cases pass (`trust_engine_clock`), as the other stores do. On a cluster its writes wait for
+/// a replica (the default: the masters have one), here up to 2 s: under nextest every test
+/// process starts a cluster of its own, and six clusters forming at once on two cores can keep
+/// a replica from answering within the default 250 ms.
 fn redis_store() -> idempotency::store::RedisStoreBuilder {
     RedisStore::builder()
         .namespace(unique_name("conf"))
         .trust_engine_clock()
+        .replica_ack_timeout(std::time::Duration::from_secs(2))
 }
 
 suite!(

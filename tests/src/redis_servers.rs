@@ -69,9 +69,15 @@ impl Flavor {
     }
 }
 
-/// The `valkey-server` binary the build script found, if any.
+/// The `valkey-server` binary: `IDEMPOTENCY_VALKEY_SERVER` when the tests run (to try another
+/// version without a rebuild), else the one the build script found, if any.
 pub fn valkey_server() -> Option<&'static str> {
-    option_env!("IDEMPOTENCY_VALKEY_SERVER").filter(|p| !p.is_empty())
+    static AT_RUN: OnceLock<Option<String>> = OnceLock::new();
+    AT_RUN
+        .get_or_init(|| std::env::var("IDEMPOTENCY_VALKEY_SERVER").ok())
+        .as_deref()
+        .or(option_env!("IDEMPOTENCY_VALKEY_SERVER"))
+        .filter(|p| !p.is_empty())
 }
 
 /// One `redis-server` (or `valkey-server`) process.
