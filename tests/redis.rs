@@ -298,9 +298,10 @@ async fn failover_round(wait: bool, reshard: bool) -> Failover {
     let mut cluster = RedisCluster::start(3);
     let seeds = cluster.seeds();
     let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    // The default waits for one replica (the masters have one each).
     let mut builder = RedisStore::builder().namespace(unique_name("failover"));
-    if wait {
-        builder = builder.wait_for_replicas(1, Duration::from_millis(500));
+    if !wait {
+        builder = builder.without_replica_acks_may_lose_claims_on_failover();
     }
     let store = builder.connect_cluster(&seeds).await.expect("connect");
     let engine = Idempotency::builder(store).without_reconciler().build();
@@ -557,4 +558,119 @@ async fn scripts_come_back_after_a_flush_and_subjects_stay_apart() {
     let mut subjects: Vec<Option<String>> = due.into_iter().map(|u| u.subject).collect();
     subjects.sort();
     assert_eq!(subjects, vec![None, Some("alice".to_owned())]);
+}
+
+/// `(scripts, transactions)` run by 10 claims each completed and 10 claims each released, on a
+/// server of its own (so no other test's commands count; the scripts are loaded first, so no
+/// `NOSCRIPT` retry counts), and whether each repeat found its record completed or released as
+/// it should.
+async fn commands_of_settlements(flavor: idempotency_tests::redis_servers::Flavor) -> (u64, u64) {
+    use idempotency::key::Key;
+    use idempotency::store::{Claim, ClaimRequest, Completion, RecordStore, StoredResponse, Token};
+    let server = idempotency_tests::redis_servers::RedisServer::start_flavor(flavor);
+    let store = RedisStore::builder()
+        .namespace(unique_name("cas"))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let key = |n: u64| {
+        Key::for_call(
+            &idempotency::key::Secret::demo(),
+            &Caller::new("acme", "alice"),
+            "charge_card",
+            &n,
+        )
+        .expect("key")
+    };
+    let req = |key: Key| ClaimRequest {
+        key,
+        tenant: "acme",
+        subject: None,
+        tool: "charge_card",
+        fingerprint: None,
+        now: SystemClock.now(),
+        lease: Duration::from_secs(60),
+        window: WINDOW,
+        token: Token(7),
+    };
+    server
+        .node
+        .cmd(&["CONFIG", "RESETSTAT"])
+        .expect("reset stats");
+    let answer = StoredResponse {
+        ok: true,
+        body: "{\"charged\":1}".into(),
+    };
+    for n in 0..20 {
+        let claim = store.claim(&req(key(n))).await.expect("claim");
+        assert!(matches!(claim, Claim::New { .. }), "{claim:?}");
+        if n < 10 {
+            store
+                .complete(&Completion {
+                    key: key(n),
+                    token: Token(7),
+                    response: &answer,
+                    now: SystemClock.now(),
+                    outbox: &[],
+                })
+                .await
+                .expect("complete");
+        } else {
+            store
+                .release(key(n), Token(7), SystemClock.now())
+                .await
+                .expect("release");
+        }
+    }
+    let stats = server.node.text(&["INFO", "commandstats"]);
+    // A command's calls that ran (an `EVALSHA` answered `NOSCRIPT` is a failed call, retried
+    // as `EVAL`).
+    let calls = |cmd: &str| -> u64 {
+        let line = stats
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("cmdstat_{cmd}:")))
+            .unwrap_or("");
+        let field = |name: &str| -> u64 {
+            line.split(',')
+                .find_map(|kv| kv.strip_prefix(name))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        field("calls=") - field("failed_calls=")
+    };
+    let counted = (calls("evalsha") + calls("eval"), calls("exec"));
+    for n in 0..20 {
+        let claim = store.claim(&req(key(n))).await.expect("repeat");
+        match claim {
+            Claim::Completed { response, .. } if n < 10 => assert_eq!(response, answer),
+            Claim::New { reference, .. } if n >= 10 => {
+                assert_eq!(
+                    reference,
+                    key(n).reference(1),
+                    "released: the same reference"
+                )
+            }
+            other => panic!("key {n}: {other:?}"),
+        }
+    }
+    counted
+}
+
+/// On Redis 7.0 a completion and a release are a script each; on Valkey (`SET … IFEQ`) they
+/// are a conditional `SET` in a transaction, and only the claims are scripts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_and_releases_are_scripts_on_redis_7() {
+    let (scripts, transactions) =
+        commands_of_settlements(idempotency_tests::redis_servers::Flavor::Redis).await;
+    println!("REDIS 7 scripts={scripts} transactions={transactions}");
+    assert_eq!((scripts, transactions), (40, 0));
+}
+
+#[cfg_attr(no_valkey, ignore = "needs valkey-server (see tests/build.rs)")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_and_releases_need_no_script_on_valkey() {
+    let (scripts, transactions) =
+        commands_of_settlements(idempotency_tests::redis_servers::Flavor::Valkey).await;
+    println!("VALKEY scripts={scripts} transactions={transactions}");
+    assert_eq!((scripts, transactions), (20, 20));
 }

@@ -302,8 +302,11 @@ macro_rules! on_every_backend {
                     Box::pin(async move {
                         let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
                         Arc::new(
+                            // Waits for a replica (the default on a cluster) up to 2 s:
+                            // clusters of other test processes start on the same 2 cores.
                             RedisStore::builder()
                                 .namespace(namespace)
+                                .replica_ack_timeout(std::time::Duration::from_secs(2))
                                 .connect_cluster(&seeds)
                                 .await
                                 .expect("connect"),

@@ -1,11 +1,17 @@
 //! The Redis store against raw Redis and against Powertools for AWS Lambda (Python) on the same
-//! Redis. Prints two lines scripts can read:
+//! server. Starts its own servers: Redis 7.0 and Valkey 9.1 (when the build found a
+//! `valkey-server`), each with one replica attached (the store's default then waits for it:
+//! `WAIT 1` after each claim and completion; raw does not wait) and again without a replica
+//! (`server=<name>/no-replica`). Prints two lines per server that scripts can read:
 //!
 //! ```text
-//! redis fresh_p50_ratio_raw=1.04 fresh_tps32_ratio_raw=0.95 repeat_round_trips=1 vs_powertools_first=6.1 vs_powertools_replay=7.4
-//! redis_bounds vs_powertools_first_max=1.6 vs_powertools_replay_max=4.3 fenced_fresh_p50_ratio_raw=1.03 fenced_tps32_ratio_raw=0.72
+//! redis server=redis-7.0 fresh_p50_ratio_raw=1.04 fresh_tps32_ratio_raw=0.95 floor_tps32_ratio_raw=0.72 repeat_round_trips=1 cached_repeat_p50_us=na vs_powertools_first=6.1 vs_powertools_replay=7.4
+//! redis_bounds server=redis-7.0 vs_powertools_first_max=1.6 vs_powertools_replay_max=4.3 fenced_fresh_p50_ratio_raw=1.03 fenced_tps32_ratio_raw=0.72
 //! ```
 //!
+//! - `floor_tps32_ratio_raw`: the `fenced_tps32_ratio_raw` of the second line (the cheapest
+//!   scripted fence's throughput over raw's); `cached_repeat_p50_us`: `na` (no local answer
+//!   cache in this store);
 //! - `fresh_p50_ratio_raw`: p50 of a fresh call through the store (claim, then complete) over
 //!   p50 of the naive two commands (`SET key in_flight NX`, then `SET key answer`) through the
 //!   SAME client connection (the store's), samples alternated, one client;
@@ -30,7 +36,7 @@
 //! cargo bench -p idempotency-tests --bench redis
 //! ```
 //!
-//! Environment: `REDIS_URL` (default `redis://127.0.0.1:6379`), `BENCH_SAMPLES` (latency
+//! Environment: `REDIS_URL` (measure that server only, `server=env`), `BENCH_SAMPLES` (latency
 //! samples per figure, 2000), `BENCH_SECS` (seconds per side for throughput, 5). Details go to
 //! stderr; the Powertools virtualenv is made once under the target directory.
 
@@ -48,6 +54,7 @@ use idempotency::store::{
 };
 use idempotency::tool::Prepared;
 use idempotency::{key::Key, Caller, Error, Idempotency};
+use idempotency_tests::redis_servers::{valkey_server, wait_until, Flavor, RedisServer};
 
 const RESPONSE: &str = r#"{"charge_id":"ch_3PqR8sT2uV4wX5yZ6a7b","amount":4200,"currency":"EUR"}"#;
 const WINDOW: Duration = Duration::from_secs(900);
@@ -518,102 +525,161 @@ async fn cleanup(conn: &RedisConnection, namespace: &str) {
     }
 }
 
+/// One server's two lines (see the top of this file).
+async fn measure(url: &str, label: &str, samples: usize, secs: u64) -> String {
+    let namespace = format!("bench-{}", std::process::id());
+    let store = RedisStore::builder()
+        .namespace(&namespace)
+        .connect(url)
+        .await
+        .expect("connect to the server");
+    let conn = store.connection();
+    let b = Arc::new(Bench {
+        store: store.clone(),
+        conn: conn.clone(),
+        namespace: namespace.clone(),
+        next: AtomicU64::new(0),
+        fence: redis::Script::new(FENCE),
+    });
+    eprintln!("load average at start: {}", load());
+    let before = server_stats(&conn).await;
+    let lat = latencies(&b, samples).await;
+    let after = server_stats(&conn).await;
+    let Latencies {
+        ours,
+        raw,
+        floor,
+        get,
+    } = lat;
+    eprintln!("fresh p50, 1 client: store {ours:?}, raw SET NX + SET {raw:?}, floor SET NX + fence script {floor:?}; one GET round trip {get:?}");
+    let per_call = |i: usize| (after[i].1 - before[i].1) / (after[i].0 - before[i].0).max(1.0);
+    eprintln!(
+        "Redis time per call (commandstats, this phase): evalsha {:.2} us, set {:.2} us (set includes the scripts' own); Redis main thread CPU {:.0} us per store+raw+floor+GET round",
+        per_call(0),
+        per_call(1),
+        (after[2].1 - before[2].1) / samples as f64,
+    );
+    // Memory of one completed record, and of one raw key with the same answer.
+    let reference = Key::for_call(
+        &idempotency::key::Secret::demo(),
+        &Caller::new("acme", "bench"),
+        "charge_card",
+        &0u64,
+    )
+    .expect("key")
+    .reference(1)
+    .to_string();
+    let record = format!("{namespace}:{{{}}}:r:{}", &reference[..2], &reference[..16]);
+    let mut c = conn.clone();
+    let bytes: Option<i64> = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(&record)
+        .query_async(&mut c)
+        .await
+        .expect("memory usage");
+    let raw_bytes: Option<i64> = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(format!("{namespace}:raw:1"))
+        .query_async(&mut c)
+        .await
+        .expect("memory usage");
+    eprintln!("bytes of one completed record: store {bytes:?}, raw key {raw_bytes:?}");
+    let (tps_ratio, floor_tps_ratio, tps_ours, tps_raw) = throughput_ratio(&b, secs).await;
+    eprintln!(
+        "fresh calls/s, {CLIENTS} clients: store {tps_ours:.0}, raw {tps_raw:.0}; load average {}",
+        load()
+    );
+    let engine = Idempotency::builder(store.clone())
+        .without_reconciler()
+        .build();
+    let trips = repeat_round_trips(&b, &engine, url).await;
+    let (first, replay) = engine_p50(&engine, samples).await;
+    eprintln!(
+        "engine p50: first call {first:?}, replay {replay:?}; load average {}",
+        load()
+    );
+    cleanup(&conn, &namespace).await;
+    let pt = tokio::task::spawn_blocking({
+        let url = url.to_owned();
+        move || powertools(&url, samples)
+    })
+    .await
+    .ok()
+    .flatten();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let (vs_first, vs_replay, max_first, max_replay) = match pt {
+        Some((f, r)) => (
+            format!("{:.1}", f / us(first)),
+            format!("{:.1}", r / us(replay)),
+            format!("{:.1}", f / us(raw)),
+            format!("{:.1}", r / us(get)),
+        ),
+        None => ("NA".into(), "NA".into(), "NA".into(), "NA".into()),
+    };
+    [
+        format!(
+            "redis server={label} fresh_p50_ratio_raw={:.2} fresh_tps32_ratio_raw={:.2} floor_tps32_ratio_raw={:.2} repeat_round_trips={} cached_repeat_p50_us=na vs_powertools_first={vs_first} vs_powertools_replay={vs_replay}",
+            ours.as_secs_f64() / raw.as_secs_f64(),
+            tps_ratio,
+            floor_tps_ratio,
+            if trips.fract() == 0.0 { format!("{trips:.0}") } else { format!("{trips:.2}") },
+        ),
+        format!(
+            "redis_bounds server={label} vs_powertools_first_max={max_first} vs_powertools_replay_max={max_replay} fenced_fresh_p50_ratio_raw={:.2} fenced_tps32_ratio_raw={:.2}",
+            floor.as_secs_f64() / raw.as_secs_f64(),
+            floor_tps_ratio,
+        ),
+    ]
+    .join("\n")
+}
+
+/// A Redis or Valkey of the bench's own, with one replica attached or none.
+fn servers(flavor: Flavor, replica: bool) -> (RedisServer, Option<RedisServer>) {
+    let primary = RedisServer::start_flavor(flavor);
+    let replica = replica.then(|| {
+        let r = RedisServer::start_flavor(flavor);
+        r.node
+            .cmd(&["REPLICAOF", "127.0.0.1", &primary.node.port.to_string()])
+            .expect("REPLICAOF");
+        wait_until("the replica to be online", Duration::from_secs(30), || {
+            let info = primary.node.text(&["INFO", "replication"]);
+            info.contains("connected_slaves:1") && info.contains("state=online")
+        });
+        r
+    });
+    (primary, replica)
+}
+
 fn main() {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let samples = env("BENCH_SAMPLES", 2_000) as usize;
     let secs = env("BENCH_SECS", 5);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    let line = rt.block_on(async {
-        let namespace = format!("bench-{}", std::process::id());
-        let store = RedisStore::builder()
-            .namespace(&namespace)
-            .connect(&url)
-            .await
-            .expect("connect to REDIS_URL");
-        let conn = store.connection();
-        let b = Arc::new(Bench {
-            store: store.clone(),
-            conn: conn.clone(),
-            namespace: namespace.clone(),
-            next: AtomicU64::new(0),
-            fence: redis::Script::new(FENCE),
-        });
-        eprintln!("load average at start: {}", load());
-        let before = server_stats(&conn).await;
-        let lat = latencies(&b, samples).await;
-        let after = server_stats(&conn).await;
-        let Latencies { ours, raw, floor, get } = lat;
-        eprintln!("fresh p50, 1 client: store {ours:?}, raw SET NX + SET {raw:?}, floor SET NX + fence script {floor:?}; one GET round trip {get:?}");
-        let per_call = |i: usize| (after[i].1 - before[i].1) / (after[i].0 - before[i].0).max(1.0);
-        eprintln!(
-            "Redis time per call (commandstats, this phase): evalsha {:.2} us, set {:.2} us (set includes the scripts' own); Redis main thread CPU {:.0} us per store+raw+floor+GET round",
-            per_call(0),
-            per_call(1),
-            (after[2].1 - before[2].1) / samples as f64,
-        );
-        // Memory of one completed record, and of one raw key with the same answer.
-        let reference = Key::for_call(&idempotency::key::Secret::demo(), &Caller::new("acme", "bench"), "charge_card", &0u64)
-            .expect("key")
-            .reference(1)
-            .to_string();
-        let record = format!("{namespace}:{{{}}}:r:{}", &reference[..2], &reference[..16]);
-        let mut c = conn.clone();
-        let bytes: Option<i64> = redis::cmd("MEMORY")
-            .arg("USAGE")
-            .arg(&record)
-            .query_async(&mut c)
-            .await
-            .expect("memory usage");
-        let raw_bytes: Option<i64> = redis::cmd("MEMORY")
-            .arg("USAGE")
-            .arg(format!("{namespace}:raw:1"))
-            .query_async(&mut c)
-            .await
-            .expect("memory usage");
-        eprintln!("bytes of one completed record: store {bytes:?}, raw key {raw_bytes:?}");
-        let (tps_ratio, floor_tps_ratio, tps_ours, tps_raw) = throughput_ratio(&b, secs).await;
-        eprintln!("fresh calls/s, {CLIENTS} clients: store {tps_ours:.0}, raw {tps_raw:.0}; load average {}", load());
-        let engine = Idempotency::builder(store.clone())
-            .without_reconciler()
-            .build();
-        let trips = repeat_round_trips(&b, &engine, &url).await;
-        let (first, replay) = engine_p50(&engine, samples).await;
-        eprintln!("engine p50: first call {first:?}, replay {replay:?}; load average {}", load());
-        cleanup(&conn, &namespace).await;
-        let pt = tokio::task::spawn_blocking({
-            let url = url.clone();
-            move || powertools(&url, samples)
-        })
-        .await
-        .ok()
-        .flatten();
-        let us = |d: Duration| d.as_secs_f64() * 1e6;
-        let (vs_first, vs_replay, max_first, max_replay) = match pt {
-            Some((f, r)) => (
-                format!("{:.1}", f / us(first)),
-                format!("{:.1}", r / us(replay)),
-                format!("{:.1}", f / us(raw)),
-                format!("{:.1}", r / us(get)),
-            ),
-            None => ("NA".into(), "NA".into(), "NA".into(), "NA".into()),
-        };
-        [
-            format!(
-                "redis fresh_p50_ratio_raw={:.2} fresh_tps32_ratio_raw={:.2} repeat_round_trips={} vs_powertools_first={vs_first} vs_powertools_replay={vs_replay}",
-                ours.as_secs_f64() / raw.as_secs_f64(),
-                tps_ratio,
-                if trips.fract() == 0.0 { format!("{trips:.0}") } else { format!("{trips:.2}") },
-            ),
-            format!(
-                "redis_bounds vs_powertools_first_max={max_first} vs_powertools_replay_max={max_replay} fenced_fresh_p50_ratio_raw={:.2} fenced_tps32_ratio_raw={:.2}",
-                floor.as_secs_f64() / raw.as_secs_f64(),
-                floor_tps_ratio,
-            ),
-        ]
-        .join("\n")
-    });
-    println!("{line}");
+    if let Ok(url) = std::env::var("REDIS_URL") {
+        println!("{}", rt.block_on(measure(&url, "env", samples, secs)));
+        return;
+    }
+    let mut flavors = vec![(Flavor::Redis, "redis-7.0")];
+    if valkey_server().is_some() {
+        flavors.push((Flavor::Valkey, "valkey-9.1"));
+    } else {
+        eprintln!("(no valkey-server found at build time: the Valkey lines are left out)");
+    }
+    for (flavor, name) in flavors {
+        // The default: a replica attached, so claims and completions wait for it.
+        for replica in [true, false] {
+            let (primary, _replica) = servers(flavor, replica);
+            let label = if replica {
+                name.to_owned()
+            } else {
+                format!("{name}/no-replica")
+            };
+            println!(
+                "{}",
+                rt.block_on(measure(&primary.url(), &label, samples, secs))
+            );
+        }
+    }
 }

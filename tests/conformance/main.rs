@@ -1,7 +1,9 @@
 //! One conformance suite, run against every store: `MemoryStore` (the reference), `SqliteStore`
 //! (a temporary file), `PostgresStore` (a schema of its own per test; skipped with a printed
-//! line without `DATABASE_URL`) and `RedisStore`, on one Redis and on a 3-master + 3-replica
-//! Redis Cluster (servers of this test process's own, a namespace per test). Every case passes explicit times, so window edges are exact.
+//! line without `DATABASE_URL`) and `RedisStore`, on one Redis 7 and on a 3-master + 3-replica
+//! Redis Cluster, and the same on Valkey (completions and releases by `SET … IFEQ` there;
+//! ignored without a `valkey-server`, see `tests/build.rs`), servers of this test process's
+//! own, a namespace per test. Every case passes explicit times, so window edges are exact.
 //!
 //! The cases are split by topic (the files beside this one); this file runs each on every store.
 //!
@@ -15,7 +17,9 @@ use idempotency::store::{
 };
 use idempotency_tests::conformance::*;
 use idempotency_tests::pg::{unique_name, TestSchema};
-use idempotency_tests::redis_servers::{shared_cluster, shared_server};
+use idempotency_tests::redis_servers::{
+    shared_cluster, shared_server, shared_valkey, shared_valkey_cluster,
+};
 
 mod background;
 mod claims;
@@ -84,6 +88,31 @@ macro_rules! suite {
                 }
             )*
         }
+        mod valkey {
+            $(
+                #[cfg_attr(no_valkey, ignore = "needs valkey-server (see tests/build.rs)")]
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let url = super::shared_valkey().url();
+                    let store = super::redis_store().connect(&url).await.expect("connect to Valkey");
+                    let b = super::Backend { store: std::sync::Arc::new(store), kind: super::Kind::Redis };
+                    super::$case(&b).await;
+                }
+            )*
+        }
+        mod valkey_cluster {
+            $(
+                #[cfg_attr(no_valkey, ignore = "needs valkey-server (see tests/build.rs)")]
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let seeds = super::shared_valkey_cluster().seeds();
+                    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+                    let store = super::redis_store().connect_cluster(&seeds).await.expect("connect to the Valkey cluster");
+                    let b = super::Backend { store: std::sync::Arc::new(store), kind: super::Kind::Redis };
+                    super::$case(&b).await;
+                }
+            )*
+        }
         mod redis_cluster {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,11 +129,15 @@ macro_rules! suite {
 }
 
 /// A Redis store of a namespace of its own (tests share one server), deciding by the times the
-/// cases pass (`trust_engine_clock`), as the other stores do.
+/// cases pass (`trust_engine_clock`), as the other stores do. On a cluster its writes wait for
+/// a replica (the default: the masters have one), here up to 2 s: under nextest every test
+/// process starts a cluster of its own, and six clusters forming at once on two cores can keep
+/// a replica from answering within the default 250 ms.
 fn redis_store() -> idempotency::store::RedisStoreBuilder {
     RedisStore::builder()
         .namespace(unique_name("conf"))
         .trust_engine_clock()
+        .replica_ack_timeout(std::time::Duration::from_secs(2))
 }
 
 suite!(

@@ -136,7 +136,11 @@ struct RedisAt {
 
 impl RedisAt {
     async fn connect(&self) -> RedisStore {
-        let mut builder = RedisStore::builder().namespace(self.namespace.clone());
+        // Writes wait for a replica on the cluster (the default), here up to 2 s: test
+        // processes start clusters of their own at once on a small machine.
+        let mut builder = RedisStore::builder()
+            .namespace(self.namespace.clone())
+            .replica_ack_timeout(std::time::Duration::from_secs(2));
         if self.trust_engine_clock {
             builder = builder.trust_engine_clock();
         }

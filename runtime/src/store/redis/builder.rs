@@ -8,15 +8,13 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 
+use super::acks::{AckMode, Acks, Connector, DEFAULT_ACK_TIMEOUT};
+use super::cas::Cas;
 use super::conn::{Conn, Replicas};
 use super::{notices, Inner, RedisConnection, RedisStore, Scripts, StoreError, DEFAULT_RETENTION};
 
 /// How long a command may take before the store gives up on it (a node that does not answer).
 pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections for writes followed by `WAIT` (which blocks its connection until the replicas
-/// answer, holding up whatever else is pipelined on it), so other calls never queue behind a
-/// `WAIT` and concurrent waits do not queue behind each other.
-const WAIT_CONNECTIONS: usize = 8;
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Configures a [`RedisStore`]; [`connect`](RedisStoreBuilder::connect) or
@@ -25,7 +23,7 @@ pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct RedisStoreBuilder {
     namespace: String,
     retention: Duration,
-    wait: Option<Replicas>,
+    acks: AckMode,
     trusted: bool,
 }
 
@@ -34,7 +32,7 @@ impl Default for RedisStoreBuilder {
         RedisStoreBuilder {
             namespace: "idem".into(),
             retention: DEFAULT_RETENTION,
-            wait: None,
+            acks: AckMode::Auto(DEFAULT_ACK_TIMEOUT),
             trusted: false,
         }
     }
@@ -55,14 +53,34 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// After a claim that wrote and after a completion or settlement, waits (`WAIT`) until
-    /// `replicas` replicas of the record's master acknowledged it, at most `timeout`; a
-    /// shortfall fails the call (see [Durability](RedisStore#durability)).
+    /// After a claim that wrote and after a completion, release or settlement, always waits
+    /// (`WAIT`) until `replicas` replicas of the record's master acknowledged it, at most
+    /// `timeout`; a shortfall fails the call (see [Durability](RedisStore#durability)). Without
+    /// this, the store waits for one replica, at most 250 ms, whenever the master has one.
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.wait = Some(Replicas {
+        self.acks = AckMode::Fixed(Replicas {
             count: replicas,
             timeout,
         });
+        self
+    }
+
+    /// How long a write waits for the master's replica by default (250 ms unless set): at
+    /// most this long, then the claim is refused or the completion reported unknown.
+    pub fn replica_ack_timeout(mut self, timeout: Duration) -> Self {
+        self.acks = match self.acks {
+            AckMode::Fixed(r) => AckMode::Fixed(Replicas { timeout, ..r }),
+            _ => AckMode::Auto(timeout),
+        };
+        self
+    }
+
+    /// Never waits for replicas, even when the master has them. A claim or a completion the
+    /// master acknowledged but had not yet sent to its replica is lost if the master fails
+    /// over: a repeat on the promoted replica then runs the body a second time. For a Redis
+    /// that never fails over, or calls whose second run is harmless.
+    pub fn without_replica_acks_may_lose_claims_on_failover(mut self) -> Self {
+        self.acks = AckMode::Off;
         self
     }
 
@@ -86,8 +104,13 @@ impl RedisStoreBuilder {
                 source: None,
             });
         }
-        if let Some(w) = self.wait {
-            if w.timeout.is_zero() || w.timeout >= RESPONSE_TIMEOUT {
+        let timeout = match self.acks {
+            AckMode::Fixed(r) => Some(r.timeout),
+            AckMode::Auto(t) => Some(t),
+            AckMode::Off => None,
+        };
+        if let Some(timeout) = timeout {
+            if timeout.is_zero() || timeout >= RESPONSE_TIMEOUT {
                 return Err(StoreError::Config {
                     problem: format!(
                         "the WAIT timeout must be above zero (zero waits forever) and below the {RESPONSE_TIMEOUT:?} response timeout"
@@ -120,14 +143,10 @@ impl RedisStoreBuilder {
         let conn = ConnectionManager::new_with_config(client.clone(), config.clone())
             .await
             .map_err(unreachable)?;
-        let mut waiting = Vec::new();
-        for _ in 0..self.wait.map_or(0, |_| WAIT_CONNECTIONS) {
-            let c = ConnectionManager::new_with_config(client.clone(), config.clone())
-                .await
-                .map_err(unreachable)?;
-            waiting.push(Conn::Single(c));
-        }
-        Ok(self.finish(Conn::Single(conn), waiting, notices::Source::Single(client)))
+        let conn = RedisConnection(Conn::Single(conn));
+        let acks = Acks::start(self.acks, &conn, Connector::Single(client.clone(), config)).await?;
+        let cas = Cas::detect(&conn, &self.probe_key()).await;
+        Ok(self.finish((conn, acks, cas), notices::Source::Single(client)))
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each); the
@@ -149,28 +168,33 @@ impl RedisStoreBuilder {
             }))
         };
         let conn = client.get_async_connection().await.map_err(unreachable)?;
-        let mut waiting = Vec::new();
-        for _ in 0..self.wait.map_or(0, |_| WAIT_CONNECTIONS) {
-            waiting.push(Conn::Cluster(
-                client.get_async_connection().await.map_err(unreachable)?,
-            ));
-        }
+        let conn = RedisConnection(Conn::Cluster(conn));
+        let acks = Acks::start(self.acks, &conn, Connector::Cluster(client)).await?;
+        let cas = Cas::detect(&conn, &self.probe_key()).await;
         Ok(self.finish(
-            Conn::Cluster(conn),
-            waiting,
+            (conn, acks, cas),
             notices::Source::Cluster(seeds.iter().map(|s| (*s).to_owned()).collect()),
         ))
     }
 
-    fn finish(self, conn: Conn, waiting: Vec<Conn>, source: notices::Source) -> RedisStore {
+    /// A key no record uses, for asking the server what it has.
+    fn probe_key(&self) -> String {
+        format!("{}:probe", self.namespace)
+    }
+
+    fn finish(
+        self,
+        (conn, acks, cas): (RedisConnection, Acks, Cas),
+        source: notices::Source,
+    ) -> RedisStore {
         RedisStore {
             inner: Arc::new(Inner {
-                conn: RedisConnection(conn),
-                waiting: waiting.into_iter().map(RedisConnection).collect(),
+                conn,
+                acks,
+                cas,
                 next_waiting: AtomicUsize::new(0),
                 namespace: self.namespace,
                 retention_ms: i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX / 4),
-                wait: self.wait,
                 trusted: if self.trusted { b"1" } else { b"0" },
                 scripts: Scripts::new(),
                 next_shard: AtomicUsize::new(0),

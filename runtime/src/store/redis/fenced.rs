@@ -1,9 +1,10 @@
 //! The fenced updates of the Redis store (complete, release, mark unknown, renew, take over,
 //! settle): one script each, checked against the claim's token.
 
+use super::cas::Settled;
 use super::conn::{array, bad, int, Conn};
 use super::record::{generation, state_name, COMPLETED_ERR, COMPLETED_OK, RELEASED, UNKNOWN};
-use super::{ms, Completion, RedisStore, Settlement, StoreError, Token};
+use super::{ms, Completion, Inner, RedisStore, Settlement, StoreError, Token};
 use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 
@@ -36,6 +37,37 @@ impl RedisStore {
         op: Op<'_>,
     ) -> Result<Reference, StoreError> {
         let inner = &*self.inner;
+        let trusted = inner.trusted[0] == b'1';
+        let by_cas = match &op {
+            Op::Complete(c) if c.outbox.is_empty() => Some(Settled {
+                state: if c.response.ok {
+                    COMPLETED_OK
+                } else {
+                    COMPLETED_ERR
+                },
+                body: c.response.body.as_bytes(),
+                windowed: true,
+                now: c.now.as_millis(),
+                trusted,
+            }),
+            Op::Release(at) => Some(Settled {
+                state: RELEASED,
+                body: b"",
+                windowed: false,
+                now: at.as_millis(),
+                trusted,
+            }),
+            _ => {
+                inner.cas.forget(&key, token);
+                None
+            }
+        };
+        if let Some(settled) = by_cas {
+            let wait = inner.wait();
+            if let Some(g) = inner.settle_by_cas((key, token), settled, wait).await? {
+                return Ok(key.reference(g));
+            }
+        }
         let prefix = *key.reference(1).prefix();
         let k = inner.keys(&prefix);
         let token_b = token.0.to_be_bytes();
@@ -79,12 +111,12 @@ impl RedisStore {
                     args.push(m.topic.as_bytes().to_vec());
                     args.push(m.payload.as_bytes().to_vec());
                 }
-                wait = inner.wait;
+                wait = inner.wait();
             }
             Op::Renew(_, lease) => args.push(ms(*lease)),
             Op::TakeOver(_, lease) => {
                 args.push(ms(*lease));
-                wait = inner.wait;
+                wait = inner.wait();
             }
             Op::Settle(s, _) => {
                 args.push((token.0 + 1).to_be_bytes().to_vec());
@@ -96,9 +128,10 @@ impl RedisStore {
                 };
                 args.push(code.to_string().into_bytes());
                 args.push(body.as_bytes().to_vec());
-                wait = inner.wait;
+                wait = inner.wait();
             }
-            Op::Release(_) | Op::Unknown => {}
+            Op::Release(_) => wait = inner.wait(),
+            Op::Unknown => {}
         }
         let keys = [
             k.record.as_str(),
@@ -109,6 +142,7 @@ impl RedisStore {
         let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         let (reply, acked) = inner
             .conn_for(wait)
+            .await?
             .run(&inner.scripts.fenced, &keys, &args, wait)
             .await?;
         let reply = array(reply)?;
@@ -119,7 +153,7 @@ impl RedisStore {
             )?))
         };
         match answer {
-            Some(0) => inner.replicated(acked).and_then(|()| reference()),
+            Some(0) => Inner::replicated(wait, acked).and_then(|()| reference()),
             Some(-1) => Err(StoreError::NotFound),
             Some(-2) => Err(StoreError::Fenced {
                 reference: reference()?,

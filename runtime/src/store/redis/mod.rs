@@ -43,9 +43,11 @@ use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::{RecordState, RecordStatus, StoredResponse};
 
+mod acks;
 mod admin;
 mod background;
 mod builder;
+mod cas;
 mod conn;
 mod fenced;
 mod notices;
@@ -93,9 +95,10 @@ impl Scripts {
 /// use idempotency::{store::RedisStore, Idempotency};
 /// // One Redis:
 /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
-/// // A cluster, from seed nodes; a claim and a completion wait for one replica:
+/// // A cluster, from seed nodes; a claim and a completion wait for one replica (the default
+/// // whenever the masters have replicas), here at most 100 ms:
 /// let store = RedisStore::builder()
-///     .wait_for_replicas(1, Duration::from_millis(100))
+///     .replica_ack_timeout(Duration::from_millis(100))
 ///     .connect_cluster(&["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
 ///     .await?;
 /// let engine = Idempotency::new(store);
@@ -104,12 +107,18 @@ impl Scripts {
 ///
 /// ## Durability
 ///
-/// Redis replicates asynchronously: a master that fails over may lose a write it acknowledged.
-/// Without [`wait_for_replicas`](RedisStoreBuilder::wait_for_replicas), a claim lost that way
-/// lets a repeat run the body again. With it, a claim that created or took over a record and a
-/// completion (or settlement) are followed by `WAIT` on the same connection: fewer replicas than
-/// required within the timeout fails the claim ("nothing was done", and the claim is released)
-/// and the completion (the engine reports the outcome unknown).
+/// Redis replicates asynchronously: a master that fails over may lose a write it acknowledged,
+/// and a claim lost that way lets a repeat run the body again. So, by default, when the master
+/// has a replica (checked at connect, and once a second while none was seen), a claim that
+/// created or took over a record and a completion, release or settlement are followed by
+/// `WAIT 1 250` on the same connection: no replica's acknowledgement within 250 ms fails the
+/// claim ("nothing was done"; the claim is released) and the completion (the engine reports
+/// the outcome unknown; a repeat finds it completed or in progress, never runs it again). Once
+/// a replica was seen the store keeps waiting for one, refusing claims while the master has
+/// none. [`wait_for_replicas`](RedisStoreBuilder::wait_for_replicas) asks for more replicas;
+/// [`without_replica_acks_may_lose_claims_on_failover`](RedisStoreBuilder::without_replica_acks_may_lose_claims_on_failover)
+/// turns the wait off. On a cluster the store waits as soon as any master has a replica, so a
+/// master without one refuses its claims.
 #[derive(Clone)]
 pub struct RedisStore {
     inner: Arc<Inner>,
@@ -117,12 +126,13 @@ pub struct RedisStore {
 
 struct Inner {
     conn: RedisConnection,
-    /// With `wait`: the connections the writes that wait use, in turn.
-    waiting: Vec<RedisConnection>,
+    /// Whether writes wait for replicas, and the connections they use (in turn).
+    acks: acks::Acks,
+    /// `SET … IFEQ` for completions and releases, where the server has it.
+    cas: cas::Cas,
     next_waiting: AtomicUsize,
     namespace: String,
     retention_ms: i64,
-    wait: Option<Replicas>,
     trusted: &'static [u8],
     scripts: Scripts,
     next_shard: AtomicUsize,
@@ -136,7 +146,8 @@ impl std::fmt::Debug for RedisStore {
             .field("connection", &self.inner.conn)
             .field("namespace", &self.inner.namespace)
             .field("retention_ms", &self.inner.retention_ms)
-            .field("wait", &self.inner.wait)
+            .field("acks", &self.inner.acks)
+            .field("cas", &self.inner.cas)
             .finish()
     }
 }
@@ -201,19 +212,30 @@ impl Inner {
         }
     }
 
+    /// What a write waits for now.
+    fn wait(&self) -> Option<Replicas> {
+        self.acks.now(&self.conn)
+    }
+
     /// The connection for a script: one of the waiting ones when it is followed by `WAIT`.
-    fn conn_for(&self, wait: Option<Replicas>) -> &RedisConnection {
-        match (wait, self.waiting.len()) {
-            (Some(_), n) if n > 0 => {
-                &self.waiting[self.next_waiting.fetch_add(1, Ordering::Relaxed) % n]
-            }
-            _ => &self.conn,
+    async fn conn_for(&self, wait: Option<Replicas>) -> Result<&RedisConnection, StoreError> {
+        if wait.is_none() {
+            return Ok(&self.conn);
         }
+        let waiting = self.acks.connections().await?;
+        Ok(
+            match waiting
+                .get(self.next_waiting.fetch_add(1, Ordering::Relaxed) % waiting.len().max(1))
+            {
+                Some(c) => c,
+                None => &self.conn,
+            },
+        )
     }
 
     /// Fails a write that too few replicas acknowledged.
-    fn replicated(&self, acked: Option<i64>) -> Result<(), StoreError> {
-        match (self.wait, acked) {
+    fn replicated(wait: Option<Replicas>, acked: Option<i64>) -> Result<(), StoreError> {
+        match (wait, acked) {
             (Some(w), Some(n)) if n < i64::from(w.count) => {
                 Err(StoreError::Unavailable(Box::new(ReplicationShortfall {
                     acked: n,
@@ -264,9 +286,11 @@ impl RecordStore for RedisStore {
             let tail = Record::tail(req)?;
             let args: [&[u8]; 5] = [&now, &lease, inner.trusted, &tail, window.as_bytes()];
             let keys = [k.record.as_str(), k.index.as_str()];
+            let wait = inner.wait();
             let (reply, acked) = inner
-                .conn_for(inner.wait)
-                .run(&inner.scripts.claim, &keys, &args, inner.wait)
+                .conn_for(wait)
+                .await?
+                .run(&inner.scripts.claim, &keys, &args, wait)
                 .await?;
             let mut reply = array(reply)?.into_iter();
             let code = int(&reply.next().ok_or_else(|| bad("empty claim answer"))?)?;
@@ -280,7 +304,12 @@ impl RecordStore for RedisStore {
             };
             Ok(match code {
                 0 => {
-                    inner.replicated(acked)?;
+                    Inner::replicated(wait, acked)?;
+                    if let Some(head) = reply.next() {
+                        let mut blob = bytes(head)?;
+                        blob.extend_from_slice(&tail);
+                        inner.cas.hold(&req.key, req.token, blob);
+                    }
                     Claim::New {
                         reference,
                         token: req.token,

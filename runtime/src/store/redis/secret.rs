@@ -3,16 +3,15 @@
 use std::sync::LazyLock;
 
 use super::conn::{bytes, Script};
-use super::RedisStore;
+use super::{Inner, RedisStore};
 use crate::key::SecretFingerprint;
 use crate::store::{BoxFuture, SecretStore, StoreError};
 
 static SWAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/secret.lua")));
 
 impl SecretStore for RedisStore {
-    /// One script on the key's node; with
-    /// [`wait_for_replicas`](super::RedisStoreBuilder::wait_for_replicas), followed by `WAIT`
-    /// like the other writes.
+    /// One script on the key's node, followed by `WAIT` like the other writes when they wait
+    /// (see [Durability](super::RedisStore#durability)).
     fn swap_secret(
         &self,
         expected: Option<SecretFingerprint>,
@@ -22,11 +21,13 @@ impl SecretStore for RedisStore {
             let inner = &*self.inner;
             let key = format!("{}:secret", inner.namespace);
             let expected = expected.as_ref().map_or(&[][..], |e| &e.as_bytes()[..]);
+            let wait = inner.wait();
             let (found, acked) = inner
-                .conn_for(inner.wait)
-                .run(&SWAP, &[&key], &[expected, &new.as_bytes()[..]], inner.wait)
+                .conn_for(wait)
+                .await?
+                .run(&SWAP, &[&key], &[expected, &new.as_bytes()[..]], wait)
                 .await?;
-            inner.replicated(acked)?;
+            Inner::replicated(wait, acked)?;
             match found {
                 redis::Value::Nil => Ok(None),
                 v => {

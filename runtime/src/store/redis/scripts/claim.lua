@@ -7,7 +7,7 @@
 -- (4-byte length 0).
 -- Times are decided on the server's clock: every time of the call is shifted by
 -- TIME - now; the times returned are shifted back into the caller's frame.
--- Returns {0, gen} new | {1, gen, claimed, lease} in flight | {2, gen, state, completed, body}
+-- Returns {0, gen, head} new (the head written: with the tail, the record's whole string) | {1, gen, claimed, lease} in flight | {2, gen, state, completed, body}
 -- completed | {3, gen, claimed} unknown | {4, gen} mismatch | {5, gen} reference taken.
 --
 -- A record (see mod.rs, `Record`) is one string: a 37-byte head (state, generation, claimed,
@@ -27,9 +27,10 @@ local blob = redis.call('GET', rec)
 -- A plain SET also ends the expiry of a settled record it takes over; ZADD moves its index
 -- entry from the settled band into the unsettled one (scored by lease end).
 local function take(g)
-  redis.call('SET', rec, struct.pack('>BI4dddd', 0, g, now, lease, 0, tonumber(ARGV[5])) .. tail)
+  local head = struct.pack('>BI4dddd', 0, g, now, lease, 0, tonumber(ARGV[5]))
+  redis.call('SET', rec, head .. tail)
   redis.call('ZADD', KEYS[2], lease, string.sub(rec, -16))
-  return {0, g}
+  return {0, g, head}
 end
 
 if not blob then

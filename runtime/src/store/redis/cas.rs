@@ -1,0 +1,254 @@
+//! Completions and releases without a script, on servers with a conditional `SET` (Valkey
+//! ≥ 8.1, Redis ≥ 8.4: `SET key value IFEQ old`).
+//!
+//! A record is one string holding the claim's token (see `Record`), so the whole string the
+//! claim wrote is the fence: `SET rec new IFEQ <what the claim wrote>` applies only while the
+//! record is exactly as this process's claim left it — same key, same token, still in flight,
+//! no answer, not renewed or taken over since. The claim script returns the head it wrote; the
+//! store keeps the claim's string until the call's completion or release (a bounded map, in
+//! this process), so those need no read first.
+//!
+//! One round trip, in a transaction: `MULTI`, the `SET … IFEQ … GET PXAT` of the settled
+//! record, the `ZADD` of its index entry into the settled band, the `DEL` of its watch key and a
+//! notice on that channel, `EXEC` (then `WAIT` when writes wait for a replica). When the `SET`
+//! did not apply (the `GET` shows another string), the other commands did: a script puts the
+//! index entry back where the record's state says, and the call goes to the fenced script,
+//! which answers as it always did (not found, fenced, wrong state, or applies). A spurious
+//! notice only makes a waiting repeat read the record again. A completion with outbox messages,
+//! a call whose claim string this process does not hold (renewed, taken over, claimed
+//! elsewhere) and every other update use the scripts.
+//!
+//! The completion time is the server's: the claim's time (the server's `TIME`, in the head)
+//! plus the monotonic time since its answer came back, so neither this machine's wall clock
+//! nor its steps matter.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
+
+use redis::Value;
+
+use super::conn::{redis_error, Conn, Replicas, Script};
+use super::{Inner, RedisConnection, StoreError};
+use crate::key::Key;
+use crate::store::Token;
+
+/// At most this many claim strings are kept; beyond it, completions use the script.
+const HELD_MAX: usize = 65_536;
+/// The settled band's offset below lease-end scores (see `fenced.lua`).
+const BAND: i64 = 1 << 50;
+
+/// Whether the server has `SET … IFEQ`, and the claim strings of this process's calls.
+pub(super) struct Cas {
+    ifeq: AtomicBool,
+    held: Mutex<HashMap<([u8; 32], i64), Held>>,
+    reindex: Script,
+}
+
+/// What a claim wrote, and when its answer came back.
+struct Held {
+    blob: Vec<u8>,
+    answered: Instant,
+}
+
+impl std::fmt::Debug for Cas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cas")
+            .field("set_ifeq", &self.ifeq.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// A settlement by compare-and-set: the new state, its answer, whether the window follows.
+pub(super) struct Settled<'a> {
+    pub state: i64,
+    pub body: &'a [u8],
+    /// A completion (the record is replayed for its window from now); a release ends now.
+    pub windowed: bool,
+    /// The caller's time, and whether the store trusts it.
+    pub now: i64,
+    pub trusted: bool,
+}
+
+impl Cas {
+    /// Asks the server whether it has `SET … IFEQ` (a `SET` of `probe` that cannot apply: the
+    /// key is absent).
+    pub(super) async fn detect(conn: &RedisConnection, probe: &str) -> Cas {
+        let ifeq = conn
+            .query(redis::cmd("SET").arg(probe).arg("x").arg("IFEQ").arg("y"))
+            .await
+            .is_ok();
+        Cas {
+            ifeq: AtomicBool::new(ifeq),
+            held: Mutex::new(HashMap::new()),
+            reindex: Script::new(include_str!("scripts/reindex.lua")),
+        }
+    }
+
+    /// Whether completions and releases go without a script.
+    pub(super) fn enabled(&self) -> bool {
+        self.ifeq.load(Ordering::Relaxed)
+    }
+
+    /// Keeps what a claim wrote (head + tail), for its completion or release.
+    pub(super) fn hold(&self, key: &Key, token: Token, blob: Vec<u8>) {
+        if !self.enabled() {
+            return;
+        }
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.len() < HELD_MAX {
+            held.insert(
+                (*key.as_bytes(), token.0),
+                Held {
+                    blob,
+                    answered: Instant::now(),
+                },
+            );
+        }
+    }
+
+    /// Takes what the claim under `token` wrote, if this process holds it.
+    fn take(&self, key: &Key, token: Token) -> Option<Held> {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&(*key.as_bytes(), token.0))
+    }
+
+    /// Forgets a claim string (its record is changing another way).
+    pub(super) fn forget(&self, key: &Key, token: Token) {
+        self.take(key, token);
+    }
+}
+
+impl Inner {
+    /// Settles the record by compare-and-set when this process holds its claim string: the
+    /// record's generation when it applied, `None` when the caller must use the fenced script
+    /// instead (nothing held, or the record is no longer what the claim wrote).
+    pub(super) async fn settle_by_cas(
+        &self,
+        (key, token): (Key, Token),
+        s: Settled<'_>,
+        wait: Option<Replicas>,
+    ) -> Result<Option<u32>, StoreError> {
+        if !self.cas.enabled() {
+            return Ok(None);
+        }
+        let Some(held) = self.cas.take(&key, token) else {
+            return Ok(None);
+        };
+        let old = held.blob;
+        let (Some(head), Some(mid)) = (old.get(..37), old.get(37..old.len().saturating_sub(4)))
+        else {
+            return Ok(None);
+        };
+        let generation = head
+            .get(1..5)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u32::from_be_bytes);
+        let time = |at: usize| {
+            head.get(at..at + 8)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0.0, f64::from_be_bytes)
+        };
+        let (claimed, window) = (time(5) as i64, time(29) as i64);
+        let elapsed = i64::try_from(held.answered.elapsed().as_millis()).unwrap_or(i64::MAX / 4);
+        // The server's now: the claim's time plus what passed since (its own clock when the
+        // store trusts the caller's times, as the script does).
+        let now = if s.trusted {
+            s.now
+        } else {
+            claimed.saturating_add(elapsed)
+        };
+        let at = now.max(claimed);
+        let ends = if s.windowed { at + window } else { at };
+        // Expiry on the server's real clock: with trusted times, shifted by how far the
+        // caller's time is from this machine's (the tests' only use).
+        let real_shift = if s.trusted {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4))
+                - s.now
+        } else {
+            0
+        };
+        let expires = ends + self.retention_ms + real_shift;
+        let mut new = Vec::with_capacity(mid.len() + 41 + s.body.len());
+        new.push(u8::try_from(s.state).unwrap_or(0));
+        new.extend_from_slice(&head[1..5]);
+        for t in [claimed, ends, at, window] {
+            new.extend_from_slice(&(t as f64).to_be_bytes());
+        }
+        new.extend_from_slice(mid);
+        let len = u32::try_from(s.body.len()).map_err(|_| StoreError::Config {
+            problem: "an answer is too long for the Redis record (at most 4 GiB)".into(),
+            source: None,
+        })?;
+        new.extend_from_slice(&len.to_be_bytes());
+        new.extend_from_slice(s.body);
+
+        let k = self.keys(key.reference(1).prefix());
+        let member = &k.record[k.record.len().saturating_sub(16)..];
+        let publish = if matches!(self.conn.0, Conn::Cluster(_)) {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        };
+        let mut pipe = redis::pipe();
+        pipe.cmd("MULTI")
+            .cmd("SET")
+            .arg(&k.record)
+            .arg(&new)
+            .arg("IFEQ")
+            .arg(&old)
+            .arg("GET")
+            .arg("PXAT")
+            .arg(expires)
+            .cmd("ZADD")
+            .arg(&k.index)
+            .arg(ends - BAND)
+            .arg(member)
+            .cmd("DEL")
+            .arg(&k.watch)
+            .cmd(publish)
+            .arg(&k.watch)
+            .arg("")
+            .cmd("EXEC");
+        if let Some(w) = wait {
+            pipe.cmd("WAIT")
+                .arg(w.count)
+                .arg(w.timeout.as_millis() as u64);
+        }
+        pipe.ignore_errors();
+        let conn = self.conn_for(wait).await?;
+        let mut c = conn.clone();
+        let mut replies: Vec<Value> = pipe.query_async(&mut c).await.map_err(redis_error)?;
+        let acked = match wait.map(|_| replies.pop()) {
+            Some(Some(Value::Int(n))) => Some(n),
+            _ => None,
+        };
+        let found = match replies.pop() {
+            Some(Value::Array(exec)) => exec.into_iter().next(),
+            Some(Value::ServerError(e)) if e.code() == "EXECABORT" => {
+                // The server refused the transaction: no conditional SET after all (a node of
+                // another version). Nothing ran; the scripts from here on.
+                self.cas.ifeq.store(false, Ordering::Relaxed);
+                return Ok(None);
+            }
+            Some(Value::ServerError(e)) => return Err(redis_error(e.into())),
+            other => return Err(super::conn::bad(format!("EXEC answered {other:?}"))),
+        };
+        if matches!(&found, Some(Value::BulkString(b)) if *b == old) {
+            Inner::replicated(wait, acked)?;
+            return Ok(Some(generation));
+        }
+        if let Some(Value::ServerError(e)) = found {
+            return Err(redis_error(e.into()));
+        }
+        // Not applied, but the index entry moved: put it back by the record's state.
+        let keys = [k.record.as_str(), k.index.as_str()];
+        self.conn.run(&self.cas.reindex, &keys, &[], None).await?;
+        Ok(None)
+    }
+}
