@@ -558,6 +558,8 @@ async fn redis_cluster_garbage_in_each_field_is_corrupt() {
     let store = RedisStore::builder()
         .namespace(namespace.clone())
         .trust_engine_clock()
+        // A loaded machine's replica may take longer than the default 250 ms to acknowledge.
+        .replica_ack_timeout(std::time::Duration::from_secs(2))
         .connect_cluster(&seeds)
         .await
         .expect("redis cluster");

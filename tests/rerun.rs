@@ -88,6 +88,8 @@ async fn open_store(spec: &str) -> std::sync::Arc<dyn Store> {
         std::sync::Arc::new(
             RedisStore::builder()
                 .namespace(namespace)
+                // A loaded machine's replica may take longer than the default 250 ms.
+                .replica_ack_timeout(std::time::Duration::from_secs(2))
                 .connect_cluster(&seeds)
                 .await
                 .expect("redis cluster store"),

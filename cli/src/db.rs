@@ -76,6 +76,8 @@ impl Db {
             let store = RedisStore::builder()
                 .namespace(redis.namespace)
                 .retention(redis.retention)
+                // An operator's command can wait longer for a replica than a call would.
+                .replica_ack_timeout(Duration::from_secs(2))
                 .connect(url)
                 .await
                 .map_err(|e| failed("Redis", e))?;
@@ -95,6 +97,8 @@ impl Db {
             let store = RedisStore::builder()
                 .namespace(redis.namespace)
                 .retention(redis.retention)
+                // An operator's command can wait longer for a replica than a call would.
+                .replica_ack_timeout(Duration::from_secs(2))
                 .connect_cluster(&seeds)
                 .await
                 .map_err(|e| failed("Redis Cluster", e))?;

@@ -327,6 +327,8 @@ async fn against_a_redis_cluster() {
     let store = RedisStore::builder()
         .namespace(&ns)
         .trust_engine_clock()
+        // A loaded machine's replica may take longer than the default 250 ms.
+        .replica_ack_timeout(std::time::Duration::from_secs(2))
         .connect_cluster(&seed_refs)
         .await
         .expect("connect to the cluster");

@@ -175,6 +175,22 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
+/// `url` without its password (`user:secret@` becomes `user@`), for messages and logs.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        Some((user, host)) => {
+            let name = user.split_once(':').map_or(user, |(name, _)| name);
+            format!("{scheme}://{name}@{host}{tail}")
+        }
+        None => url.to_owned(),
+    }
+}
+
 /// A store's database that could not be connected to: the target (never a password) and the
 /// driver's reason, as its source.
 #[derive(Debug, thiserror::Error)]
@@ -188,6 +204,16 @@ pub(crate) struct Unreachable {
 #[cfg(test)]
 mod tests {
     use super::{StoreError, Unreachable};
+
+    #[test]
+    fn urls_lose_their_password() {
+        assert_eq!(
+            super::redact("redis://:hunter2@h:6379/0"),
+            "redis://@h:6379/0"
+        );
+        assert_eq!(super::redact("redis://app:pw@h:1"), "redis://app@h:1");
+        assert_eq!(super::redact("redis://h:1"), "redis://h:1");
+    }
 
     #[test]
     fn debug_is_the_message_and_its_causes_once() {

@@ -136,7 +136,7 @@ impl RedisStoreBuilder {
             .set_number_of_retries(2);
         let unreachable = |e| {
             StoreError::Unavailable(Box::new(Unreachable {
-                what: format!("Redis at {url}"),
+                what: format!("Redis at {}", super::super::error::redact(url)),
                 source: e,
             }))
         };
@@ -163,7 +163,13 @@ impl RedisStoreBuilder {
             })?;
         let unreachable = |e| {
             StoreError::Unavailable(Box::new(Unreachable {
-                what: format!("no node of the Redis Cluster seeded by {seeds:?} answered"),
+                what: format!(
+                    "no node of the Redis Cluster seeded by {:?} answered",
+                    seeds
+                        .iter()
+                        .map(|s| super::super::error::redact(s))
+                        .collect::<Vec<_>>()
+                ),
                 source: e,
             }))
         };
