@@ -127,7 +127,10 @@ impl RedisStoreBuilder {
     pub async fn connect(self, url: &str) -> Result<RedisStore, StoreError> {
         self.check()?;
         let client = redis::Client::open(url).map_err(|e| StoreError::Config {
-            problem: format!("the Redis URL {url:?} is not usable"),
+            problem: format!(
+                "the Redis URL {:?} is not usable",
+                super::super::error::redact(url)
+            ),
             source: Some(Box::new(e)),
         })?;
         let config = ConnectionManagerConfig::new()
