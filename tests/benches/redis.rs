@@ -5,13 +5,15 @@
 //! (`server=<name>/no-replica`). Prints two lines per server that scripts can read:
 //!
 //! ```text
-//! redis server=redis-7.0 fresh_p50_ratio_raw=1.04 fresh_tps32_ratio_raw=0.95 floor_tps32_ratio_raw=0.72 repeat_round_trips=1 cached_repeat_p50_us=na vs_powertools_first=6.1 vs_powertools_replay=7.4
+//! redis server=redis-7.0 fresh_p50_ratio_raw=1.04 fresh_tps32_ratio_raw=0.95 floor_tps32_ratio_raw=0.72 repeat_round_trips=1 cached_repeat_p50_us=2.6 vs_powertools_first=6.1 vs_powertools_replay=7.4
 //! redis_bounds server=redis-7.0 vs_powertools_first_max=1.6 vs_powertools_replay_max=4.3 fenced_fresh_p50_ratio_raw=1.03 fenced_tps32_ratio_raw=0.72
 //! ```
 //!
 //! - `floor_tps32_ratio_raw`: the `fenced_tps32_ratio_raw` of the second line (the cheapest
-//!   scripted fence's throughput over raw's); `cached_repeat_p50_us`: `na` (no local answer
-//!   cache in this store);
+//!   scripted fence's throughput over raw's); `cached_repeat_p50_us`: p50 of a whole replay
+//!   through an engine with its answer cache (the default), which sends nothing to Redis;
+//!   `repeat_round_trips` and `vs_powertools_*` are measured with the cache off (`cache(0)`),
+//!   the store's own repeat;
 //! - `fresh_p50_ratio_raw`: p50 of a fresh call through the store (claim, then complete) over
 //!   p50 of the naive two commands (`SET key in_flight NX`, then `SET key answer`) through the
 //!   SAME client connection (the store's), samples alternated, one client;
@@ -414,8 +416,8 @@ async fn call(engine: &Idempotency, caller: &Caller, id: u64) -> Outcome<String,
 
 /// p50 of a whole first call and of its replay through the engine (as Powertools measures its
 /// decorated function).
-async fn engine_p50(engine: &Idempotency, samples: usize) -> (Duration, Duration) {
-    let caller = Caller::new("acme", "bench-engine");
+async fn engine_p50(engine: &Idempotency, samples: usize, who: &str) -> (Duration, Duration) {
+    let caller = Caller::new("acme", who);
     for i in 0..200 {
         call(engine, &caller, 1_000_000_000 + i).await;
     }
@@ -589,13 +591,19 @@ async fn measure(url: &str, label: &str, samples: usize, secs: u64) -> String {
         "fresh calls/s, {CLIENTS} clients: store {tps_ours:.0}, raw {tps_raw:.0}; load average {}",
         load()
     );
+    // The store's own repeat (no answer cache), then the engine as it ships (with it).
     let engine = Idempotency::builder(store.clone())
         .without_reconciler()
+        .cache(0)
         .build();
     let trips = repeat_round_trips(&b, &engine, url).await;
-    let (first, replay) = engine_p50(&engine, samples).await;
+    let (first, replay) = engine_p50(&engine, samples, "bench-engine").await;
+    let cached = Idempotency::builder(store.clone())
+        .without_reconciler()
+        .build();
+    let (_, cached_replay) = engine_p50(&cached, samples, "bench-cached").await;
     eprintln!(
-        "engine p50: first call {first:?}, replay {replay:?}; load average {}",
+        "engine p50: first call {first:?}, replay {replay:?}, replay from the cache {cached_replay:?}; load average {}",
         load()
     );
     cleanup(&conn, &namespace).await;
@@ -607,22 +615,31 @@ async fn measure(url: &str, label: &str, samples: usize, secs: u64) -> String {
     .ok()
     .flatten();
     let us = |d: Duration| d.as_secs_f64() * 1e6;
-    let (vs_first, vs_replay, max_first, max_replay) = match pt {
+    let (vs_first, vs_replay, max_first, max_replay, vs_cached) = match pt {
         Some((f, r)) => (
             format!("{:.1}", f / us(first)),
             format!("{:.1}", r / us(replay)),
             format!("{:.1}", f / us(raw)),
             format!("{:.1}", r / us(get)),
+            format!("{:.0}", r / us(cached_replay)),
         ),
-        None => ("NA".into(), "NA".into(), "NA".into(), "NA".into()),
+        None => (
+            "NA".into(),
+            "NA".into(),
+            "NA".into(),
+            "NA".into(),
+            "NA".into(),
+        ),
     };
+    eprintln!("Powertools' replay over the cached replay: {vs_cached}");
     [
         format!(
-            "redis server={label} fresh_p50_ratio_raw={:.2} fresh_tps32_ratio_raw={:.2} floor_tps32_ratio_raw={:.2} repeat_round_trips={} cached_repeat_p50_us=na vs_powertools_first={vs_first} vs_powertools_replay={vs_replay}",
+            "redis server={label} fresh_p50_ratio_raw={:.2} fresh_tps32_ratio_raw={:.2} floor_tps32_ratio_raw={:.2} repeat_round_trips={} cached_repeat_p50_us={:.2} vs_powertools_first={vs_first} vs_powertools_replay={vs_replay}",
             ours.as_secs_f64() / raw.as_secs_f64(),
             tps_ratio,
             floor_tps_ratio,
             if trips.fract() == 0.0 { format!("{trips:.0}") } else { format!("{trips:.2}") },
+            us(cached_replay),
         ),
         format!(
             "redis_bounds server={label} vs_powertools_first_max={max_first} vs_powertools_replay_max={max_replay} fenced_fresh_p50_ratio_raw={:.2} fenced_tps32_ratio_raw={:.2}",
