@@ -205,6 +205,20 @@ pub(crate) struct Unreachable {
 mod tests {
     use super::{StoreError, Unreachable};
 
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn a_sqlite_file_that_cannot_be_opened_is_named_with_the_reason() {
+        let path = std::path::Path::new("/nonexistent-directory-of-idempotency/app.db");
+        let e = crate::store::SqliteStore::open(path).await.unwrap_err();
+        let text = format!("{e:?}");
+        assert!(
+            text.contains(
+                "cannot connect to the SQLite file /nonexistent-directory-of-idempotency/app.db"
+            ) && text.contains("unable to open database file"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn urls_lose_their_password() {
         assert_eq!(

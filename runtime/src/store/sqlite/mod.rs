@@ -79,12 +79,22 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens the database file at `path` (creating it if needed) with
     /// [`SqliteStore::connect_options`], in a pool of 4 connections, and runs the migrations.
+    ///
+    /// A file that cannot be opened fails with its path and SQLite's reason in the error's
+    /// sources (`cannot connect to the SQLite file /srv/app/idempotency.db: … unable to open
+    /// database file`).
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref();
         let pool = SqlitePoolOptions::new()
             .max_connections(POOL_SIZE)
             .connect_with(Self::connect_options(path))
             .await
-            .map_err(db_error)?;
+            .map_err(|e| {
+                StoreError::Unavailable(Box::new(super::error::Unreachable {
+                    target: format!("the SQLite file {}", path.display()),
+                    source: Box::new(e),
+                }))
+            })?;
         Self::from_pool(pool).await
     }
 
