@@ -84,6 +84,20 @@ async fn call(
         .await
 }
 
+/// A `create_shipment` call of `order` with `items`, keyed by the order (a business key).
+fn ship(caller: &Caller, order: &str, items: u64) -> Prepared {
+    Prepared::business(
+        caller,
+        &SHIP,
+        BusinessKey {
+            field: "order_id",
+            value: &order,
+        },
+        &(order, items),
+    )
+    .expect("key")
+}
+
 fn charge(caller: &Caller, amount: u64) -> Prepared {
     Prepared::call(caller, &CHARGE, &amount).expect("key")
 }
@@ -181,19 +195,6 @@ async fn own_clock_replays_redis() {
 #[tokio::test]
 async fn another_caller_is_never_served() {
     let w = world(Arc::new(MemoryStore::new()), |b| b);
-    let ship = |caller: &Caller, order: &str, items: u64| {
-        let order = order.to_owned();
-        Prepared::business(
-            caller,
-            &SHIP,
-            BusinessKey {
-                field: "order_id",
-                value: &order,
-            },
-            &(order.clone(), items),
-        )
-        .expect("key")
-    };
     let bob = Caller::new("acme", "bob");
     let globex = Caller::new("globex", "alice");
     assert!(!call(&w, ship(&alice(), "o-1", 1), 1, false).await.replayed);
@@ -346,20 +347,9 @@ async fn same_answers(steps: &[Step], entries: usize) -> Result<(), TestCaseErro
             } => {
                 let caller = &callers[usize::from(*caller)];
                 let order = format!("o-{order}");
-                let prepared = || {
-                    Prepared::business(
-                        caller,
-                        &SHIP,
-                        BusinessKey {
-                            field: "order_id",
-                            value: &order,
-                        },
-                        &(order.clone(), *items),
-                    )
-                    .expect("key")
-                };
-                let a = call(&on, prepared(), u64::from(*items), *decline).await;
-                let b = call(&off, prepared(), u64::from(*items), *decline).await;
+                let items = u64::from(*items);
+                let a = call(&on, ship(caller, &order, items), items, *decline).await;
+                let b = call(&off, ship(caller, &order, items), items, *decline).await;
                 prop_assert_eq!(seen(&a), seen(&b), "step {}: {:?}", i, s);
             }
         }

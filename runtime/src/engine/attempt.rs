@@ -289,12 +289,12 @@ impl Attempt {
         };
         match done {
             Ok(()) => {
-                if let Some(keep) = &self.keep {
+                let recorded = std::mem::replace(&mut self.guard.on_drop, OnDrop::Nothing);
+                if let (Some(keep), OnDrop::Complete(answer)) = (&self.keep, recorded) {
                     let held = (self.guard.key, self.guard.reference);
                     let kept = (self.spec.name, self.spec.window);
-                    keep.put(held, &answer.response, (now, sent), kept);
+                    keep.put(held, answer.response, (now, sent), kept);
                 }
-                self.guard.on_drop = OnDrop::Nothing;
                 tracing::debug!(tool = self.tool(), reference = %self.guard.reference, "idempotency complete");
                 Ok(())
             }

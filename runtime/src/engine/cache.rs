@@ -105,7 +105,7 @@ impl Keep {
     pub(super) fn put(
         &self,
         (key, reference): (Key, Reference),
-        response: &StoredResponse,
+        response: StoredResponse,
         (completed, sent): (Timestamp, tokio::time::Instant),
         (tool, window): (&'static str, Duration),
     ) {
@@ -174,14 +174,14 @@ impl AnswerCache {
     pub(super) fn put(
         &self,
         (key, reference): (Key, Reference),
-        response: &StoredResponse,
+        response: StoredResponse,
         fingerprint: Option<Fingerprint>,
         until: Until,
     ) -> u64 {
         if response.body.len() > self.max_answer {
             return 0;
         }
-        let response = Arc::new(response.clone());
+        let response = Arc::new(response);
         let mut shard = self
             .shard(&key)
             .lock()
@@ -255,7 +255,7 @@ mod tests {
             tokio::time::Instant::now(),
         )
         .unwrap();
-        cache.put((key(1), key(1).reference(1)), &answer("1"), None, until);
+        cache.put((key(1), key(1).reference(1)), answer("1"), None, until);
         assert_eq!(
             hit(cache.get(&key(1), None, at(10_999))).as_deref(),
             Some("1")
@@ -270,7 +270,7 @@ mod tests {
         let cache = AnswerCache::new(8, 1024).unwrap();
         let sent = tokio::time::Instant::now();
         let until = Until::of(WindowClock::Own, Duration::from_secs(1_000), at(0), sent).unwrap();
-        cache.put((key(1), key(1).reference(1)), &answer("1"), None, until);
+        cache.put((key(1), key(1).reference(1)), answer("1"), None, until);
         tokio::time::advance(Duration::from_millis(998_999)).await;
         assert!(hit(cache.get(&key(1), None, at(0))).is_some());
         tokio::time::advance(Duration::from_millis(1)).await;
@@ -283,7 +283,7 @@ mod tests {
         let cache = AnswerCache::new(8, 1024).unwrap();
         let f = Fingerprint::from_slice(&[7; 32]);
         let until = Until::Engine(at(100));
-        cache.put((key(1), key(1).reference(1)), &answer("1"), f, until);
+        cache.put((key(1), key(1).reference(1)), answer("1"), f, until);
         assert!(hit(cache.get(&key(1), f, at(0))).is_some());
         assert!(hit(cache.get(&key(1), None, at(0))).is_none());
         assert!(hit(cache.get(&key(1), Fingerprint::from_slice(&[8; 32]), at(0))).is_none());
@@ -294,13 +294,13 @@ mod tests {
         let cache = AnswerCache::new(16, 4).unwrap();
         let until = Until::Engine(at(100));
         assert_eq!(
-            cache.put((key(0), key(0).reference(1)), &answer("12345"), None, until),
+            cache.put((key(0), key(0).reference(1)), answer("12345"), None, until),
             0
         );
         assert!(hit(cache.get(&key(0), None, at(0))).is_none(), "too large");
         let mut evicted = 0;
         for n in 0..=255u8 {
-            evicted += cache.put((key(n), key(n).reference(1)), &answer("1"), None, until);
+            evicted += cache.put((key(n), key(n).reference(1)), answer("1"), None, until);
         }
         let kept = (0..=255u8)
             .filter(|n| hit(cache.get(&key(*n), None, at(0))).is_some())
@@ -315,8 +315,8 @@ mod tests {
     fn a_key_put_again_keeps_its_newest_answer() {
         let cache = AnswerCache::new(1, 1024).unwrap();
         let until = Until::Engine(at(100));
-        cache.put((key(1), key(1).reference(1)), &answer("1"), None, until);
-        cache.put((key(1), key(1).reference(2)), &answer("2"), None, until);
+        cache.put((key(1), key(1).reference(1)), answer("1"), None, until);
+        cache.put((key(1), key(1).reference(2)), answer("2"), None, until);
         assert_eq!(hit(cache.get(&key(1), None, at(0))).as_deref(), Some("2"));
     }
 }

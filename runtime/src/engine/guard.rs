@@ -48,16 +48,11 @@ impl Guard {
         }
     }
 
-    /// A guard over a claim on its way to the store, or one answered another way, under which
-    /// nothing ran: dropped before [`Guard::disarm`] (its answer lost, the call dropped while
-    /// waiting), it gives the claim back in the background, fenced by the attempt's own token, so
-    /// it never touches anyone else's. Nothing ran, so released is the truth.
-    ///
-    /// A claim dropped mid-statement may still land after the release first looks for it (the
-    /// database finishes a statement its client stopped waiting for; sqlx's SQLite worker runs a
-    /// queued one): "no such record" is therefore tried again too, for a few seconds, before the
-    /// guard concludes the claim was never made. Without that, such a claim stayed in flight and
-    /// its repeats were told "outcome unknown" although nothing ran.
+    /// A guard over a claim made (a [`Landing`] answered it), under which nothing ran while the
+    /// call goes on to answer another way: dropped before [`Guard::disarm`] (the call dropped
+    /// meanwhile, or its release failed), it gives the claim back in the background, fenced by
+    /// the attempt's own token, so it never touches anyone else's. Nothing ran, so released is
+    /// the truth.
     pub(super) fn claiming(
         engine: &super::Idempotency,
         key: Key,
@@ -253,28 +248,26 @@ impl<T: Made> Landing<T> {
 
 impl<T: Made> Drop for Landing<T> {
     fn drop(&mut self) {
-        let state = std::mem::replace(&mut self.state, LandingState::Answered);
+        let call = match std::mem::replace(&mut self.state, LandingState::Answered) {
+            LandingState::Answered => return,
+            LandingState::Failed => None,
+            LandingState::Flying(call) => Some(call),
+        };
         let (key, token, tool) = (self.key, self.token, self.tool);
         let ctx = (self.store.clone(), self.clock.clone());
-        match state {
-            LandingState::Answered => {}
-            LandingState::Failed => {
-                in_background(release(ctx, (key, token), tool), tool, key.reference(1));
-            }
-            LandingState::Flying(call) => {
-                let land = async move {
-                    match tokio::time::timeout(LANDING_BOUND, call).await {
-                        Ok(Ok(answer)) if !answer.made(token) => {}
-                        Ok(_) => release(ctx, (key, token), tool).await,
-                        Err(_) => {
-                            tracing::warn!(tool, reference = %key.reference(1), "idempotency: a claim whose caller left has had no answer for 2 minutes; looking for it instead");
-                            release(ctx, (key, token), tool).await;
-                        }
+        let land = async move {
+            if let Some(call) = call {
+                match tokio::time::timeout(LANDING_BOUND, call).await {
+                    Ok(Ok(answer)) if !answer.made(token) => return,
+                    Ok(_) => {}
+                    Err(_) => {
+                        tracing::warn!(tool, reference = %key.reference(1), "idempotency: a claim whose caller left has had no answer for 2 minutes; looking for it instead");
                     }
-                };
-                in_background(land, tool, key.reference(1));
+                }
             }
-        }
+            release(ctx, (key, token), tool).await;
+        };
+        in_background(land, tool, key.reference(1));
     }
 }
 

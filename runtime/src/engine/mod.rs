@@ -238,13 +238,16 @@ impl Idempotency {
             idempotency.waited_ms = tracing::field::Empty,
         );
         let recorded = span.clone();
-        let out = if let Some(out) = self.cached(&prepared, &policy) {
+        // The key under the current secret, derived once for the cache and the claim.
+        let key = prepared.key.key(&self.secret);
+        let out = if let Some(out) = self.cached(&prepared, key, &policy) {
             out
         } else if spec.transactional {
             tracing::Instrument::instrument(self.run_transactional(prepared, policy, body), span)
                 .await
         } else {
-            tracing::Instrument::instrument(self.claim_and_run(prepared, policy, body), span).await
+            let call = self.claim_and_run(prepared, key, policy, body);
+            tracing::Instrument::instrument(call, span).await
         };
         let answer = crate::metrics::call(spec.name, &out, began.elapsed());
         recorded.record("idempotency.outcome", answer);
@@ -269,6 +272,7 @@ impl Idempotency {
     fn cached<T, E>(
         &self,
         prepared: &Prepared,
+        key: crate::key::Key,
         policy: &ErrorPolicy<E>,
     ) -> Option<Outcome<T, Failure<E>>>
     where
@@ -276,7 +280,6 @@ impl Idempotency {
     {
         let cache = self.cache.as_ref()?;
         let tool = prepared.spec.name;
-        let key = prepared.key.key(&self.secret);
         let fingerprint = prepared
             .fingerprint
             .as_ref()
@@ -310,6 +313,7 @@ impl Idempotency {
     async fn claim_and_run<T, E, Fut>(
         &self,
         prepared: Prepared,
+        key: crate::key::Key,
         policy: ErrorPolicy<E>,
         body: Fut,
     ) -> Outcome<T, Failure<E>>
@@ -323,7 +327,6 @@ impl Idempotency {
         // With a timeout, a store that does not answer the claim within it cannot hold the
         // caller: nothing ran, and the claim it may have made is released.
         let by = spec.timeout.map(|t| started + t);
-        let key = prepared.key.key(&self.secret);
         // A repeat that finds the call in progress may wait for it: up to the wait, and the
         // timeout. It claims again only once the record may have moved on.
         let (wait, wait_until) = self.wait_for(spec, started);

@@ -159,7 +159,7 @@ impl Kept {
     fn put(
         &self,
         reference: crate::key::Reference,
-        response: &StoredResponse,
+        response: StoredResponse,
         now: Timestamp,
         spec: &ToolSpec,
     ) {
@@ -240,7 +240,7 @@ where
                 match commit(tx, (response, messages, claimed_at), settle_by).await {
                     Ok(()) => {
                         if let Some((k, response)) = kept {
-                            k.put(reference, &response, claimed_at, &spec);
+                            k.put(reference, response, claimed_at, &spec);
                         }
                         Ok(value)
                     }
@@ -268,7 +268,7 @@ where
                     match commit(tx, (response, messages, claimed_at), settle_by).await {
                         Ok(()) => {
                             if let Some((k, response)) = kept {
-                                k.put(reference, &response, claimed_at, &spec);
+                                k.put(reference, response, claimed_at, &spec);
                             }
                             Err(Failure::Handler(err))
                         }
