@@ -337,7 +337,8 @@ async fn throughput_ratio(b: &Arc<Bench>, secs: u64) -> (f64, f64, f64, f64) {
     (median(ratios), median(floor_ratios), mean(&ra), mean(&rb))
 }
 
-/// Commands a repeat sends, from `MONITOR` (lines of script-internal commands say `lua]`).
+/// Round trips a repeat takes, from `MONITOR`: each command of the store's (lines of
+/// script-internal commands say `lua]`), a transaction once.
 async fn repeat_round_trips(b: &Bench, engine: &Idempotency, url: &str) -> f64 {
     let caller = Caller::new("acme", "bench");
     call(engine, &caller, u64::MAX).await;
@@ -365,13 +366,20 @@ async fn repeat_round_trips(b: &Bench, engine: &Idempotency, url: &str) -> f64 {
         .query_async(&mut conn)
         .await
         .expect("marker");
-    let mut count = 0u64;
+    // A transaction is sent in one write and answered in one (MONITOR shows `MULTI`, its
+    // commands, `EXEC`): one round trip.
+    let (mut count, mut in_transaction) = (0u64, false);
     for line in lines {
         let line = line.expect("monitor line");
         if line.contains(&marker) {
             break;
         }
-        if line.contains(&b.namespace) && !line.contains("lua]") {
+        if line.ends_with("\"MULTI\"") {
+            count += 1;
+            in_transaction = true;
+        } else if line.ends_with("\"EXEC\"") {
+            in_transaction = false;
+        } else if line.contains(&b.namespace) && !line.contains("lua]") && !in_transaction {
             count += 1;
         }
     }

@@ -1,7 +1,7 @@
 //! Connecting the Redis store: `RedisStoreBuilder` (namespace, retention, replica
 //! acknowledgement) and the connections to one Redis or a Redis Cluster.
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use redis::cluster::ClusterClientBuilder;
 
 use super::acks::{AckMode, Acks, Connector, DEFAULT_ACK_TIMEOUT};
 use super::cas::Cas;
+use super::clock::ServerClock;
 use super::conn::{Conn, Replicas};
 use super::{notices, Inner, RedisConnection, RedisStore, Scripts, StoreError, DEFAULT_RETENTION};
 
@@ -149,7 +150,11 @@ impl RedisStoreBuilder {
         let conn = RedisConnection(Conn::Single(conn));
         let acks = Acks::start(self.acks, &conn, Connector::Single(client.clone(), config)).await?;
         let cas = Cas::detect(&conn, &self.probe_key()).await;
-        Ok(self.finish((conn, acks, cas), notices::Source::Single(client)))
+        let store = self.finish((conn, acks, cas), notices::Source::Single(client));
+        // The first reading of the server's clock, so the first claims need no script (on a
+        // cluster, each shard's master is read at its first claim). Without it, they use one.
+        let _ = store.inner.clock.read(&store.inner.conn, (0, "")).await;
+        Ok(store)
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each); the
@@ -196,11 +201,17 @@ impl RedisStoreBuilder {
         (conn, acks, cas): (RedisConnection, Acks, Cas),
         source: notices::Source,
     ) -> RedisStore {
+        let clock = Arc::new(ServerClock::new(matches!(
+            source,
+            notices::Source::Cluster(_)
+        )));
         RedisStore {
             inner: Arc::new(Inner {
                 conn,
                 acks,
                 cas,
+                set_nx_get: AtomicBool::new(true),
+                clock,
                 next_waiting: AtomicUsize::new(0),
                 namespace: self.namespace,
                 retention_ms: i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX / 4),

@@ -43,7 +43,7 @@ const BAND: i64 = 1 << 50;
 pub(super) struct Cas {
     ifeq: AtomicBool,
     held: Mutex<HashMap<([u8; 32], i64), Held>>,
-    reindex: Script,
+    pub(super) reindex: Script,
 }
 
 /// What a claim wrote, and when its answer came back.

@@ -1,5 +1,8 @@
 //! [`RedisStore`]: the records on one Redis (or Valkey) or a Redis Cluster. Every call is one
-//! Lua script, so one round trip, whatever its answer; every script runs on the server's clock.
+//! round trip, whatever its answer: a claim is one transaction (`SET … NX GET` and `ZADD … NX`,
+//! see `claim.rs`; a Lua script for the claims that take a record over), a completion or a
+//! release one transaction where the server has `SET … IFEQ` (`cas.rs`), every other call one
+//! Lua script. Every time is on the server's clock.
 //!
 //! ## Keys
 //!
@@ -25,11 +28,12 @@
 //! ## Time
 //!
 //! Replicas' clocks disagree, so every script reads the server's `TIME` and shifts each time of
-//! the call by `TIME - now` (see [Time](crate::store#time)); the times a claim or the reconciler
-//! reads come back shifted into the caller's frame, [`status`](crate::store::RecordStore::status)
-//! reports the server's.
+//! the call by `TIME - now` (see [Time](crate::store#time)); a claim without a script writes the
+//! server's time as a reading of it taken less than two seconds before bounds it (`clock.rs`).
+//! The times a claim or the reconciler reads come back shifted into the caller's frame,
+//! [`status`](crate::store::RecordStore::status) reports the server's.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,6 +52,8 @@ mod admin;
 mod background;
 mod builder;
 mod cas;
+mod claim;
+mod clock;
 mod conn;
 mod fenced;
 mod notices;
@@ -130,6 +136,10 @@ struct Inner {
     acks: acks::Acks,
     /// `SET … IFEQ` for completions and releases, where the server has it.
     cas: cas::Cas,
+    /// Whether claims go by `SET … NX GET` (see `claim.rs`), until the server refuses it.
+    set_nx_get: AtomicBool,
+    /// The server's clock, followed for those claims.
+    clock: Arc<clock::ServerClock>,
     next_waiting: AtomicUsize,
     namespace: String,
     retention_ms: i64,
@@ -284,6 +294,9 @@ impl RecordStore for RedisStore {
                 .unwrap_or(u64::MAX)
                 .to_string();
             let tail = Record::tail(req)?;
+            if let Some(claim) = inner.claim_by_set(req, &tail).await? {
+                return Ok(claim);
+            }
             let args: [&[u8]; 5] = [&now, &lease, inner.trusted, &tail, window.as_bytes()];
             let keys = [k.record.as_str(), k.index.as_str()];
             let wait = inner.wait();

@@ -51,6 +51,8 @@ pub(super) struct Record<'a> {
     pub(super) completed: i64,
     /// The tool's window in ms, as the claim recorded it.
     pub(super) window: i64,
+    /// Empty for a call key, else the business key's 32-byte fingerprint.
+    pub(super) fingerprint: &'a [u8],
     pub(super) tenant: &'a [u8],
     pub(super) subject: &'a [u8],
     pub(super) tool: &'a [u8],
@@ -153,6 +155,7 @@ impl<'a> Record<'a> {
             ends,
             completed,
             window,
+            fingerprint,
             tenant,
             subject,
             tool,

@@ -21,10 +21,10 @@ for _ = 1, 100 do
   for _, m in ipairs(batch) do
     local rec = ARGV[5] .. m
     local blob = redis.call('GET', rec)
-    local gone = not blob
+    local gone, s, e = not blob, nil, nil
     if blob then
       -- The record's head: state, generation, claimed, window end.
-      local s, _, _, e = struct.unpack('>BI4dd', blob)
+      s, _, _, e = struct.unpack('>BI4dd', blob)
       if (s == 1 or s == 3 or s == 4) and e < older then
         redis.call('DEL', rec)
         n = n + 1
@@ -33,8 +33,12 @@ for _ = 1, 100 do
     end
     if gone then
       redis.call('ZREM', KEYS[1], m)
+    elseif s == 0 or s == 2 then
+      -- A record claimed again after it expired, whose claim died before it moved the old
+      -- entry (see claim.rs): into the unsettled band, where the reconciler reads it.
+      redis.call('ZADD', KEYS[1], s == 0 and e or 0, m)
     else
-      -- Not a settled record past the cutoff (never the case: every write moves its entry).
+      -- A settled record not past the cutoff (never the case: every write moves its entry).
       kept = kept + 1
     end
   end
