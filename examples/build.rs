@@ -1,6 +1,13 @@
 //! Without `DATABASE_URL` at build time, the PostgreSQL tests are marked ignored (cfg
 //! `no_database`), so the test runner's own summary reports them as ignored, never as passed.
 //! CI (`.ci/run`) sets it, so there they always run.
+//!
+//! Likewise the MCP Inspector tests without the two Inspector CLIs the guide's instructions use
+//! (cfg `no_inspector`): `$INSPECTOR_DIR/0.15` and `$INSPECTOR_DIR/2` (default
+//! `/work/inspector`), each an `npm install --prefix` of `@modelcontextprotocol/inspector` at that
+//! version, as `.ci/run` makes them. The directory found reaches the tests as `INSPECTOR_DIR`.
+
+use std::path::{Path, PathBuf};
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(no_database)");
@@ -8,5 +15,20 @@ fn main() {
     let set = std::env::var("DATABASE_URL").is_ok_and(|u| !u.trim().is_empty());
     if !set {
         println!("cargo::rustc-cfg=no_database");
+    }
+
+    println!("cargo::rustc-check-cfg=cfg(no_inspector)");
+    println!("cargo::rerun-if-env-changed=INSPECTOR_DIR");
+    let dir = std::env::var_os("INSPECTOR_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/work/inspector"));
+    let cli = |version: &str| dir.join(version).join("node_modules/.bin/mcp-inspector");
+    for version in ["0.15", "2"] {
+        println!("cargo::rerun-if-changed={}", cli(version).display());
+    }
+    if ["0.15", "2"].iter().all(|v| Path::new(&cli(v)).exists()) {
+        println!("cargo::rustc-env=INSPECTOR_DIR={}", dir.display());
+    } else {
+        println!("cargo::rustc-cfg=no_inspector");
     }
 }

@@ -1,12 +1,13 @@
-//! The `charge_card` server: `charge_card` wrapped with `#[idempotent(window = "15m", recover = "rerun")]` (the processor deduplicates on the reference), `refund`
-//! left unwrapped (so `tools/list` shows the difference), and `idempotency_status`.
+//! The `charge_card` server: `charge_card` wrapped with `#[idempotent(window = "15m", recover = "rerun")]` (the processor deduplicates on the reference), `payout`
+//! as a task (`#[idempotent(window = "1h", task)]`), `refund` left unwrapped (so `tools/list`
+//! shows the difference), and `idempotency_status`.
 //!
 //! Arguments are checked first and their refusal is [`Disposition::Retryable`] (released, not
 //! stored): only the processor's own answers are final.
 
 use std::sync::Arc;
 
-use idempotency::mcp::{status_router, Identity};
+use idempotency::mcp::{status_router, task, Identity};
 use idempotency::store::{Settlement, StoredResponse, Unsettled};
 use idempotency::tasks::Reconcile;
 use idempotency::{
@@ -15,12 +16,15 @@ use idempotency::{
 };
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
-use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
+use rmcp::model::{
+    CancelTaskParams, GetTaskParams, GetTaskResult, Implementation, ServerCapabilities,
+    ServerConfig,
+};
 use rmcp::service::RequestContext;
-use rmcp::{schemars, tool, tool_handler, tool_router, RoleServer, ServerHandler};
+use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler};
 use serde::{Deserialize, Serialize};
 
-use crate::processor::{Processor, Receipt};
+use crate::processor::{Payout, Processor, Receipt};
 
 /// The arguments of `charge_card`.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
@@ -57,6 +61,15 @@ impl ChargeArgs {
         }
         Ok(())
     }
+}
+
+/// The arguments of `payout`.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PayoutArgs {
+    /// Amount in minor units (cents).
+    pub amount_cents: u64,
+    /// ISO 4217 currency code.
+    pub currency: String,
 }
 
 /// The arguments of `refund`.
@@ -169,6 +182,36 @@ impl Payments {
         ))
     }
 
+    /// Pay out to the merchant's bank: a long job, so a client that declares the tasks extension
+    /// gets a task (its id is the reference) and polls `tasks/get`; a repeat gets the same task.
+    #[idempotent(window = "1h", task)]
+    #[tool(
+        description = "Pay out an amount to the merchant's bank account. A long job: clients that support tasks get a task to poll. Repeating the same call within an hour returns the same payout (or task) instead of paying again."
+    )]
+    async fn payout(
+        &self,
+        Parameters(args): Parameters<PayoutArgs>,
+    ) -> Result<Json<Payout>, ChargeError> {
+        if args.amount_cents == 0 {
+            return Err(ChargeError::Invalid("the amount must be positive".into()));
+        }
+        if !CURRENCIES.contains(&args.currency.as_str()) {
+            return Err(ChargeError::Invalid(format!(
+                "unknown currency {:?} (one of {})",
+                args.currency,
+                CURRENCIES.join(", ")
+            )));
+        }
+        let reference = Call::current()
+            .map(|c| c.reference().to_string())
+            .ok_or(ChargeError::Unavailable)?;
+        Ok(Json(
+            self.processor
+                .payout(&reference, args.amount_cents, &args.currency)
+                .await,
+        ))
+    }
+
     /// Refund a charge (not wrapped: no idempotent hint).
     #[tool(description = "Refund a charge by its id.")]
     async fn refund(&self, Parameters(args): Parameters<RefundArgs>) -> String {
@@ -179,9 +222,30 @@ impl Payments {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for Payments {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tasks()
+            .build();
+        ServerConfig::new(capabilities).with_server_info(
             Implementation::new("idempotency-charge-card", env!("CARGO_PKG_VERSION"))
                 .with_title("Payments (idempotency example)"),
         )
+    }
+
+    /// `payout`'s tasks, from the store: any replica answers for any task.
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        task::get_task(self, request, &context).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        task::cancel_task(self, request, &context).await
     }
 }

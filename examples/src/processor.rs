@@ -27,11 +27,25 @@ pub struct Receipt {
     pub reference: String,
 }
 
+/// What the processor returns for a payout (its schema is `payout`'s `outputSchema`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Payout {
+    /// The processor's payout id.
+    pub payout_id: String,
+    /// Amount in minor units.
+    pub amount_cents: u64,
+    /// ISO currency.
+    pub currency: String,
+    /// The idempotency reference the payout was made under.
+    pub reference: String,
+}
+
 /// The stub processor.
 #[derive(Debug)]
 pub struct Processor {
     charges: AtomicUsize,
     by_reference: Mutex<HashMap<String, Receipt>>,
+    payouts: Mutex<HashMap<String, Payout>>,
     delay: Duration,
     /// How many charge requests have arrived (before the gate and the delay).
     entered: watch::Sender<usize>,
@@ -52,6 +66,7 @@ impl Processor {
         Processor {
             charges: AtomicUsize::new(0),
             by_reference: Mutex::new(HashMap::new()),
+            payouts: Mutex::new(HashMap::new()),
             delay,
             entered: watch::Sender::new(0),
             gate: None,
@@ -92,6 +107,30 @@ impl Processor {
         };
         known.insert(reference.to_owned(), receipt.clone());
         receipt
+    }
+
+    /// Pays out once per reference, taking ten times a charge's delay (a long job): a second
+    /// request with a known reference returns the first payout.
+    pub async fn payout(&self, reference: &str, amount_cents: u64, currency: &str) -> Payout {
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay * 10).await;
+        }
+        let mut known = self.payouts.lock().unwrap_or_else(|p| p.into_inner());
+        let n = known.len() + 1;
+        known
+            .entry(reference.to_owned())
+            .or_insert_with(|| Payout {
+                payout_id: format!("po_{n:06}"),
+                amount_cents,
+                currency: currency.to_owned(),
+                reference: reference.to_owned(),
+            })
+            .clone()
+    }
+
+    /// How many payouts were really made.
+    pub fn payouts(&self) -> usize {
+        self.payouts.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// Waits until at least `n` charge requests have arrived (held or not). A request arrives

@@ -140,6 +140,7 @@ async fn tools_list_shows_the_hint_exactly_on_wrapped_tools() {
         vec![
             ("charge_card".to_string(), Some(true)),
             ("idempotency_status".to_string(), None),
+            ("payout".to_string(), Some(true)),
             ("refund".to_string(), None),
         ]
     );
@@ -475,7 +476,7 @@ async fn a_child_process_stdio_server_replays_across_a_restart() {
         .filter(|t| t.annotations.as_ref().and_then(|a| a.idempotent_hint) == Some(true))
         .map(|t| t.name.to_string())
         .collect();
-    assert_eq!(wrapped, vec!["charge_card"]);
+    assert_eq!(wrapped, vec!["charge_card", "payout"]);
     let first = call(&client, "charge_card", charge_args()).await;
     let second = call(&client, "charge_card", charge_args()).await;
     assert_eq!(first.content, second.content);
@@ -1206,4 +1207,98 @@ async fn the_status_of_a_superseded_reference_says_it_completed() {
     let bob = connect(payments(&engine, Caller::new("globex", "bob"), &processor)).await;
     let foreign = call(&bob, "idempotency_status", json!({"ref": r1})).await;
     assert_eq!(foreign.structured_content.unwrap()["state"], "not_found");
+}
+
+/// The guide's two MCP Inspector commands (docs/guide.md, "To try one with the MCP
+/// Inspector"), read from the guide and run as written, twice each, against the example server:
+/// Inspector 0.15 starting it over stdio, Inspector 2 over HTTP with the bearer token. Only the
+/// paths change: the local installs of the two Inspectors (`examples/build.rs`) for `npx …`, this
+/// build's server, a file and an address of the test's own.
+#[cfg_attr(
+    no_inspector,
+    ignore = "needs the two MCP Inspector CLIs (see examples/build.rs)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guides_inspector_commands_replay() {
+    let Some(dir) = option_env!("INSPECTOR_DIR") else {
+        panic!("no INSPECTOR_DIR at build time (see examples/build.rs)");
+    };
+    let guide = include_str!("../../docs/guide.md");
+    let command = |prefix: &str| -> Vec<String> {
+        let line = guide
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("the guide has no command starting {prefix:?}"));
+        // The words of the line, as a shell splits them (double quotes only).
+        let (mut words, mut word, mut quoted) = (Vec::new(), String::new(), false);
+        for c in line.chars() {
+            match c {
+                '"' => quoted = !quoted,
+                ' ' if !quoted => {
+                    if !word.is_empty() {
+                        words.push(std::mem::take(&mut word));
+                    }
+                }
+                c => word.push(c),
+            }
+        }
+        words.push(word);
+        words
+    };
+    let db = temp_db("inspector-stdio");
+    let (_server, url, http_db) = spawn_http("inspector-http", &[]).await;
+    let cases = [
+        ("npx @modelcontextprotocol/inspector@0.15.0 ", "0.15"),
+        ("npx @modelcontextprotocol/inspector@2 ", "2"),
+    ];
+    for (prefix, version) in cases {
+        let words = command(prefix);
+        let args: Vec<String> = words[2..]
+            .iter()
+            .map(|w| match w.as_str() {
+                "target/debug/charge_card" => env!("CARGO_BIN_EXE_charge_card").to_owned(),
+                "IDEMPOTENCY_SQLITE=/tmp/demo.db" => format!("IDEMPOTENCY_SQLITE={}", db.display()),
+                "http://127.0.0.1:8080/mcp" => url.clone(),
+                other => other.to_owned(),
+            })
+            .collect();
+        let cli = format!("{dir}/{version}/node_modules/.bin/mcp-inspector");
+        let mut answers = Vec::new();
+        for _ in 0..2 {
+            let out = soon(
+                "the Inspector's answer",
+                tokio::process::Command::new(&cli).args(&args).output(),
+            )
+            .await
+            .expect("run the Inspector");
+            assert!(
+                out.status.success(),
+                "Inspector {version}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let answer: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+                panic!(
+                    "Inspector {version} printed no JSON ({e}): {}",
+                    String::from_utf8_lossy(&out.stdout)
+                )
+            });
+            answers.push(answer);
+        }
+        assert_eq!(
+            answers[0]["_meta"][META_REPLAYED],
+            json!(false),
+            "{}",
+            answers[0]
+        );
+        assert_eq!(
+            answers[1]["_meta"][META_REPLAYED],
+            json!(true),
+            "{}",
+            answers[1]
+        );
+        assert_eq!(answers[0]["content"], answers[1]["content"]);
+        assert_eq!(answers[0]["_meta"][META_REF], answers[1]["_meta"][META_REF]);
+    }
+    remove_db(&db);
+    remove_db(&http_db);
 }

@@ -176,6 +176,7 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
 }
 
 /// `url` without its password (`user:secret@` becomes `user@`), for messages and logs.
+#[cfg(feature = "redis")]
 pub(crate) fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
@@ -219,6 +220,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "redis")]
     #[test]
     fn urls_lose_their_password() {
         assert_eq!(
