@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! redis server=redis-7.0 fresh_p50_ratio_raw=1.04 fresh_tps32_ratio_raw=0.95 floor_tps32_ratio_raw=0.72 repeat_round_trips=1 cached_repeat_p50_us=2.6 vs_powertools_first=6.1 vs_powertools_replay=7.4
-//! redis_bounds server=redis-7.0 vs_powertools_first_max=1.6 vs_powertools_replay_max=4.3 fenced_fresh_p50_ratio_raw=1.03 fenced_tps32_ratio_raw=0.72
+//! redis_bounds server=redis-7.0 vs_powertools_first_max=1.6 vs_powertools_replay_max=4.3 fenced_fresh_p50_ratio_raw=1.03 fenced_tps32_ratio_raw=0.72 fenced_nowait_tps32_ratio_raw=0.72
 //! ```
 //!
 //! - `floor_tps32_ratio_raw`: the `fenced_tps32_ratio_raw` of the second line (the cheapest
@@ -31,8 +31,11 @@
 //!   trip (no replay can be cheaper): the most any store could be faster than Powertools here;
 //!   `fenced_*` are the two ratios to raw of the cheapest fresh call with a scripted fence (see
 //!   `Bench::floor_fresh`: the raw claim, then a script that only compares the token and sets
-//!   the answer), the floor of any design whose completion is fenced by a script, as every
-//!   design on Redis 7 is that keeps the record's state in one place.
+//!   the answer, each followed by `WAIT 1 250` when a replica is attached, as the contract then
+//!   requires), the floor of any design whose completion is fenced by a script, as every
+//!   design on Redis 7 is that keeps the record's state in one place;
+//!   `fenced_nowait_tps32_ratio_raw` is that floor without the waits (the same figure without a
+//!   replica), what the waits cost.
 //!
 //! ```text
 //! cargo bench -p idempotency-tests --bench redis
@@ -75,6 +78,8 @@ struct Bench {
     namespace: String,
     next: AtomicU64,
     fence: redis::Script,
+    /// A replica is attached: the store waits for it, and so does the floor.
+    waits: bool,
 }
 
 impl Bench {
@@ -147,26 +152,36 @@ impl Bench {
     /// with the claimant's token as its value), then the smallest completion fenced by that
     /// token. Redis 7 has no conditional `SET` (`IFEQ` came with Redis 8.4 and Valkey 8.1), so a
     /// fence is a script; this one is `GET`, compare, `SET`, nothing else (no server clock, no
-    /// index, no expiry, no outbox).
-    async fn floor_fresh(&self) {
+    /// index, no expiry, no outbox). With a replica attached (`waits`), each of the two writes
+    /// is followed by `WAIT 1 250` on its connection, as the contract then requires of any
+    /// store (a claim a failover can lose lets a repeat run the body twice); `nowait` leaves
+    /// that out, for the line that shows what the wait costs.
+    async fn floor_fresh(&self, nowait: bool) {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let key = format!("{}:floor:{n}", self.namespace);
         let token = n.to_be_bytes();
         let mut conn = self.conn.clone();
-        let won: Option<String> = redis::cmd("SET")
+        let waits = self.waits && !nowait;
+        let mut claim = redis::pipe();
+        claim.cmd("SET").arg(&key).arg(&token[..]).arg("NX");
+        if waits {
+            claim.cmd("WAIT").arg(1).arg(250).ignore();
+        }
+        let (won,): (Option<String>,) = claim.query_async(&mut conn).await.expect("floor claim");
+        assert!(won.is_some(), "not fresh");
+        let mut complete = redis::pipe();
+        complete
+            .cmd("EVALSHA")
+            .arg(self.fence.get_hash())
+            .arg(1)
             .arg(&key)
             .arg(&token[..])
-            .arg("NX")
+            .arg(RESPONSE);
+        if waits {
+            complete.cmd("WAIT").arg(1).arg(250).ignore();
+        }
+        let (done,): (Option<String>,) = complete
             .query_async(&mut conn)
-            .await
-            .expect("floor claim");
-        assert!(won.is_some(), "not fresh");
-        let done: Option<String> = self
-            .fence
-            .key(&key)
-            .arg(&token[..])
-            .arg(RESPONSE)
-            .invoke_async(&mut conn)
             .await
             .expect("floor complete");
         assert!(done.is_some(), "fence refused its own token");
@@ -195,7 +210,7 @@ async fn latencies(b: &Bench, samples: usize) -> Latencies {
     for _ in 0..200 {
         b.store_fresh().await;
         b.raw_fresh().await;
-        b.floor_fresh().await;
+        b.floor_fresh(false).await;
     }
     let (mut ours, mut raw, mut floor, mut get) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut conn = b.conn.clone();
@@ -208,7 +223,7 @@ async fn latencies(b: &Bench, samples: usize) -> Latencies {
         b.raw_fresh().await;
         raw.push(t.elapsed());
         let t = Instant::now();
-        b.floor_fresh().await;
+        b.floor_fresh(false).await;
         floor.push(t.elapsed());
         // The round trip's floor: one GET of a missing key on the same connection.
         let t = Instant::now();
@@ -276,6 +291,7 @@ enum Side {
     Store,
     Raw,
     Floor,
+    FloorNoWait,
 }
 
 /// Calls per second of one side over `secs`, 32 clients.
@@ -290,7 +306,8 @@ async fn rate(b: &Arc<Bench>, side: Side, secs: f64) -> f64 {
                 match side {
                     Side::Store => b.store_fresh().await,
                     Side::Raw => b.raw_fresh().await,
-                    Side::Floor => b.floor_fresh().await,
+                    Side::Floor => b.floor_fresh(false).await,
+                    Side::FloorNoWait => b.floor_fresh(true).await,
                 }
                 done.fetch_add(1, Ordering::Relaxed);
             }
@@ -300,11 +317,12 @@ async fn rate(b: &Arc<Bench>, side: Side, secs: f64) -> f64 {
     done.load(Ordering::Relaxed) as f64 / secs
 }
 
-/// Throughput ratios to raw (medians of paired one-second slices): the store's, the floor's;
-/// then the store's and raw's mean calls per second.
-async fn throughput_ratio(b: &Arc<Bench>, secs: u64) -> (f64, f64, f64, f64) {
-    let (mut ratios, mut floor_ratios, mut ra, mut rb) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+/// Throughput ratios to raw (medians of paired one-second slices): the store's, the floor's,
+/// the floor's without `WAIT` (the floor's own without a replica); then the store's and raw's
+/// mean calls per second.
+async fn throughput_ratio(b: &Arc<Bench>, secs: u64) -> ([f64; 3], f64, f64) {
+    let (mut ratios, mut floor_ratios, mut nowait_ratios, mut ra, mut rb) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut cpu_store, mut cpu_raw, mut cpu_floor) = (0.0, 0.0, 0.0);
     for _ in 0..secs.max(1) {
         let t0 = server_stats(&b.conn).await[2].1;
@@ -314,11 +332,17 @@ async fn throughput_ratio(b: &Arc<Bench>, secs: u64) -> (f64, f64, f64, f64) {
         let t2 = server_stats(&b.conn).await[2].1;
         let f = rate(b, Side::Floor, 1.0).await;
         let t3 = server_stats(&b.conn).await[2].1;
+        let nowait = if b.waits {
+            rate(b, Side::FloorNoWait, 1.0).await
+        } else {
+            f
+        };
         cpu_store += (t1 - t0) / a;
         cpu_raw += (t2 - t1) / r;
         cpu_floor += (t3 - t2) / f;
         ratios.push(a / r);
         floor_ratios.push(f / r);
+        nowait_ratios.push(nowait / r);
         ra.push(a);
         rb.push(r);
     }
@@ -334,7 +358,11 @@ async fn throughput_ratio(b: &Arc<Bench>, secs: u64) -> (f64, f64, f64, f64) {
         v[v.len() / 2]
     };
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    (median(ratios), median(floor_ratios), mean(&ra), mean(&rb))
+    (
+        [median(ratios), median(floor_ratios), median(nowait_ratios)],
+        mean(&ra),
+        mean(&rb),
+    )
 }
 
 /// Round trips a repeat takes, from `MONITOR`: each command of the store's (lines of
@@ -536,7 +564,7 @@ async fn cleanup(conn: &RedisConnection, namespace: &str) {
 }
 
 /// One server's two lines (see the top of this file).
-async fn measure(url: &str, label: &str, samples: usize, secs: u64) -> String {
+async fn measure(url: &str, (label, waits): (&str, bool), samples: usize, secs: u64) -> String {
     let namespace = format!("bench-{}", std::process::id());
     let store = RedisStore::builder()
         .namespace(&namespace)
@@ -550,6 +578,7 @@ async fn measure(url: &str, label: &str, samples: usize, secs: u64) -> String {
         namespace: namespace.clone(),
         next: AtomicU64::new(0),
         fence: redis::Script::new(FENCE),
+        waits,
     });
     eprintln!("load average at start: {}", load());
     let before = server_stats(&conn).await;
@@ -594,7 +623,8 @@ async fn measure(url: &str, label: &str, samples: usize, secs: u64) -> String {
         .await
         .expect("memory usage");
     eprintln!("bytes of one completed record: store {bytes:?}, raw key {raw_bytes:?}");
-    let (tps_ratio, floor_tps_ratio, tps_ours, tps_raw) = throughput_ratio(&b, secs).await;
+    let ([tps_ratio, floor_tps_ratio, nowait_tps_ratio], tps_ours, tps_raw) =
+        throughput_ratio(&b, secs).await;
     eprintln!(
         "fresh calls/s, {CLIENTS} clients: store {tps_ours:.0}, raw {tps_raw:.0}; load average {}",
         load()
@@ -650,9 +680,10 @@ async fn measure(url: &str, label: &str, samples: usize, secs: u64) -> String {
             us(cached_replay),
         ),
         format!(
-            "redis_bounds server={label} vs_powertools_first_max={max_first} vs_powertools_replay_max={max_replay} fenced_fresh_p50_ratio_raw={:.2} fenced_tps32_ratio_raw={:.2}",
+            "redis_bounds server={label} vs_powertools_first_max={max_first} vs_powertools_replay_max={max_replay} fenced_fresh_p50_ratio_raw={:.2} fenced_tps32_ratio_raw={:.2} fenced_nowait_tps32_ratio_raw={:.2}",
             floor.as_secs_f64() / raw.as_secs_f64(),
             floor_tps_ratio,
+            nowait_tps_ratio,
         ),
     ]
     .join("\n")
@@ -683,7 +714,10 @@ fn main() {
         .build()
         .expect("runtime");
     if let Ok(url) = std::env::var("REDIS_URL") {
-        println!("{}", rt.block_on(measure(&url, "env", samples, secs)));
+        println!(
+            "{}",
+            rt.block_on(measure(&url, ("env", false), samples, secs))
+        );
         return;
     }
     let mut flavors = vec![(Flavor::Redis, "redis-7.0")];
@@ -703,7 +737,7 @@ fn main() {
             };
             println!(
                 "{}",
-                rt.block_on(measure(&primary.url(), &label, samples, secs))
+                rt.block_on(measure(&primary.url(), (&label, replica), samples, secs))
             );
         }
     }
