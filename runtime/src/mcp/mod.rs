@@ -32,6 +32,7 @@
 
 pub(crate) mod answer;
 pub(crate) mod arguments;
+pub(crate) mod client_key;
 mod identity;
 pub(crate) mod interim;
 pub(crate) mod progress;
@@ -41,6 +42,9 @@ pub(crate) mod task_impl;
 
 pub(crate) use answer::answer_verbatim;
 pub use answer::{META_REF, META_REPLAYED, META_STATUS, STATUSES};
+pub use client_key::{
+    HEADER, IN_PROGRESS_CODE, KEY_CONFLICT, KEY_INVALID, KEY_IN_PROGRESS, KEY_MISSING, META_KEY,
+};
 pub use identity::Identity;
 
 /// Wrapped tools as MCP tasks (the tasks extension, SEP-2663), durable in the idempotency store.
