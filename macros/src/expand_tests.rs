@@ -323,6 +323,39 @@ fn rmcp_tool_uses_the_context_trait_for_the_request() {
     assert!(!out.contains("IdempotentServer"), "{out}");
 }
 
+/// `client_key`: the key is read from the request (before the arguments are looked at), the call
+/// is prepared with it, and the answer goes through `keyed`.
+#[test]
+fn a_client_key_is_read_from_the_request_and_answers_through_keyed() {
+    let out = expand(
+        quote!(client_key = "require"),
+        quote!(
+            #[tool]
+            async fn charge(&self, Parameters(args): Parameters<A>) -> Result<R, E> {
+                Ok(R)
+            }
+        ),
+    );
+    if cfg!(feature = "rmcp") {
+        let p = ":: idempotency :: __private";
+        let read = format!(
+            "{p} :: mcp :: client_key (& __idem_request , {p} :: mcp :: ClientKeys :: Require"
+        );
+        let at = out.find(&read).unwrap_or_else(|| panic!("{out}"));
+        let checked = out
+            .find("check_arguments")
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(at < checked, "{out}");
+        assert!(
+            out.contains(&format!("{p} :: prepare_client :: < A > (& __idem_caller")),
+            "{out}"
+        );
+        assert!(out.contains(&format!("{p} :: mcp :: keyed (")), "{out}");
+    } else {
+        assert!(out.contains("compile_error"), "{out}");
+    }
+}
+
 #[test]
 fn body_is_kept_as_tokens() {
     // A syntax error in the body is not ours to report: the body is emitted as written.

@@ -7,9 +7,9 @@ use std::fmt;
 
 /// The fewest characters a client key may have: a shorter one is likely a counter that restarts,
 /// and would meet an earlier request's record.
-pub const CLIENT_KEY_MIN: usize = 8;
+const CLIENT_KEY_MIN: usize = 8;
 /// The most characters a client key may have (Stripe's and the IETF draft's bound).
-pub const CLIENT_KEY_MAX: usize = 255;
+const CLIENT_KEY_MAX: usize = 255;
 
 /// An idempotency key sent by the client software (never by the model): 8 to 255 printable
 /// ASCII characters (`!` to `~`), e.g. a UUID.

@@ -23,7 +23,7 @@ mod tests;
 
 pub use crate::canonical::CanonicalError;
 pub use caller::{Caller, KeyError, Scope};
-pub use client::{ClientKey, ClientKeyError, CLIENT_KEY_MAX, CLIENT_KEY_MIN};
+pub use client::{ClientKey, ClientKeyError};
 pub use identity::{Key, Reference, ReferenceParseError};
 pub use material::{Fingerprint, FingerprintMaterial, KeyMaterial, Owner};
 pub use secret::{Secret, SecretError, SecretFingerprint};
