@@ -164,7 +164,10 @@ pub fn keyed<R: KeyedAnswer>(
     answer: Result<R, ErrorData>,
 ) -> Result<R, ErrorData> {
     let Ok(done) = &answer else { return answer };
-    let Some(result) = done.completed().filter(|_| keyed) else {
+    let Some(result) = done
+        .completed()
+        .filter(|r| keyed && r.is_error == Some(true))
+    else {
         return answer;
     };
     let meta = result.meta.as_ref().map(|m| &m.0);

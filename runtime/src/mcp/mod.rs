@@ -28,6 +28,11 @@
 //! let tool_router = Payments::tool_router() + idempotency::mcp::status_router::<Payments>();
 //! ```
 //!
+//! With `#[idempotent(client_key = "accept" | "require")]`, a key the client software sends in
+//! the request's `_meta` ([`META_KEY`]) or the [`HEADER`] HTTP header keys the call; a conflict
+//! or a repeat in progress is a JSON-RPC error whose `data.type` is [`KEY_CONFLICT`] or
+//! [`KEY_IN_PROGRESS`], as the closed proposal SEP-3182 proposed.
+//!
 //! See `examples/` for complete servers.
 
 pub(crate) mod answer;
