@@ -151,6 +151,16 @@ async fn tools_list_shows_the_hint_exactly_on_wrapped_tools() {
         status.annotations.as_ref().and_then(|a| a.read_only_hint),
         Some(true)
     );
+    // Client software can tell which tool takes its idempotency key.
+    let client_key = |name: &str| {
+        let t = tools.iter().find(|t| t.name == name).unwrap();
+        t.meta
+            .as_ref()
+            .and_then(|m| m.get(idempotency::mcp::TOOL_META_CLIENT_KEY))
+            .cloned()
+    };
+    assert_eq!(client_key("charge_card"), Some(json!("accept")));
+    assert_eq!(client_key("refund"), None);
 }
 
 /// An unwrapped tool returning `Json<Receipt>`: what rmcp lists for it is what the wrapped
@@ -1371,7 +1381,12 @@ impl idempotency::IdempotencyContext<RequestContext<RoleServer>> for Strict {
 #[rmcp::tool_router]
 impl Strict {
     #[idempotency::idempotent(window = "1h", on_error = "retryable", client_key = "require")]
-    #[rmcp::tool(description = "Charge a card; the client must send an idempotency key.")]
+    #[rmcp::tool(
+        description = "Charge a card; the client must send an idempotency key.",
+        meta = rmcp::model::MetaObject(
+            json!({"team": "payments"}).as_object().cloned().unwrap_or_default()
+        )
+    )]
     async fn charge_strictly(
         &self,
         rmcp::handler::server::wrapper::Parameters(args): rmcp::handler::server::wrapper::Parameters<
@@ -1414,6 +1429,14 @@ async fn require_refuses_a_call_without_a_usable_client_key() {
         tool_router: Strict::tool_router(),
     })
     .await;
+    let listed = client.list_all_tools().await.unwrap();
+    let meta = listed[0].meta.as_ref().expect("the listing's _meta");
+    assert_eq!(meta.get("idempotency/clientKey"), Some(&json!("require")));
+    assert_eq!(
+        meta.get("team"),
+        Some(&json!("payments")),
+        "its own _meta kept"
+    );
     let params = |args: Value| {
         CallToolRequestParams::new("charge_strictly")
             .with_arguments(args.as_object().cloned().unwrap_or_default())

@@ -12,7 +12,9 @@ use crate::ast::{is_attr, Context, Function, ItemFn, Mode, Request};
 use crate::attr::{ClientKey, MissingKey, OnError, Options, Recover, Scope};
 use crate::ctxt::Ctxt;
 use crate::emit::with_error;
-use crate::tokens::{const_name, is_last, key_access, local, merge_hint, replace_self, respan};
+use crate::tokens::{
+    const_name, is_last, key_access, local, merge_client_key, merge_hint, replace_self, respan,
+};
 use crate::{check, fallback, hint};
 
 /// `#[idempotent]`: parse (options, item) → validate → generate; on error, the item (or rmcp's
@@ -303,7 +305,12 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         .enumerate()
         .map(|(i, a)| match f.mode {
             Mode::Rmcp { tool } if tool == i => {
-                merge_hint(a, &p, &f.args.keyed, f.structured.as_ref())
+                let merged = merge_hint(a, &p, &f.args.keyed, f.structured.as_ref());
+                match opts.client_key.as_ref().map(|k| k.value) {
+                    None => merged,
+                    Some(ClientKey::Accept) => merge_client_key(&merged, &p, "accept"),
+                    Some(ClientKey::Require) => merge_client_key(&merged, &p, "require"),
+                }
             }
             _ => a.clone(),
         })

@@ -92,6 +92,30 @@ fn merged(attr: Attribute) -> String {
 
 const SCHEMA: &str = "input_schema = P :: mcp :: closed_input_schema (P :: rmcp :: handler :: server :: common :: schema_for_input :: < A > () . unwrap_or_else (| e | panic ! (\"Invalid input schema for `{}`: {}\" , :: core :: any :: type_name :: < A > () , e)))";
 
+/// The client-key mode joins the listing's `_meta`, the tool's own `meta` kept inside it.
+#[test]
+fn the_client_key_mode_joins_the_listing_meta() {
+    let attr: Attribute = syn::parse_quote!(#[tool(description = "d")]);
+    let out = merge_client_key(&attr, &quote!(P), "accept")
+        .to_token_stream()
+        .to_string();
+    assert!(
+        out.contains(r#"meta = P :: mcp :: client_key_meta (P :: Option :: None , "accept")"#),
+        "{out}"
+    );
+    let attr: Attribute = syn::parse_quote!(#[tool(meta = own(), name = "n")]);
+    let out = merge_client_key(&attr, &quote!(P), "require")
+        .to_token_stream()
+        .to_string();
+    assert!(
+        out.contains(
+            r#"meta = P :: mcp :: client_key_meta (P :: Option :: Some (own ()) , "require")"#
+        ) && out.contains(r#"name = "n""#)
+            && out.matches("meta").count() == 2,
+        "{out}"
+    );
+}
+
 #[test]
 fn merges_into_annotations() {
     assert_eq!(

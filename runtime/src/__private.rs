@@ -25,7 +25,7 @@ pub use ::rmcp;
 pub mod mcp {
     pub use crate::mcp::answer::{answer, answer_verbatim, refuse};
     pub use crate::mcp::arguments::{check_arguments, closed_input_schema, RawArguments};
-    pub use crate::mcp::client_key::{client_key, keyed, ClientKeys, KeyedAnswer};
+    pub use crate::mcp::client_key::{client_key, client_key_meta, keyed, ClientKeys, KeyedAnswer};
     pub use crate::mcp::interim::{answer_response, split_response, Interim};
     pub use crate::mcp::progress::{progress_of, reporting};
     pub use crate::mcp::task_impl::{

@@ -11,7 +11,7 @@
 //! [`KEY_IN_PROGRESS`]), where SEP-3182 put it: the client software sent the key, so the client
 //! software is answered, not the model. Every other answer is the tool result it always is.
 
-use rmcp::model::{CallToolResponse, CallToolResult, ErrorCode};
+use rmcp::model::{CallToolResponse, CallToolResult, ErrorCode, MetaObject};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 use serde_json::{json, Value};
@@ -28,6 +28,10 @@ pub const META_KEY: &str = "idempotency/key";
 /// draft's and Stripe's name). If the request also has [`META_KEY`], both must be equal.
 pub const HEADER: &str = "Idempotency-Key";
 
+/// The tool listing's `_meta` key (`tools/list`) saying that a tool takes the client's key:
+/// `"accept"` or `"require"`.
+pub const TOOL_META_CLIENT_KEY: &str = "idempotency/clientKey";
+
 /// `error.data.type`: the key was used with other arguments (SEP-3182's word). Nothing was done.
 pub const KEY_CONFLICT: &str = "idempotency_key_conflict";
 /// `error.data.type`: the key's first request is still running (SEP-3182's word). Nothing was
@@ -41,6 +45,15 @@ pub const KEY_INVALID: &str = "idempotency_key_invalid";
 /// range, clear of the codes MCP assigns); clients should match `data.type`. The other three
 /// are `-32602` (invalid params).
 pub const IN_PROGRESS_CODE: i32 = -32090;
+
+/// The listing `_meta` of a tool taking client keys: its own (if it has one) with
+/// [`TOOL_META_CLIENT_KEY`] set to `mode`.
+#[doc(hidden)]
+pub fn client_key_meta(own: Option<MetaObject>, mode: &'static str) -> MetaObject {
+    let mut meta = own.unwrap_or_default();
+    meta.insert(TOOL_META_CLIENT_KEY.into(), Value::String(mode.into()));
+    meta
+}
 
 /// Whether a tool takes a client key (`accept`) or insists on one (`require`).
 #[doc(hidden)]

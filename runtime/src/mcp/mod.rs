@@ -49,6 +49,7 @@ pub(crate) use answer::answer_verbatim;
 pub use answer::{META_REF, META_REPLAYED, META_STATUS, STATUSES};
 pub use client_key::{
     HEADER, IN_PROGRESS_CODE, KEY_CONFLICT, KEY_INVALID, KEY_IN_PROGRESS, KEY_MISSING, META_KEY,
+    TOOL_META_CLIENT_KEY,
 };
 pub use identity::Identity;
 
