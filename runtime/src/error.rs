@@ -180,7 +180,7 @@ pub enum Error {
     },
     /// The tool takes the client's idempotency key and the request's is missing (where the tool
     /// requires one) or unusable.
-    #[error("{tool}: the request's idempotency key cannot be used, so nothing was done")]
+    #[error("{tool}: the request has no usable idempotency key, so nothing was done")]
     ClientKey {
         /// The tool.
         tool: String,
