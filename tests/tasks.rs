@@ -119,6 +119,17 @@ impl Reports {
         let reference = Call::current().ok_or(Unavailable)?.reference().to_string();
         Ok(Json(self.warehouse.export(&reference, args.rows).await))
     }
+
+    /// The same export, keyed by the client's own idempotency key.
+    #[idempotent(window = "1h", on_error = "retryable", task, client_key = "require")]
+    #[tool]
+    async fn export_keyed(
+        &self,
+        Parameters(args): Parameters<ExportArgs>,
+    ) -> Result<Json<Report>, Unavailable> {
+        let reference = Call::current().ok_or(Unavailable)?.reference().to_string();
+        Ok(Json(self.warehouse.export(&reference, args.rows).await))
+    }
 }
 
 #[tool_handler(router = self.tool_router)]
@@ -199,6 +210,27 @@ async fn export(client: &Client, rows: u64) -> CallToolResponse {
     let params = CallToolRequestParams::new("export_rows")
         .with_arguments(args.as_object().cloned().unwrap_or_default());
     client.call_tool_once(params).await.expect("tools/call")
+}
+
+/// `export_keyed` with the client key `key` in `_meta` (none: no `_meta` key).
+async fn export_keyed(
+    client: &Client,
+    rows: u64,
+    key: Option<&str>,
+) -> Result<CallToolResponse, ErrorData> {
+    let args = json!({ "rows": rows });
+    let mut params = CallToolRequestParams::new("export_keyed")
+        .with_arguments(args.as_object().cloned().unwrap_or_default());
+    if let Some(key) = key {
+        let mut meta = rmcp::model::RequestMetaObject::default();
+        meta.insert(idempotency::mcp::META_KEY.into(), json!(key));
+        params.meta = Some(meta);
+    }
+    match client.call_tool_once(params).await {
+        Ok(r) => Ok(r),
+        Err(rmcp::ServiceError::McpError(e)) => Err(e),
+        Err(e) => panic!("tools/call: {e}"),
+    }
 }
 
 fn task_of(r: CallToolResponse) -> (String, TaskStatus) {
@@ -335,6 +367,52 @@ async fn a_task_is_created_once_across_replicas_and_survives_a_restart() {
     assert!(bob.get_task(GetTaskParams::new(id.clone())).await.is_err());
 
     // One export at the far side, whatever was asked of whom.
+    assert_eq!(warehouse.exports.load(Ordering::SeqCst), 1);
+    schema.drop_schema().await;
+}
+
+/// A task tool with `client_key`: the key's repeat on another replica, while the task runs, is
+/// the same task; the key with other arguments is the JSON-RPC conflict error SEP-3182 proposed;
+/// no key is refused. One export at the far side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+async fn a_keyed_task_is_one_task_and_other_arguments_conflict() {
+    let Some(schema) = TestSchema::create("keyedtask").await else {
+        return;
+    };
+    let warehouse = Warehouse::new();
+    let alice = Caller::new("acme", "alice");
+    let a = replica(&schema, &warehouse, alice.clone()).await;
+    let b = replica(&schema, &warehouse, alice.clone()).await;
+    const KEY: &str = "export-2026-12-04-0001";
+    let (id, status) = task_of(export_keyed(&a, 500, Some(KEY)).await.unwrap());
+    assert_eq!(status, TaskStatus::Working);
+    soon("the export to start", warehouse.entered(1)).await;
+
+    let (again, status) = task_of(export_keyed(&b, 500, Some(KEY)).await.unwrap());
+    assert_eq!((again.as_str(), status), (id.as_str(), TaskStatus::Working));
+    let conflict = export_keyed(&b, 501, Some(KEY)).await.unwrap_err();
+    let data = conflict.data.clone().unwrap_or_default();
+    assert_eq!(
+        data["type"],
+        json!("idempotency_key_conflict"),
+        "{conflict:?}"
+    );
+    assert_eq!(data["ref"], json!(id));
+    let missing = export_keyed(&b, 500, None).await.unwrap_err();
+    assert_eq!(
+        missing.data.unwrap_or_default()["type"],
+        json!("idempotency_key_missing")
+    );
+
+    warehouse.gate.add_permits(1);
+    let done = until_terminal(&b, &id).await;
+    assert_eq!(done.task.status(), TaskStatus::Completed, "{done:?}");
+    let (after, status) = task_of(export_keyed(&a, 500, Some(KEY)).await.unwrap());
+    assert_eq!(
+        (after.as_str(), status),
+        (id.as_str(), TaskStatus::Completed)
+    );
     assert_eq!(warehouse.exports.load(Ordering::SeqCst), 1);
     schema.drop_schema().await;
 }

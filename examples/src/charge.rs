@@ -1,4 +1,4 @@
-//! The `charge_card` server: `charge_card` wrapped with `#[idempotent(window = "15m", recover = "rerun")]` (the processor deduplicates on the reference), `payout`
+//! The `charge_card` server: `charge_card` wrapped with `#[idempotent(window = "15m", recover = "rerun", client_key = "accept")]` (the processor deduplicates on the reference; a client may send its own key), `payout`
 //! as a task (`#[idempotent(window = "1h", task)]`), `refund` left unwrapped (so `tools/list`
 //! shows the difference), and `idempotency_status`.
 //!
@@ -157,8 +157,10 @@ impl IdempotencyContext<RequestContext<RoleServer>> for Payments {
 #[idempotent_tools]
 #[tool_router]
 impl Payments {
-    /// Charge a card. Safe to repeat: a repeat within 15 minutes returns the first receipt.
-    #[idempotent(window = "15m", recover = "rerun")]
+    /// Charge a card. Safe to repeat: a repeat within 15 minutes returns the first receipt. A
+    /// client that sends its own idempotency key (`_meta` "idempotency/key" or the
+    /// `Idempotency-Key` header) scopes the call with it.
+    #[idempotent(window = "15m", recover = "rerun", client_key = "accept")]
     #[tool(
         description = "Charge a card. Repeating the same call within 15 minutes returns the first receipt instead of charging again."
     )]

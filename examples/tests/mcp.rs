@@ -152,6 +152,16 @@ async fn tools_list_shows_the_hint_exactly_on_wrapped_tools() {
         status.annotations.as_ref().and_then(|a| a.read_only_hint),
         Some(true)
     );
+    // Client software can tell which tool takes its idempotency key.
+    let client_key = |name: &str| {
+        let t = tools.iter().find(|t| t.name == name).unwrap();
+        t.meta
+            .as_ref()
+            .and_then(|m| m.get(idempotency::mcp::TOOL_META_CLIENT_KEY))
+            .cloned()
+    };
+    assert_eq!(client_key("charge_card"), Some(json!("accept")));
+    assert_eq!(client_key("refund"), None);
 }
 
 /// An unwrapped tool returning `Json<Receipt>`: what rmcp lists for it is what the wrapped
@@ -1267,7 +1277,11 @@ async fn the_guides_inspector_commands_replay() {
         for _ in 0..2 {
             let out = soon(
                 "the Inspector's answer",
-                tokio::process::Command::new(&cli).args(&args).output(),
+                // The servers here run on SQLite (the Inspector passes its environment on).
+                tokio::process::Command::new(&cli)
+                    .args(&args)
+                    .env_remove("DATABASE_URL")
+                    .output(),
             )
             .await
             .expect("run the Inspector");
@@ -1301,4 +1315,342 @@ async fn the_guides_inspector_commands_replay() {
     }
     remove_db(&db);
     remove_db(&http_db);
+}
+
+// Client idempotency keys (`client_key`): the key comes from the request's `_meta` or the
+// `Idempotency-Key` header, never from the arguments.
+
+/// `tools/call` with `_meta` "idempotency/key" = `key` (any JSON, to send a wrong one too).
+async fn call_keyed(
+    client: &Client,
+    tool: &str,
+    args: Value,
+    key: Value,
+) -> Result<CallToolResult, ErrorData> {
+    let mut params = CallToolRequestParams::new(tool.to_owned())
+        .with_arguments(args.as_object().cloned().unwrap_or_default());
+    let mut meta = rmcp::model::RequestMetaObject::default();
+    meta.insert(idempotency::mcp::META_KEY.into(), key);
+    params.meta = Some(meta);
+    match client.call_tool(params).await {
+        Ok(r) => Ok(r),
+        Err(rmcp::ServiceError::McpError(e)) => Err(e),
+        Err(e) => panic!("call_tool: {e}"),
+    }
+}
+
+/// The JSON-RPC error's `data.type`.
+fn error_type(e: &ErrorData) -> Option<&str> {
+    e.data.as_ref()?.get("type")?.as_str()
+}
+
+const KEY: &str = "6f1c2a7e-7d55-4c1e-9a53-0b5e3c2f9a10";
+
+/// With the client's key: the same key and arguments replay the stored receipt; the same key
+/// with other arguments is refused as SEP-3182 proposed (`data.type` "idempotency_key_conflict",
+/// naming the first call's ref); another key is another charge, even with the same arguments;
+/// without a key (`accept`), the server derives the key as ever. The processor counts charges.
+#[tokio::test]
+async fn a_client_key_replays_its_call_and_refuses_other_arguments() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let processor = Arc::new(Processor::default());
+    let client = connect(payments(&engine, Caller::new("acme", "alice"), &processor)).await;
+    let first = call_keyed(&client, "charge_card", charge_args(), json!(KEY))
+        .await
+        .unwrap();
+    assert_eq!(first.is_error, Some(false), "{}", text(&first));
+    assert!(!replayed(&first));
+    let again = call_keyed(&client, "charge_card", charge_args(), json!(KEY))
+        .await
+        .unwrap();
+    assert!(replayed(&again));
+    assert_eq!(first.content, again.content);
+    assert_eq!(processor.charges(), 1);
+
+    let mut other = charge_args();
+    other["amount_cents"] = json!(9900);
+    let conflict = call_keyed(&client, "charge_card", other, json!(KEY))
+        .await
+        .unwrap_err();
+    assert_eq!(error_type(&conflict), Some("idempotency_key_conflict"));
+    assert_eq!(conflict.code.0, -32602);
+    let r = meta_str(&first, META_REF).unwrap();
+    assert_eq!(conflict.data.as_ref().unwrap()["ref"], json!(r));
+    assert!(
+        conflict.message.contains("different arguments") && conflict.message.contains(&r),
+        "{}",
+        conflict.message
+    );
+    assert_eq!(processor.charges(), 1, "a conflict charges nothing");
+
+    let second_key = call_keyed(
+        &client,
+        "charge_card",
+        charge_args(),
+        json!("a-second-request-0001"),
+    )
+    .await
+    .unwrap();
+    assert!(!replayed(&second_key));
+    assert_ne!(meta_str(&second_key, META_REF), Some(r.clone()));
+    assert_eq!(processor.charges(), 2, "another key is another request");
+
+    // No key: the server's own key (all the arguments), as for any tool.
+    let plain = call(&client, "charge_card", charge_args()).await;
+    let plain_again = call(&client, "charge_card", charge_args()).await;
+    assert!(!replayed(&plain) && replayed(&plain_again));
+    assert_eq!(processor.charges(), 3);
+}
+
+/// While the key's first request runs, a repeat with the key is told so as SEP-3182 proposed:
+/// a JSON-RPC error, `data.type` "idempotency_key_in_progress", with the ref; nothing runs twice.
+#[tokio::test]
+async fn a_client_key_in_progress_is_a_json_rpc_error() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let processor = Arc::new(Processor::gated());
+    let client =
+        Arc::new(connect(payments(&engine, Caller::new("acme", "alice"), &processor)).await);
+    let c2 = client.clone();
+    let first =
+        tokio::spawn(
+            async move { call_keyed(&c2, "charge_card", charge_args(), json!(KEY)).await },
+        );
+    soon("the first charge", processor.entered(1)).await;
+    let busy = call_keyed(&client, "charge_card", charge_args(), json!(KEY))
+        .await
+        .unwrap_err();
+    processor.release(1);
+    let first = soon("the first answer", first).await.unwrap().unwrap();
+    assert_eq!(error_type(&busy), Some("idempotency_key_in_progress"));
+    assert_eq!(busy.code.0, idempotency::mcp::IN_PROGRESS_CODE);
+    let r = meta_str(&first, META_REF).unwrap();
+    assert_eq!(busy.data.as_ref().unwrap()["ref"], json!(r));
+    assert_eq!(busy.data.as_ref().unwrap()[META_STATUS], json!("in_flight"));
+    assert_eq!(processor.charges(), 1);
+    let after = call_keyed(&client, "charge_card", charge_args(), json!(KEY))
+        .await
+        .unwrap();
+    assert!(replayed(&after));
+    assert_eq!(processor.charges(), 1);
+}
+
+/// A client key never crosses callers: the same key and arguments from another subject of the
+/// tenant, or from another tenant, are their own calls.
+#[tokio::test]
+async fn two_callers_with_one_client_key_do_not_share_a_record() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let processor = Arc::new(Processor::default());
+    let mut refs = Vec::new();
+    for caller in [
+        Caller::new("acme", "alice"),
+        Caller::new("acme", "bob"),
+        Caller::new("globex", "alice"),
+    ] {
+        let client = connect(payments(&engine, caller, &processor)).await;
+        let r = call_keyed(&client, "charge_card", charge_args(), json!(KEY))
+            .await
+            .unwrap();
+        assert!(!replayed(&r), "{}", text(&r));
+        refs.push(meta_str(&r, META_REF).unwrap());
+    }
+    assert_eq!(processor.charges(), 3);
+    refs.sort();
+    refs.dedup();
+    assert_eq!(refs.len(), 3, "three records");
+}
+
+/// A tool that insists on the client's key.
+#[derive(Clone)]
+struct Strict {
+    engine: Idempotency,
+    processor: Arc<Processor>,
+    tool_router: rmcp::handler::server::router::tool::ToolRouter<Self>,
+}
+
+impl idempotency::IdempotencyContext<RequestContext<RoleServer>> for Strict {
+    fn idempotency(&self) -> &Idempotency {
+        &self.engine
+    }
+    fn caller(&self, _: &RequestContext<RoleServer>) -> Result<Caller, idempotency::Error> {
+        Ok(Caller::new("acme", "alice"))
+    }
+}
+
+#[idempotency::idempotent_tools]
+#[rmcp::tool_router]
+impl Strict {
+    #[idempotency::idempotent(window = "1h", on_error = "retryable", client_key = "require")]
+    #[rmcp::tool(
+        description = "Charge a card; the client must send an idempotency key.",
+        meta = rmcp::model::MetaObject(
+            json!({"team": "payments"}).as_object().cloned().unwrap_or_default()
+        )
+    )]
+    async fn charge_strictly(
+        &self,
+        rmcp::handler::server::wrapper::Parameters(args): rmcp::handler::server::wrapper::Parameters<
+            idempotency_examples::charge::ChargeArgs,
+        >,
+    ) -> Result<rmcp::Json<idempotency_examples::processor::Receipt>, String> {
+        let reference = idempotency::Call::current()
+            .ok_or("not wrapped")?
+            .reference()
+            .to_string();
+        Ok(rmcp::Json(
+            self.processor
+                .charge(&reference, args.amount_cents, &args.currency)
+                .await,
+        ))
+    }
+}
+
+#[rmcp::tool_handler(router = self.tool_router)]
+impl ServerHandler for Strict {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            rmcp::model::ServerCapabilities::builder()
+                .enable_tools()
+                .build(),
+        )
+    }
+}
+
+/// `client_key = "require"`: a call without a key, or with one only in its arguments (the
+/// model's), is refused with a JSON-RPC error naming where the key goes; an unusable key is
+/// refused saying what is wrong. Nothing reaches the processor until a good key comes.
+#[tokio::test]
+async fn require_refuses_a_call_without_a_usable_client_key() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let processor = Arc::new(Processor::default());
+    let client = connect(Strict {
+        engine,
+        processor: processor.clone(),
+        tool_router: Strict::tool_router(),
+    })
+    .await;
+    let listed = client.list_all_tools().await.unwrap();
+    let meta = listed[0].meta.as_ref().expect("the listing's _meta");
+    assert_eq!(meta.get("idempotency/clientKey"), Some(&json!("require")));
+    assert_eq!(
+        meta.get("team"),
+        Some(&json!("payments")),
+        "its own _meta kept"
+    );
+    let params = |args: Value| {
+        CallToolRequestParams::new("charge_strictly")
+            .with_arguments(args.as_object().cloned().unwrap_or_default())
+    };
+    let mut in_args = charge_args();
+    in_args["idempotency_key"] = json!(KEY);
+    for args in [charge_args(), in_args] {
+        let Err(rmcp::ServiceError::McpError(missing)) = client.call_tool(params(args)).await
+        else {
+            panic!("a call without a key must be refused");
+        };
+        assert_eq!(error_type(&missing), Some("idempotency_key_missing"));
+        assert_eq!(
+            missing.data.as_ref().unwrap()[META_STATUS],
+            json!("invalid")
+        );
+        assert_eq!(missing.code.0, -32602);
+        assert!(
+            missing.message.contains("`_meta` as \"idempotency/key\"")
+                && missing.message.contains("Idempotency-Key"),
+            "{}",
+            missing.message
+        );
+    }
+    for (key, says) in [
+        (json!("short"), "it must have 8 to 255"),
+        (json!("has a space in it"), "character 4"),
+        (json!(42), "must be a string, not a number"),
+    ] {
+        let bad = call_keyed(&client, "charge_strictly", charge_args(), key)
+            .await
+            .unwrap_err();
+        assert_eq!(error_type(&bad), Some("idempotency_key_invalid"));
+        assert!(bad.message.contains(says), "{}", bad.message);
+    }
+    assert_eq!(processor.charges(), 0);
+    let ok = call_keyed(&client, "charge_strictly", charge_args(), json!(KEY))
+        .await
+        .unwrap();
+    assert_eq!(ok.is_error, Some(false), "{}", text(&ok));
+    assert!(replayed(
+        &call_keyed(&client, "charge_strictly", charge_args(), json!(KEY))
+            .await
+            .unwrap()
+    ));
+    assert_eq!(processor.charges(), 1);
+}
+
+/// Over streamable HTTP the key may come in the `Idempotency-Key` header: replayed with the same
+/// arguments, refused as a conflict with others; another key is another charge (the receipt's
+/// charge id counts the processor's charges). A header and a `_meta` key that differ are refused.
+#[tokio::test]
+async fn over_http_the_idempotency_key_header_scopes_the_call() {
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::transport::StreamableHttpClientTransport;
+    let (mut child, url, db) = spawn_http("ckeys", &["--stateless"]).await;
+    let keyed = |key: &str| {
+        let headers = std::collections::HashMap::from([(
+            http::HeaderName::from_static("idempotency-key"),
+            http::HeaderValue::from_str(key).unwrap(),
+        )]);
+        StreamableHttpClientTransportConfig::with_uri(url.clone())
+            .auth_header("acme-token".to_owned())
+            .custom_headers(headers)
+    };
+    let k1 = ().serve(StreamableHttpClientTransport::from_config(keyed(KEY))).await.unwrap();
+    let first = call(&k1, "charge_card", charge_args()).await;
+    assert_eq!(first.is_error, Some(false), "{}", text(&first));
+    let again = call(&k1, "charge_card", charge_args()).await;
+    assert!(replayed(&again));
+    assert_eq!(first.content, again.content);
+    let receipt = first.structured_content.clone().unwrap();
+    assert_eq!(receipt["charge_id"], "ch_000001");
+    let mut other = charge_args();
+    other["amount_cents"] = json!(9900);
+    let args = other.as_object().cloned().unwrap();
+    let Err(rmcp::ServiceError::McpError(conflict)) = k1
+        .call_tool(CallToolRequestParams::new("charge_card").with_arguments(args))
+        .await
+    else {
+        panic!("the same key with other arguments must be refused");
+    };
+    assert_eq!(error_type(&conflict), Some("idempotency_key_conflict"));
+
+    let k2 = ()
+        .serve(StreamableHttpClientTransport::from_config(keyed(
+            "a-second-request-0001",
+        )))
+        .await
+        .unwrap();
+    let second = call(&k2, "charge_card", charge_args()).await;
+    assert!(!replayed(&second));
+    assert_eq!(second.structured_content.unwrap()["charge_id"], "ch_000002");
+
+    // `_meta` and the header disagree: refused, nothing charged.
+    let mut request = charge_request(9);
+    request["params"]["_meta"] = json!({"idempotency/key": "yet-another-key-0003"});
+    let both = raw(
+        &url,
+        "POST",
+        "acme-token",
+        &[("Idempotency-Key", KEY)],
+        Some(request),
+        None,
+    )
+    .await;
+    let error = sse_messages(&both.body)
+        .into_iter()
+        .find_map(|m| m.get("error").cloned())
+        .unwrap_or_else(|| panic!("an error: {}", both.body));
+    assert_eq!(error["data"]["type"], "idempotency_key_invalid");
+    assert!(
+        error["message"].as_str().unwrap().contains("they differ"),
+        "{error}"
+    );
+    let _ = child.kill().await;
+    remove_db(&db);
 }

@@ -25,11 +25,12 @@ mod kw {
     syn::custom_keyword!(task);
     syn::custom_keyword!(transactional);
     syn::custom_keyword!(recover);
+    syn::custom_keyword!(client_key);
 }
 
 /// Listed in the "unknown option" error.
 pub(crate) const OPTIONS: &str =
-    "`window`, `business_key`, `missing_key`, `scope`, `ignore`, `name`, \
+    "`window`, `business_key`, `missing_key`, `client_key`, `scope`, `ignore`, `name`, \
                             `on_error`, `timeout`, `wait`, `recover`, `context`, `task`, `transactional`, `crate`";
 
 /// The replay window when `window` is not given: 15 minutes.
@@ -53,6 +54,14 @@ pub(crate) enum Scope {
 pub(crate) enum MissingKey {
     Refuse,
     CallKey,
+}
+
+/// Whether an rmcp tool takes the client's own idempotency key (`client_key = "accept" |
+/// "require"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ClientKey {
+    Accept,
+    Require,
 }
 
 /// Where `#[idempotent_tools]` found the function (its hidden `__in_impl` marker): an attribute
@@ -99,6 +108,8 @@ pub(crate) struct Options {
     pub window: Option<Opt<u64>>,
     pub business_key: Option<Opt<Vec<KeyPath>>>,
     pub missing_key: Option<Opt<MissingKey>>,
+    /// `client_key`: the client's key from `_meta` or the `Idempotency-Key` header.
+    pub client_key: Option<Opt<ClientKey>>,
     pub scope: Option<Opt<Scope>>,
     pub ignore: Option<Opt<Vec<LitStr>>>,
     pub name: Option<Opt<LitStr>>,
@@ -362,6 +373,29 @@ impl Options {
                 &mut self.seen,
                 &mut self.missing_key,
                 "missing_key",
+                key.span,
+                value,
+            );
+        } else if la.peek(kw::client_key) {
+            let key: kw::client_key = input.parse()?;
+            input.parse::<Token![=]>()?;
+            let lit = string(input, "client_key", "\"accept\"")?;
+            let value = match lit.value().as_str() {
+                "accept" => Some(ClientKey::Accept),
+                "require" => Some(ClientKey::Require),
+                other => {
+                    cx.error(
+                        lit.span(),
+                        format!("`{other}` is not a client-key mode: expected \"accept\" (a key the client sends in `_meta` or the `Idempotency-Key` header scopes the call; without one, the server derives the key) or \"require\" (a call without one is refused)"),
+                    );
+                    None
+                }
+            };
+            set(
+                cx,
+                &mut self.seen,
+                &mut self.client_key,
+                "client_key",
                 key.span,
                 value,
             );

@@ -35,6 +35,23 @@ fn recover_takes_one_of_three_words() {
 }
 
 #[test]
+fn client_key_takes_accept_or_require() {
+    let (o, err) = parse(quote!(client_key = "accept"));
+    assert_eq!(err, None);
+    assert_eq!(o.client_key.map(|k| k.value), Some(ClientKey::Accept));
+    let (o, _) = parse(quote!(client_key = "require"));
+    assert_eq!(o.client_key.map(|k| k.value), Some(ClientKey::Require));
+    let (o, err) = parse(quote!(client_key = "required"));
+    assert!(o.client_key.is_none());
+    let err = err.expect("an error");
+    assert!(
+        err.contains("`required` is not a client-key mode: expected \"accept\"")
+            && err.contains("or \"require\""),
+        "{err}"
+    );
+}
+
+#[test]
 fn options() {
     let (o, e) = parse(quote!(
         window = "2h",

@@ -5,7 +5,7 @@
 use syn::GenericParam;
 
 use crate::ast::{is_attr, is_boxed_future, Function, ItemFn, Mode};
-use crate::attr::Options;
+use crate::attr::{Options, Scope};
 use crate::ctxt::Ctxt;
 use crate::hint;
 
@@ -92,6 +92,26 @@ pub(crate) fn function(cx: &mut Ctxt, f: &Function, opts: &Options) {
             cx.error(
                 t.span,
                 "`transactional` and `task` cannot be combined: a task outlives the request, a transaction must not; drop one",
+            );
+        }
+    }
+    if let Some(c) = &opts.client_key {
+        if matches!(f.mode, Mode::Plain) {
+            cx.error(
+                c.span,
+                "`client_key` applies to rmcp tools: the key comes from the MCP request's `_meta` or its `Idempotency-Key` header; drop it, or derive a key with `business_key`",
+            );
+        }
+        if opts.business_key.is_some() {
+            cx.error(
+                c.span,
+                "`client_key` and `business_key` cannot be combined: a call has one key, the client's or the business key; drop one",
+            );
+        }
+        if let Some(s) = opts.scope.as_ref().filter(|s| s.value == Scope::Tenant) {
+            cx.error(
+                s.span,
+                "a client key is the caller's own: with `client_key`, records are scoped to the caller's subject; drop `scope = \"tenant\"`",
             );
         }
     }

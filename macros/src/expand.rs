@@ -9,10 +9,12 @@ use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Meta};
 
 use crate::ast::{is_attr, Context, Function, ItemFn, Mode, Request};
-use crate::attr::{MissingKey, OnError, Options, Recover, Scope};
+use crate::attr::{ClientKey, MissingKey, OnError, Options, Recover, Scope};
 use crate::ctxt::Ctxt;
 use crate::emit::with_error;
-use crate::tokens::{const_name, is_last, key_access, local, merge_hint, replace_self, respan};
+use crate::tokens::{
+    const_name, is_last, key_access, local, merge_client_key, merge_hint, replace_self, respan,
+};
 use crate::{check, fallback, hint};
 
 /// `#[idempotent]`: parse (options, item) → validate → generate; on error, the item (or rmcp's
@@ -237,7 +239,11 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
     // An `Option` business-key field is a compile error unless `missing_key` says what a
     // missing one means: the probe's `key()` is the field itself for anything but an `Option`.
     let mut probes = TokenStream::new();
+    let client_key = local("__idem_client_key");
     let prepare = match &opts.business_key {
+        None if opts.client_key.is_some() => {
+            quote_spanned!(args_ty.span()=> #pa::prepare_client::<#args_ty>(&#caller, &#spec_path, #p::Option::as_ref(&#client_key), &#keyed))
+        }
         None => {
             quote_spanned!(args_ty.span()=> #pa::prepare_call::<#args_ty>(&#caller, &#spec_path, &#keyed))
         }
@@ -299,7 +305,12 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         .enumerate()
         .map(|(i, a)| match f.mode {
             Mode::Rmcp { tool } if tool == i => {
-                merge_hint(a, &p, &f.args.keyed, f.structured.as_ref())
+                let merged = merge_hint(a, &p, &f.args.keyed, f.structured.as_ref());
+                match opts.client_key.as_ref().map(|k| k.value) {
+                    None => merged,
+                    Some(ClientKey::Accept) => merge_client_key(&merged, &p, "accept"),
+                    Some(ClientKey::Require) => merge_client_key(&merged, &p, "require"),
+                }
             }
             _ => a.clone(),
         })
@@ -373,12 +384,29 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         } else {
             TokenStream::new()
         };
+        // The client's key, from the request's `_meta` or HTTP header (never the arguments).
+        let read_client_key = match opts.client_key.as_ref().map(|k| k.value) {
+            None => TokenStream::new(),
+            Some(mode) => {
+                let mode = match mode {
+                    ClientKey::Accept => quote!(Accept),
+                    ClientKey::Require => quote!(Require),
+                };
+                quote! {
+                    let #client_key = match #p::mcp::client_key(&#request, #p::mcp::ClientKeys::#mode, &#spec_path) {
+                        #p::Result::Ok(#c) => #c,
+                        #p::Result::Err(#e) => return #p::Result::Err(#e),
+                    };
+                }
+            }
+        };
         let prologue = quote! {
             let #engine = #p::Clone::clone(#cx::idempotency(self));
             let #caller = match #cx::caller(self, &#request) {
                 #p::Result::Ok(#c) => #c,
                 #p::Result::Err(#e) => return #p::mcp::refuse_into(#e),
             };
+            #read_client_key
             #probes
             if let #p::Result::Err(#e) = #p::mcp::check_arguments(&#raw_local, &#keyed, &#spec_path) {
                 return #p::mcp::refuse_into(#e);
@@ -404,6 +432,13 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
             quote!(#p::mcp::answer_verbatim(#execute))
         } else {
             quote!(#p::mcp::answer(#execute))
+        };
+        // A request with the client's key is answered "in progress" and "conflict" as
+        // SEP-3182 proposed: JSON-RPC errors whose `data.type` says which.
+        let finish = if opts.client_key.is_some() {
+            quote!(#p::mcp::keyed(&#spec_path, #p::Option::is_some(&#client_key), #finish))
+        } else {
+            finish
         };
         (prologue, finish)
     } else {

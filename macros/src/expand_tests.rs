@@ -92,6 +92,30 @@ fn merged(attr: Attribute) -> String {
 
 const SCHEMA: &str = "input_schema = P :: mcp :: closed_input_schema (P :: rmcp :: handler :: server :: common :: schema_for_input :: < A > () . unwrap_or_else (| e | panic ! (\"Invalid input schema for `{}`: {}\" , :: core :: any :: type_name :: < A > () , e)))";
 
+/// The client-key mode joins the listing's `_meta`, the tool's own `meta` kept inside it.
+#[test]
+fn the_client_key_mode_joins_the_listing_meta() {
+    let attr: Attribute = syn::parse_quote!(#[tool(description = "d")]);
+    let out = merge_client_key(&attr, &quote!(P), "accept")
+        .to_token_stream()
+        .to_string();
+    assert!(
+        out.contains(r#"meta = P :: mcp :: client_key_meta (P :: Option :: None , "accept")"#),
+        "{out}"
+    );
+    let attr: Attribute = syn::parse_quote!(#[tool(meta = own(), name = "n")]);
+    let out = merge_client_key(&attr, &quote!(P), "require")
+        .to_token_stream()
+        .to_string();
+    assert!(
+        out.contains(
+            r#"meta = P :: mcp :: client_key_meta (P :: Option :: Some (own ()) , "require")"#
+        ) && out.contains(r#"name = "n""#)
+            && out.matches("meta").count() == 2,
+        "{out}"
+    );
+}
+
 #[test]
 fn merges_into_annotations() {
     assert_eq!(
@@ -321,6 +345,39 @@ fn rmcp_tool_uses_the_context_trait_for_the_request() {
         );
     }
     assert!(!out.contains("IdempotentServer"), "{out}");
+}
+
+/// `client_key`: the key is read from the request (before the arguments are looked at), the call
+/// is prepared with it, and the answer goes through `keyed`.
+#[test]
+fn a_client_key_is_read_from_the_request_and_answers_through_keyed() {
+    let out = expand(
+        quote!(client_key = "require"),
+        quote!(
+            #[tool]
+            async fn charge(&self, Parameters(args): Parameters<A>) -> Result<R, E> {
+                Ok(R)
+            }
+        ),
+    );
+    if cfg!(feature = "rmcp") {
+        let p = ":: idempotency :: __private";
+        let read = format!(
+            "{p} :: mcp :: client_key (& __idem_request , {p} :: mcp :: ClientKeys :: Require"
+        );
+        let at = out.find(&read).unwrap_or_else(|| panic!("{out}"));
+        let checked = out
+            .find("check_arguments")
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(at < checked, "{out}");
+        assert!(
+            out.contains(&format!("{p} :: prepare_client :: < A > (& __idem_caller")),
+            "{out}"
+        );
+        assert!(out.contains(&format!("{p} :: mcp :: keyed (")), "{out}");
+    } else {
+        assert!(out.contains("compile_error"), "{out}");
+    }
 }
 
 #[test]

@@ -83,6 +83,35 @@ pub(crate) fn replace_self(tokens: TokenStream, with: &Ident) -> TokenStream {
         .collect()
 }
 
+/// `#[tool(...)]` with the tool's client-key mode added to its `meta` (the listing's `_meta`),
+/// so client software can tell which tools take its idempotency key: a `meta = expr` of the
+/// tool's own is kept, the mode merged into it.
+pub(crate) fn merge_client_key(attr: &Attribute, p: &TokenStream, mode: &str) -> Attribute {
+    let Ok(metas) = tool_args(attr) else {
+        return attr.clone();
+    };
+    let mut items: Vec<TokenStream> = Vec::new();
+    let mut merged = false;
+    for m in &metas {
+        match m {
+            Meta::NameValue(nv) if nv.path.is_ident("meta") => {
+                merged = true;
+                let own = &nv.value;
+                items.push(quote!(meta = #p::mcp::client_key_meta(#p::Option::Some(#own), #mode)));
+            }
+            other => items.push(other.into_token_stream()),
+        }
+    }
+    if !merged {
+        items.push(quote!(meta = #p::mcp::client_key_meta(#p::Option::None, #mode)));
+    }
+    let path = attr.path();
+    let pound = attr.pound_token;
+    let mut out: Attribute = syn::parse_quote!(#pound[#path(#(#items),*)]);
+    out.bracket_token = attr.bracket_token;
+    out
+}
+
 /// `#[tool(...)]` with `idempotent_hint = true` merged into its `annotations(...)` (added when
 /// absent). Everything else keeps its tokens and spans. Call after
 /// `hint::check_tool` passed.

@@ -25,6 +25,7 @@ pub use ::rmcp;
 pub mod mcp {
     pub use crate::mcp::answer::{answer, answer_verbatim, refuse};
     pub use crate::mcp::arguments::{check_arguments, closed_input_schema, RawArguments};
+    pub use crate::mcp::client_key::{client_key, client_key_meta, keyed, ClientKeys, KeyedAnswer};
     pub use crate::mcp::interim::{answer_response, split_response, Interim};
     pub use crate::mcp::progress::{progress_of, reporting};
     pub use crate::mcp::task_impl::{
@@ -88,6 +89,20 @@ pub fn prepare_business_or_call<A: Arguments + ?Sized, B: Serialize + ?Sized>(
     args: &A,
 ) -> Result<Prepared, Error> {
     Prepared::business_or_call(caller, spec, business_key, args)
+}
+
+/// [`Prepared::client`] for arguments of type `A` when the request carries a client key, else
+/// [`Prepared::call`].
+pub fn prepare_client<A: Arguments + ?Sized>(
+    caller: &Caller,
+    spec: &ToolSpec,
+    client_key: Option<&crate::key::ClientKey>,
+    args: &A,
+) -> Result<Prepared, Error> {
+    match client_key {
+        Some(key) => Prepared::client(caller, spec, key, args),
+        None => Prepared::call(caller, spec, args),
+    }
 }
 
 /// A probe that makes an `Option` business-key field a compile error (unless the attribute says

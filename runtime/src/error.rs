@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::clock::Timestamp;
-use crate::key::{KeyError, Reference};
+use crate::key::{ClientKeyError, KeyError, Reference};
 use crate::store::StoreError;
 
 /// The name of the status tool the messages point to (see `idempotency::mcp`).
@@ -178,6 +178,16 @@ pub enum Error {
         #[source]
         source: KeyError,
     },
+    /// The tool takes the client's idempotency key and the request's is missing (where the tool
+    /// requires one) or unusable.
+    #[error("{tool}: the request has no usable idempotency key, so nothing was done")]
+    ClientKey {
+        /// The tool.
+        tool: String,
+        /// What is wrong with it.
+        #[source]
+        source: ClientKeyError,
+    },
     /// The caller's identity is missing or unusable.
     #[error("the caller could not be identified, so nothing was done: {reason}")]
     InvalidCaller {
@@ -256,6 +266,7 @@ impl Error {
                 | Error::Store { .. }
                 | Error::Unreadable { .. }
                 | Error::Arguments { .. }
+                | Error::ClientKey { .. }
                 | Error::InvalidCaller { .. }
                 | Error::RolledBack { .. }
         )
@@ -297,6 +308,7 @@ impl Error {
             ),
             Error::ReferenceTaken { .. } => "Nothing was done. Retrying will not help until that record is purged; report this to the server's operator.".to_owned(),
             Error::Arguments { source, .. } => format!("{}.", deepest(source)),
+            Error::ClientKey { source, .. } => format!("{source}."),
             Error::InvalidCaller { .. } => String::new(),
             Error::Replay { reference, .. } => format!(
                 "The call is not run again; call {STATUS_TOOL} with ref {reference} to see the stored answer."

@@ -157,7 +157,7 @@ pub(crate) fn call<T, E>(
 #[cfg(feature = "rmcp")]
 pub(crate) fn refused(e: &Error) {
     let tool = match e {
-        Error::Arguments { tool, .. } => tool.clone(),
+        Error::Arguments { tool, .. } | Error::ClientKey { tool, .. } => tool.clone(),
         _ => String::from("unknown"),
     };
     metrics::counter!(CALLS, "tool" => tool, "answer" => wrapper_answer(e)).increment(1);
@@ -173,6 +173,7 @@ fn wrapper_answer(e: &Error) -> &'static str {
         | Error::NotReleased { .. }
         | Error::ReferenceTaken { .. }
         | Error::Arguments { .. }
+        | Error::ClientKey { .. }
         | Error::InvalidCaller { .. }
         | Error::Replay { .. } => "refused",
         Error::RolledBack { .. } => "rolled_back",

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::key::{Caller, FingerprintMaterial, KeyError, KeyMaterial, Owner, Scope};
+use crate::key::{Caller, ClientKey, FingerprintMaterial, KeyError, KeyMaterial, Owner, Scope};
 
 /// What the engine needs to know of a tool: its name, window and timeout. `#[idempotent]` makes
 /// one for every tool it wraps (`charge_card::TOOL` for a free function, `Self::CHARGE_CARD_TOOL`
@@ -274,6 +274,50 @@ impl Prepared {
 }
 
 impl Prepared {
+    /// The key of a call the client software keyed itself ([`ClientKey`]), with the full
+    /// arguments' fingerprint: the same key with other arguments is a payload mismatch, never
+    /// the old answer. The key is combined with the caller's tenant and subject (whatever the
+    /// tool's scope) and the tool, so it never crosses callers.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use idempotency::{key::ClientKey, tool::{Prepared, ToolSpec}, Caller};
+    /// const CHARGE: ToolSpec = ToolSpec::new("charge_card", Duration::from_secs(900));
+    /// let key = ClientKey::new("6f1c2a7e-7d55-4c1e-9a53-0b5e3c2f9a10")?;
+    /// let alice = Prepared::client(&Caller::new("acme", "alice"), &CHARGE, &key, &1)?;
+    /// let bob = Prepared::client(&Caller::new("acme", "bob"), &CHARGE, &key, &1)?;
+    /// assert_ne!(alice.key, bob.key);
+    /// assert!(alice.fingerprint.is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn client<A: Serialize + ?Sized>(
+        caller: &Caller,
+        spec: &ToolSpec,
+        client_key: &ClientKey,
+        args: &A,
+    ) -> Result<Self, Error> {
+        let tool = spec.name;
+        let scope = Scope::Subject;
+        let key = KeyMaterial::client(
+            Owner {
+                caller,
+                tool,
+                scope,
+            },
+            client_key,
+        )
+        .map_err(|e| refused(tool, e))?;
+        let fingerprint =
+            FingerprintMaterial::of(args, spec.ignore).map_err(|e| refused(tool, e))?;
+        Ok(Prepared {
+            key,
+            fingerprint: Some(fingerprint),
+            scope,
+            spec: *spec,
+            caller: caller.clone(),
+        })
+    }
+
     /// Like [`Prepared::business`], except that a call whose business key is missing is keyed by
     /// all its arguments ([`Prepared::call`]) instead of being refused.
     pub fn business_or_call<A: Serialize + ?Sized, B: Serialize + ?Sized>(

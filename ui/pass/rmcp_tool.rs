@@ -74,6 +74,18 @@ impl Payments {
         Ok(params.0.amount)
     }
 
+    /// The client's own key, with the request also read by the body.
+    #[idempotent(on_error = "retryable", client_key = "require", scope = "subject")]
+    #[tool]
+    async fn pay(
+        &self,
+        Parameters(args): Parameters<ChargeArgs>,
+        request: RequestContext<RoleServer>,
+    ) -> Result<u64, String> {
+        let _ = request.meta;
+        Ok(args.amount)
+    }
+
     #[tool(description = "Not wrapped, no hint")]
     async fn list(&self) -> String {
         String::new()
@@ -99,6 +111,7 @@ fn main() {
             ("charge_card".to_string(), Some(true)),
             ("hold".to_string(), Some(true)),
             ("list".to_string(), None),
+            ("pay".to_string(), Some(true)),
             ("refund_v1".to_string(), Some(true)),
         ]
     );

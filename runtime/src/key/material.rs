@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::hex::write_hex;
 use super::Scope;
-use super::{Caller, Key, KeyError, Secret};
+use super::{Caller, ClientKey, Key, KeyError, Secret};
 use crate::canonical::typed_canonical;
 
 const KEY_DOMAIN: &[u8] = b"idempotency/key/v2\0";
@@ -74,6 +74,17 @@ impl KeyMaterial {
         owner.caller.validate()?;
         let canonical = typed_canonical(value, &[])?;
         Ok(Self::encode(b"business", owner, &canonical))
+    }
+
+    /// Material of a call keyed by the client's own key: always within the caller's subject,
+    /// whatever `owner.scope` says, so a key never crosses callers.
+    pub fn client(owner: Owner<'_>, key: &ClientKey) -> Result<KeyMaterial, KeyError> {
+        owner.caller.validate()?;
+        let owner = Owner {
+            scope: Scope::Subject,
+            ..owner
+        };
+        Ok(Self::encode(b"client", owner, key.as_str()))
     }
 
     /// `kind`, whose record it is, and the canonical text.

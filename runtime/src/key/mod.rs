@@ -13,6 +13,7 @@
 //! (the length-prefixed encoding), and the [`Key`] and its [`Reference`].
 
 mod caller;
+mod client;
 mod hex;
 mod identity;
 mod material;
@@ -22,6 +23,7 @@ mod tests;
 
 pub use crate::canonical::CanonicalError;
 pub use caller::{Caller, KeyError, Scope};
+pub use client::{ClientKey, ClientKeyError};
 pub use identity::{Key, Reference, ReferenceParseError};
 pub use material::{Fingerprint, FingerprintMaterial, KeyMaterial, Owner};
 pub use secret::{Secret, SecretError, SecretFingerprint};

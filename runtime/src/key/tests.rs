@@ -106,6 +106,74 @@ fn call_and_business_keys_live_apart() {
     assert_ne!(bk, Key::for_call(&S, &c, "ship", "o-1").unwrap());
 }
 
+/// A client key is always the caller's own (tenant and subject, whatever the scope), one
+/// tool's, and never the key of a call or business key spelled like it.
+#[test]
+fn client_keys_never_cross_callers_tools_or_kinds() {
+    let k = ClientKey::new("6f1c2a7e-7d55-4c1e").unwrap();
+    let key = |caller: &Caller, tool, scope| {
+        KeyMaterial::client(
+            Owner {
+                caller,
+                tool,
+                scope,
+            },
+            &k,
+        )
+        .unwrap()
+        .key(&S)
+    };
+    let (alice, bob) = (Caller::new("acme", "alice"), Caller::new("acme", "bob"));
+    let foreign = Caller::new("globex", "alice");
+    let mine = key(&alice, "pay", Scope::Subject);
+    assert_eq!(mine, key(&alice, "pay", Scope::Tenant));
+    assert_ne!(mine, key(&bob, "pay", Scope::Tenant));
+    assert_ne!(mine, key(&foreign, "pay", Scope::Subject));
+    assert_ne!(mine, key(&alice, "refund", Scope::Subject));
+    let owner = Owner {
+        caller: &alice,
+        tool: "pay",
+        scope: Scope::Subject,
+    };
+    let business = KeyMaterial::business(owner, k.as_str()).unwrap().key(&S);
+    assert_ne!(mine, business);
+    assert!(KeyMaterial::client(
+        Owner {
+            caller: &Caller::new("", "alice"),
+            ..owner
+        },
+        &k
+    )
+    .is_err());
+}
+
+#[test]
+fn client_keys_are_bounded_printable_ascii() {
+    assert_eq!(
+        ClientKey::new("1234567"),
+        Err(ClientKeyError::Length { len: 7 })
+    );
+    assert!(ClientKey::new("12345678").is_ok());
+    assert!(ClientKey::new("k".repeat(255)).is_ok());
+    assert_eq!(
+        ClientKey::new("k".repeat(256)),
+        Err(ClientKeyError::Length { len: 256 })
+    );
+    assert_eq!(
+        ClientKey::new("clé-12345"),
+        Err(ClientKeyError::Character { at: 3 })
+    );
+    assert_eq!(
+        ClientKey::new("tab\there-1"),
+        Err(ClientKeyError::Character { at: 4 })
+    );
+    let e = ClientKeyError::Length { len: 300 }.to_string();
+    assert!(e.contains("300") && e.contains("8 to 255"), "{e}");
+    // The key is the client's: Debug never prints it.
+    let k = ClientKey::new("secret-request-1").unwrap();
+    assert!(!format!("{k:?}").contains("secret"));
+}
+
 #[test]
 fn hmac_matches_rfc_4231() {
     // RFC 4231 test case 2.

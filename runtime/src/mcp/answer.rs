@@ -107,7 +107,9 @@ pub(crate) fn status_of(e: &Error) -> &'static str {
         | Error::NotReleased { .. }
         | Error::RolledBack { .. } => "not_done",
         Error::Replay { .. } => "replay_failed",
-        Error::Arguments { .. } | Error::InvalidCaller { .. } => "invalid",
+        Error::Arguments { .. } | Error::ClientKey { .. } | Error::InvalidCaller { .. } => {
+            "invalid"
+        }
     }
 }
 

@@ -28,10 +28,16 @@
 //! let tool_router = Payments::tool_router() + idempotency::mcp::status_router::<Payments>();
 //! ```
 //!
+//! With `#[idempotent(client_key = "accept" | "require")]`, a key the client software sends in
+//! the request's `_meta` ([`META_KEY`]) or the [`HEADER`] HTTP header keys the call; a conflict
+//! or a repeat in progress is a JSON-RPC error whose `data.type` is [`KEY_CONFLICT`] or
+//! [`KEY_IN_PROGRESS`], as the closed proposal SEP-3182 proposed.
+//!
 //! See `examples/` for complete servers.
 
 pub(crate) mod answer;
 pub(crate) mod arguments;
+pub(crate) mod client_key;
 mod identity;
 pub(crate) mod interim;
 pub(crate) mod progress;
@@ -41,6 +47,10 @@ pub(crate) mod task_impl;
 
 pub(crate) use answer::answer_verbatim;
 pub use answer::{META_REF, META_REPLAYED, META_STATUS, STATUSES};
+pub use client_key::{
+    HEADER, IN_PROGRESS_CODE, KEY_CONFLICT, KEY_INVALID, KEY_IN_PROGRESS, KEY_MISSING, META_KEY,
+    TOOL_META_CLIENT_KEY,
+};
 pub use identity::Identity;
 
 /// Wrapped tools as MCP tasks (the tasks extension, SEP-2663), durable in the idempotency store.
