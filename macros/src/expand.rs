@@ -415,6 +415,8 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
                 #p::Result::Ok(#pv) => #pv,
                 #p::Result::Err(#e) => return #p::mcp::refuse_into(#e),
             };
+            // The client's trace context and the session, for the call's span.
+            let #prepared = #p::mcp::with_origin(#prepared, &#request);
             #wants_task
             let #progress = #p::mcp::progress_of(&#request);
         };

@@ -27,6 +27,7 @@ pub mod mcp {
     pub use crate::mcp::arguments::{check_arguments, closed_input_schema, RawArguments};
     pub use crate::mcp::client_key::{client_key, client_key_meta, keyed, ClientKeys, KeyedAnswer};
     pub use crate::mcp::interim::{answer_response, split_response, Interim};
+    pub use crate::mcp::origin::with_origin;
     pub use crate::mcp::progress::{progress_of, reporting};
     pub use crate::mcp::task_impl::{
         call as task_call, render as task_render, render_verbatim as task_render_verbatim,

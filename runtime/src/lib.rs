@@ -87,6 +87,7 @@ mod layering;
 #[cfg_attr(docsrs, doc(cfg(feature = "rmcp")))]
 pub mod mcp;
 pub mod metrics;
+mod origin;
 pub mod outbox;
 pub mod outcome;
 mod periodic;

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use crate::error::Error;
 use crate::key::{Caller, ClientKey, FingerprintMaterial, KeyError, KeyMaterial, Owner, Scope};
+pub use crate::origin::Origin;
 
 /// What the engine needs to know of a tool: its name, window and timeout. `#[idempotent]` makes
 /// one for every tool it wraps (`charge_card::TOOL` for a free function, `Self::CHARGE_CARD_TOOL`
@@ -172,6 +173,8 @@ pub struct Prepared {
     pub spec: ToolSpec,
     /// Who called it.
     pub caller: Caller,
+    /// Where the call came from, for its span (set by the MCP integration).
+    pub origin: Origin,
 }
 
 /// A call's business key: the field (or path) the attribute names, and its value.
@@ -217,6 +220,7 @@ impl Prepared {
             scope,
             spec: *spec,
             caller: caller.clone(),
+            origin: Origin::default(),
         })
     }
 
@@ -269,6 +273,7 @@ impl Prepared {
             scope,
             spec: *spec,
             caller: caller.clone(),
+            origin: Origin::default(),
         })
     }
 }
@@ -315,6 +320,7 @@ impl Prepared {
             scope,
             spec: *spec,
             caller: caller.clone(),
+            origin: Origin::default(),
         })
     }
 

@@ -231,12 +231,14 @@ impl Idempotency {
             gen_ai.operation.name = "execute_tool",
             gen_ai.tool.name = spec.name,
             mcp.method.name = "tools/call",
+            mcp.session.id = tracing::field::Empty,
             error.type = tracing::field::Empty,
             "idempotency.ref" = tracing::field::Empty,
             idempotency.outcome = tracing::field::Empty,
             idempotency.replayed = tracing::field::Empty,
             idempotency.waited_ms = tracing::field::Empty,
         );
+        crate::origin::adopt(&span, &prepared.origin);
         let recorded = span.clone();
         // The key under the current secret, derived once for the cache and the claim.
         let key = prepared.key.key(&self.secret);

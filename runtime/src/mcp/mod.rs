@@ -40,6 +40,7 @@ pub(crate) mod arguments;
 pub(crate) mod client_key;
 mod identity;
 pub(crate) mod interim;
+pub(crate) mod origin;
 pub(crate) mod progress;
 mod session;
 mod status;

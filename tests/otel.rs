@@ -1,0 +1,170 @@
+//! A client's trace context parents the call's span (feature `opentelemetry`): an rmcp client
+//! sends `_meta.traceparent` and `tracestate` with a `tools/call`, and the span the wrapper
+//! exports through `tracing-opentelemetry` (to the OpenTelemetry SDK's in-memory exporter) is
+//! in the client's trace, a child of the client's span. Without a `traceparent`, or with a
+//! malformed one, the span is in a trace of the server's own. A session id given with the call is its
+//! `mcp.session.id`.
+
+use std::time::Duration;
+
+use idempotency::mcp::Identity;
+use idempotency::outcome::{ErrorPolicy, Outcome};
+use idempotency::store::MemoryStore;
+use idempotency::tool::{Prepared, ToolSpec};
+use idempotency::{idempotent, idempotent_tools, Caller, Error, Idempotency, IdempotencyContext};
+use idempotency_tests::charge::ChargeError;
+use opentelemetry::trace::{SpanId, TraceId, TracerProvider as _};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolRequestParams, RequestMetaObject, ServerCapabilities, ServerConfig};
+use rmcp::service::RequestContext;
+use rmcp::{schemars, tool, tool_handler, tool_router, RoleServer, ServerHandler, ServiceExt};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tracing_subscriber::layer::SubscriberExt;
+
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT: &str = "00f067aa0ba902b7";
+
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+struct NoteArgs {
+    text: String,
+}
+
+#[derive(Clone)]
+struct Notes {
+    engine: Idempotency,
+    identity: Identity,
+    tool_router: ToolRouter<Self>,
+}
+
+impl IdempotencyContext<RequestContext<RoleServer>> for Notes {
+    fn idempotency(&self) -> &Idempotency {
+        &self.engine
+    }
+    fn caller(&self, request: &RequestContext<RoleServer>) -> Result<Caller, Error> {
+        self.identity.resolve(request)
+    }
+}
+
+#[idempotent_tools]
+#[tool_router]
+impl Notes {
+    #[idempotent(window = "15m")]
+    #[tool(description = "Keep a note")]
+    async fn keep_note(
+        &self,
+        Parameters(args): Parameters<NoteArgs>,
+    ) -> Result<String, ChargeError> {
+        Ok(format!("kept {}", args.text.len()))
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Notes {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+}
+
+/// Spans exported by the SDK while `f` runs, under a subscriber with tracing-opentelemetry's
+/// layer (for this thread: the tests run on current-thread runtimes).
+async fn exported<F: std::future::Future<Output = ()>>(f: F) -> Vec<SpanData> {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("otel-test"));
+    let subscriber = tracing_subscriber::registry().with(layer);
+    {
+        let _guard = tracing::subscriber::set_default(subscriber);
+        f.await;
+    }
+    let _ = provider.force_flush();
+    exporter.get_finished_spans().expect("exported spans")
+}
+
+fn calls(spans: &[SpanData]) -> Vec<&SpanData> {
+    spans
+        .iter()
+        .filter(|s| s.name == "tools/call keep_note" || s.name == "tools/call charge_card")
+        .collect()
+}
+
+#[tokio::test]
+async fn a_clients_traceparent_parents_the_call_span() {
+    let server = Notes {
+        engine: Idempotency::new(MemoryStore::new()),
+        identity: Identity::stdio(Caller::new("acme", "alice")),
+        tool_router: Notes::tool_router(),
+    };
+    let spans = exported(async {
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(async move {
+            if let Ok(s) = server.serve(server_io).await {
+                let _ = s.waiting().await;
+            }
+        });
+        let client = ().serve(client_io).await.expect("client connects");
+        for (text, traceparent) in [
+            ("with", Some(format!("00-{TRACE}-{PARENT}-01"))),
+            ("without", None),
+            ("malformed", Some(format!("00-{TRACE}-{PARENT}"))),
+        ] {
+            let mut params = CallToolRequestParams::new("keep_note").with_arguments(
+                json!({ "text": text })
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+            if let Some(tp) = traceparent {
+                let mut meta = RequestMetaObject::default();
+                meta.insert("traceparent".into(), json!(tp));
+                meta.insert("tracestate".into(), json!("vendor=1"));
+                params.meta = Some(meta);
+            }
+            let r = client.call_tool(params).await.expect("tools/call");
+            assert_eq!(r.is_error, Some(false), "{r:?}");
+        }
+        client.cancel().await.ok();
+    })
+    .await;
+    let calls = calls(&spans);
+    assert_eq!(calls.len(), 3, "{spans:#?}");
+    let trace = TraceId::from_hex(TRACE).expect("hex");
+    let parent = SpanId::from_hex(PARENT).expect("hex");
+    let with = calls[0];
+    assert_eq!(with.span_context.trace_id(), trace);
+    assert_eq!(with.parent_span_id, parent);
+    assert!(with.parent_span_is_remote);
+    assert_eq!(with.span_context.trace_state().get("vendor"), Some("1"));
+    for other in &calls[1..] {
+        // In a trace of the server's own (under rmcp's request span, if any), never the client's.
+        assert_ne!(other.span_context.trace_id(), trace, "{other:#?}");
+        assert!(!other.parent_span_is_remote, "{other:#?}");
+    }
+}
+
+#[tokio::test]
+async fn a_session_is_the_spans_mcp_session_id() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let spans = exported(async {
+        let spec = ToolSpec::new("charge_card", Duration::from_secs(900));
+        let mut prepared = Prepared::call(&Caller::new("acme", "alice"), &spec, &1u8).expect("key");
+        prepared.origin.session = Some("session-7".into());
+        let out: Outcome<u8, ChargeError> = engine
+            .execute(prepared, ErrorPolicy::classified(), async { Ok(1) })
+            .await;
+        assert!(out.result.is_ok());
+    })
+    .await;
+    let calls = calls(&spans);
+    assert_eq!(calls.len(), 1, "{spans:#?}");
+    let session = calls[0]
+        .attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == "mcp.session.id")
+        .map(|kv| kv.value.to_string());
+    assert_eq!(session.as_deref(), Some("session-7"));
+}
