@@ -80,6 +80,10 @@ struct Bench {
     fence: redis::Script,
     /// A replica is attached: the store waits for it, and so does the floor.
     waits: bool,
+    /// The floor's connections for writes that wait, as many as the store's (a `WAIT` holds
+    /// its connection until the replica answers, so the store spreads them over 8).
+    waiting: Vec<redis::aio::MultiplexedConnection>,
+    next_waiting: AtomicU64,
 }
 
 impl Bench {
@@ -153,15 +157,19 @@ impl Bench {
     /// token. Redis 7 has no conditional `SET` (`IFEQ` came with Redis 8.4 and Valkey 8.1), so a
     /// fence is a script; this one is `GET`, compare, `SET`, nothing else (no server clock, no
     /// index, no expiry, no outbox). With a replica attached (`waits`), each of the two writes
-    /// is followed by `WAIT 1 250` on its connection, as the contract then requires of any
-    /// store (a claim a failover can lose lets a repeat run the body twice); `nowait` leaves
+    /// is followed by `WAIT 1 250` on its connection (one of 8, in turn, as the store's), as the
+    /// contract then requires of any store (a claim a failover can lose lets a repeat run the body twice); `nowait` leaves
     /// that out, for the line that shows what the wait costs.
     async fn floor_fresh(&self, nowait: bool) {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let key = format!("{}:floor:{n}", self.namespace);
         let token = n.to_be_bytes();
-        let mut conn = self.conn.clone();
         let waits = self.waits && !nowait;
+        let n_waiting = self.next_waiting.fetch_add(1, Ordering::Relaxed) as usize;
+        let mut conn = match self.waiting.get(n_waiting % self.waiting.len().max(1)) {
+            Some(c) if waits => Conn::Waiting(c.clone()),
+            _ => Conn::Shared(self.conn.clone()),
+        };
         let mut claim = redis::pipe();
         claim.cmd("SET").arg(&key).arg(&token[..]).arg("NX");
         if waits {
@@ -185,6 +193,41 @@ impl Bench {
             .await
             .expect("floor complete");
         assert!(done.is_some(), "fence refused its own token");
+    }
+}
+
+/// The connection a floor call uses.
+enum Conn {
+    Shared(RedisConnection),
+    Waiting(redis::aio::MultiplexedConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Shared(c) => c.req_packed_command(cmd),
+            Conn::Waiting(c) => c.req_packed_command(cmd),
+        }
+    }
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Shared(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Waiting(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Shared(c) => c.get_db(),
+            Conn::Waiting(c) => c.get_db(),
+        }
     }
 }
 
@@ -579,7 +622,30 @@ async fn measure(url: &str, (label, waits): (&str, bool), samples: usize, secs: 
         next: AtomicU64::new(0),
         fence: redis::Script::new(FENCE),
         waits,
+        waiting: if waits {
+            let client = redis::Client::open(url).expect("the server's URL");
+            let mut conns = Vec::new();
+            for _ in 0..8 {
+                conns.push(
+                    client
+                        .get_multiplexed_async_connection()
+                        .await
+                        .expect("a connection"),
+                );
+            }
+            conns
+        } else {
+            Vec::new()
+        },
+        next_waiting: AtomicU64::new(0),
     });
+    // The floor sends its fence by hash in a pipeline (beside WAIT): load it first.
+    let _: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(FENCE)
+        .query_async(&mut conn.clone())
+        .await
+        .expect("SCRIPT LOAD");
     eprintln!("load average at start: {}", load());
     let before = server_stats(&conn).await;
     let lat = latencies(&b, samples).await;
