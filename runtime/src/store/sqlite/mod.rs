@@ -5,8 +5,8 @@
 //! primary key is the reference (the key's first 8 bytes as a 64-bit integer, here the rowid
 //! itself) with the key's other 24 bytes beside it, so a claim whose reference is held by a
 //! different key is refused with [`StoreError::ReferenceTaken`] and a status lookup is a
-//! primary-key probe. Two partial indexes serve the background work (purge and the reconciler),
-//! as on PostgreSQL.
+//! primary-key probe. One index on two columns a completion keeps (`window_ms`, `claimed_at`)
+//! serves the background work (purge and the reconciler), as on PostgreSQL.
 
 use std::path::Path;
 use std::time::Duration;
@@ -168,7 +168,8 @@ impl SqliteStore {
     }
 
     /// For the plan tests: the background statements as this store runs them, purge then
-    /// unsettled (`EXPLAIN QUERY PLAN` shows which index each uses).
+    /// the reconciler's round (several statements, separated by `;`) (`EXPLAIN QUERY PLAN`
+    /// shows which index each uses).
     #[cfg(feature = "test-util")]
     #[doc(hidden)]
     pub fn background_statements() -> [&'static str; 2] {
@@ -364,8 +365,8 @@ impl RecordStore for SqliteStore {
             (&[RecordState::InFlight], "the release"),
             move || {
                 fenced_query(
-                    "UPDATE idempotency_records SET state = 3, completed_at = $4, ends_at = $4 \
-                     WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
+                    "UPDATE idempotency_records SET state = 3, completed_at = $4, ends_at = $4, \
+                     window_ms = 0 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
                     &key,
                     token,
                 )
@@ -476,14 +477,16 @@ impl RecordStore for SqliteStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let (code, body, completed) = sql::settlement_columns(settlement, at);
         let allowed = &[RecordState::InFlight, RecordState::Unknown];
-        // Unknown keeps its lease end in `ends_at`; released stops answering at once; completed
-        // answers for the record's own window from the settlement.
+        // Unknown keeps its lease end in `ends_at`; released stops answering at once (its window
+        // is 0, as a release's); completed answers for the record's own window from the
+        // settlement.
         Box::pin(
             self.fenced(key, token, (allowed, "the settlement"), move || {
                 fenced_query(
                     "UPDATE idempotency_records SET token = token + 1, state = $4, response = $5, \
                  completed_at = $6, \
-                 ends_at = CASE $4 WHEN 2 THEN ends_at WHEN 3 THEN $6 ELSE $6 + window_ms END \
+                 ends_at = CASE $4 WHEN 2 THEN ends_at WHEN 3 THEN $6 ELSE $6 + window_ms END, \
+                 window_ms = CASE $4 WHEN 3 THEN 0 ELSE window_ms END \
                  WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2)",
                     &key,
                     token,

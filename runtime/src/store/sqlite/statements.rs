@@ -46,3 +46,17 @@ WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0 RETURNING generati
 
 pub(super) const ROW_NOW: &str =
     "SELECT generation, token, state, key_rest FROM idempotency_records WHERE ref = $1";
+
+/// The runs of `idempotency_records_window`: each window length in the file, found by one
+/// index probe per length (a recursive query; SQLite's own skip-scan needs `ANALYZE` figures).
+/// The tail of a statement that starts `WITH RECURSIVE`; its rows' `s` is NULL past the last.
+macro_rules! windows {
+    () => {
+        "w(s) AS ( \
+             SELECT (SELECT min(window_ms) FROM idempotency_records) \
+           UNION ALL \
+             SELECT (SELECT min(window_ms) FROM idempotency_records WHERE window_ms > w.s) \
+             FROM w WHERE w.s IS NOT NULL)"
+    };
+}
+pub(super) use windows;
