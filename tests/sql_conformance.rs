@@ -818,11 +818,11 @@ async fn sqlite_background_work_reads_its_indexes() {
     pool.close().await;
 }
 
-/// SQLite's reconciler reads the claims made since a mark that trails its round's clock by a
-/// minute: a claim whose time is before a round's but which commits after it (it waited for a
-/// connection or for the write lock) is read by the next round, and listed by every later round,
-/// from the watch, until it settles; after a round whose clock is behind the mark (the clock
-/// stepped back), the claims made since the step are read too.
+/// SQLite's reconciler reads the claims made since a mark that trails its round's clock by the
+/// busy timeout and 5 s (10 s here): a claim whose time is before a round's but which commits
+/// after it (it waited for the write lock) is read by the next round, and listed by every later
+/// round, from the watch, until it settles; after a round whose clock is behind the mark (the
+/// clock stepped back), the claims made since the step are read too.
 #[tokio::test]
 async fn sqlite_reconciler_reads_late_commits_and_survives_a_step_back() {
     let file = SqliteFile::new("mark");
@@ -835,9 +835,9 @@ async fn sqlite_reconciler_reads_late_commits_and_survives_a_step_back() {
         }
     };
     assert!(listed(10 * M).await.is_empty());
-    // Claimed 30 s before that round's clock, committed after it.
+    // Claimed 5 s before that round's clock, committed after it.
     let late = key("late");
-    let token = match store.claim(&req(late, None, 10 * M - 30 * S)).await {
+    let token = match store.claim(&req(late, None, 10 * M - 5 * S)).await {
         Ok(Claim::New { token, .. }) => token,
         other => panic!("{other:?}"),
     };
@@ -875,4 +875,48 @@ async fn sqlite_reconciler_reads_late_commits_and_survives_a_step_back() {
     }
     assert_eq!(found, vec![after_step], "the claim made after the step");
     store.pool().close().await;
+}
+
+/// A SQLite claim that waited more than a second for a connection of the pool watches itself:
+/// its time may be older than the reconciler's mark by the time it commits (here by 20
+/// minutes), and it is still listed once its lease ends.
+#[tokio::test]
+async fn sqlite_a_claim_that_waited_for_a_connection_is_reconciled() {
+    let file = SqliteFile::new("slowclaim");
+    let store = SqliteStore::open(&file.0).await.expect("open");
+    let pool = store.pool().clone();
+    assert!(store
+        .unsettled(at(20 * M), 10)
+        .await
+        .expect("unsettled")
+        .is_empty());
+    // Every connection of the pool (4) held: the claim waits for one.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(pool.acquire().await.expect("a connection"));
+    }
+    let slow = key("slow");
+    let claiming = tokio::spawn({
+        let store = store.clone();
+        async move { store.claim(&req(slow, None, 0)).await }
+    });
+    // The wait under test, in real time (the store measures it so): not a synchronisation.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert!(!claiming.is_finished(), "the claim waited for a connection");
+    drop(held);
+    let claimed = claiming.await.expect("join").expect("claim");
+    assert!(matches!(claimed, Claim::New { .. }), "{claimed:?}");
+    let listed: Vec<Key> = store
+        .unsettled(at(21 * M), 10)
+        .await
+        .expect("unsettled")
+        .into_iter()
+        .map(|u| u.key)
+        .collect();
+    assert_eq!(
+        listed,
+        vec![slow],
+        "claimed before the mark, listed from the watch"
+    );
+    pool.close().await;
 }

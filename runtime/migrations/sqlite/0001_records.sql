@@ -54,7 +54,9 @@ CREATE TABLE idempotency_records (
 -- * the reconciler reads each run from a mark (`idempotency_reconciler`), so a round reads what
 --   was claimed since the last one, and remembers the claims it found in flight or unknown in
 --   `idempotency_watch` until they settle; a round reads that table (the running and stuck
---   calls) and the records it names by primary key.
+--   calls) and the records it names by primary key. The mark trails the round's clock by the
+--   busy timeout and 5 s (a claim takes its time before it waits for the write lock); a claim
+--   that waited more than a second for a connection adds itself to the watch before it commits.
 --
 -- Two partial indexes served the same reads until this change (`idempotency_records_settled`
 -- on `ends_at` of settled records, `idempotency_records_open` on `claimed_at` of unsettled

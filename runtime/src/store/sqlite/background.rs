@@ -25,27 +25,22 @@ pub(super) const PURGE: &str = concat!(
           LIMIT $2)"
 );
 
-/// How far the reconciler's mark trails a round's clock: a claim takes its time before it waits
-/// for a connection of the pool (sqlx's default acquire timeout, 30 s) and for the file's write
-/// lock (the busy timeout, 5 s), so it may commit after a round that started later than its
-/// claim time; the next round still reads it. (A round holds the write lock, so no claim is
-/// half-written while it reads.) In milliseconds.
-macro_rules! mark_lag_ms {
-    () => {
-        "60000"
-    };
-}
-
 /// A reconciler round, in one `BEGIN IMMEDIATE` transaction: the claims to reconcile at `$1`
 /// (unknown, or in flight with the lease ended), at most `$2`, oldest claim first, ties in the
 /// keys' byte order as the memory store (`ref` compared unsigned). It reads the claims made
 /// since the last round's mark from `idempotency_records_window` (one range per window length)
 /// and adds the ones in flight or unknown to `idempotency_watch`, drops from it the ones that
-/// settled (or were purged), moves the mark to `mark_lag_ms!` before `$1`, and answers from
-/// the watched records, by primary key. So a round costs what was claimed since the last one
-/// plus what is running or stuck, not the file. A round whose clock is behind the mark (the
-/// clock stepped back by more than the lag) sets it an hour back instead, so the next round
-/// reads the claims made since the step (a mark too early only costs a round that reads more).
+/// settled (or were purged), moves the mark to `$3` ms before `$1`, and answers from the
+/// watched records, by primary key. So a round costs what was claimed since the last one plus
+/// what is running or stuck, not the file.
+///
+/// The mark trails the round's clock (`$3`: the busy timeout and 5 s) because a claim takes its
+/// time before it waits for the write lock, so it may commit after a round that started later
+/// than its claim time; the round holds the write lock, so no claim is half-written while it
+/// reads, and a claim that waited long for a connection watches itself (`CLAIM_WATCHED`). A
+/// round whose clock is behind the mark (the clock stepped back by more than the lag) sets it
+/// an hour back instead, so the next round reads the claims made since the step (a mark too
+/// early only costs a round that reads more).
 pub(super) const UNSETTLED: &str = concat!(
     "WITH RECURSIVE ",
     windows!(),
@@ -56,9 +51,7 @@ pub(super) const UNSETTLED: &str = concat!(
      DELETE FROM idempotency_watch WHERE NOT EXISTS (SELECT 1 FROM idempotency_records r \
          WHERE r.ref = idempotency_watch.ref AND r.state IN (0, 2)); \
      UPDATE idempotency_reconciler SET mark = CASE WHEN $1 < mark THEN $1 - 3600000 \
-         ELSE max(mark, $1 - ",
-    mark_lag_ms!(),
-    ") END; \
+         ELSE max(mark, $1 - $3) END; \
      SELECT r.ref, r.key_rest, r.generation, r.tenant, r.subject, r.tool, r.state, r.token, \
          r.claimed_at, r.window_ms \
      FROM idempotency_watch x CROSS JOIN idempotency_records r \
@@ -101,6 +94,7 @@ impl Maintenance for SqliteStore {
             let rows: Vec<sql::UnsettledRow> = sqlx::query_as(UNSETTLED)
                 .bind(now.as_millis())
                 .bind(i64::from(limit))
+                .bind(self.mark_lag_ms)
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(db_error)?;

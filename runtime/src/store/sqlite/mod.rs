@@ -35,13 +35,19 @@ mod secret;
 mod statements;
 mod transaction;
 
-use statements::{CLAIM, COMPLETE, COMPLETE_RETURNING, ROW_NOW};
+use statements::{CLAIM, CLAIM_WATCHED, COMPLETE, COMPLETE_RETURNING, ROW_NOW};
 
 const MIGRATIONS: &[Migration] = &[Migration {
     version: 1,
     description: "records and outbox",
     sql: include_str!("../../../migrations/sqlite/0001_records.sql"),
 }];
+
+/// A claim that waited this long for its connection watches itself ([`CLAIM_WATCHED`]): the
+/// reconciler's mark trails a round's clock by the busy timeout and 5 s, which covers a claim's
+/// wait for the write lock (at most the busy timeout) and this one, not a longer wait for a
+/// connection of the pool.
+const WATCH_AFTER: Duration = Duration::from_secs(1);
 
 /// The pool size [`SqliteStore::open`] uses: readers run side by side in WAL mode; writers
 /// take turns on the file's lock.
@@ -74,6 +80,9 @@ pub struct SqliteStore {
     pool: SqlitePool,
     /// The keys this store (and its clones) runs a transactional call for now.
     busy: std::sync::Arc<transaction::Busy>,
+    /// How far the reconciler's mark trails a round's clock, in ms: the connections' busy
+    /// timeout and 5 s (see [`WATCH_AFTER`]).
+    mark_lag_ms: i64,
 }
 
 impl SqliteStore {
@@ -157,6 +166,7 @@ impl SqliteStore {
         let store = SqliteStore {
             pool,
             busy: Default::default(),
+            mark_lag_ms: busy.max(0).saturating_add(5_000),
         };
         store.migrate().await?;
         Ok(store)
@@ -285,8 +295,17 @@ impl RecordStore for SqliteStore {
                 .fingerprint
                 .as_ref()
                 .map_or(&[][..], |f| &f.as_bytes()[..]);
+            let started = std::time::Instant::now();
             for _ in 0..CLAIM_ATTEMPTS {
-                let row = sqlx::query(CLAIM)
+                let mut conn = self.pool.acquire().await.map_err(db_error)?;
+                // Its time may be behind the reconciler's mark by now: watched, it is listed
+                // once its lease ends whatever the mark.
+                let sql = if started.elapsed() >= WATCH_AFTER {
+                    CLAIM_WATCHED
+                } else {
+                    CLAIM
+                };
+                let row = sqlx::query(sql)
                     .bind(ref_of(&req.key))
                     .bind(rest_of(&req.key))
                     .bind(req.tenant)
@@ -297,7 +316,7 @@ impl RecordStore for SqliteStore {
                     .bind(req.token.0)
                     .bind(req.subject.unwrap_or(""))
                     .bind(window_ms(req.window))
-                    .fetch_optional(&self.pool)
+                    .fetch_optional(&mut *conn)
                     .await
                     .map_err(db_error)?;
                 // Neither statement answered: the row went between them (a purge). Again.
