@@ -54,7 +54,8 @@ CREATE TABLE idempotency_records (
 -- * the reconciler reads each run from a mark (`idempotency_reconciler`), so a round reads what
 --   was claimed since the last one, and remembers the claims it found in flight or unknown in
 --   `idempotency_watch` until they settle; a round reads that table (the running and stuck
---   calls) and the records it names by primary key. The mark trails the round's clock by the
+--   calls) and the records it names by primary key; it reads the new claims before it takes
+--   the write lock, and writes the watch and the mark. The mark trails the round's clock by the
 --   busy timeout and 5 s (a claim takes its time before it waits for the write lock); a claim
 --   that waited more than a second for a connection adds itself to the watch before it commits.
 --

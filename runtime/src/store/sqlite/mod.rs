@@ -177,13 +177,13 @@ impl SqliteStore {
         &self.pool
     }
 
-    /// For the plan tests: the background statements as this store runs them, purge then
-    /// the reconciler's round (several statements, separated by `;`) (`EXPLAIN QUERY PLAN`
-    /// shows which index each uses).
+    /// For the plan tests: the background statements as this store runs them, purge, the
+    /// reconciler round's read, and its write (several statements, separated by `;`)
+    /// (`EXPLAIN QUERY PLAN` shows which index each uses).
     #[cfg(feature = "test-util")]
     #[doc(hidden)]
-    pub fn background_statements() -> [&'static str; 2] {
-        [background::PURGE, background::UNSETTLED]
+    pub fn background_statements() -> [&'static str; 3] {
+        [background::PURGE, background::FRESH, background::UNSETTLED]
     }
 
     /// Applies the migrations this build embeds that the file lacks, in one `BEGIN IMMEDIATE`
