@@ -742,8 +742,9 @@ async fn postgres_reconciler_reads_a_claim_committed_during_a_round() {
     schema.drop_schema().await;
 }
 
-/// SQLite: purge and the reconciler's query search their partial indexes (`EXPLAIN QUERY
-/// PLAN`), on an empty file and on a full analysed one.
+/// SQLite: purge and the reconciler round's read search the window index (`EXPLAIN QUERY
+/// PLAN`), on an empty file and on a full analysed one; no statement of theirs or of the round's
+/// write scans the records.
 #[tokio::test]
 async fn sqlite_background_work_reads_its_indexes() {
     let file = SqliteFile::new("bgplans");
@@ -752,32 +753,41 @@ async fn sqlite_background_work_reads_its_indexes() {
     let check = |label: &'static str| {
         let pool = pool.clone();
         async move {
-            let [purge, unsettled] = SqliteStore::background_statements();
-            for (sql, index, args) in [
-                (
-                    purge,
-                    "idempotency_records_settled",
-                    (T0 - 48 * 60 * M, 1000i64),
-                ),
-                (unsettled, "idempotency_records_open", (T0, 100)),
+            let [purge, fresh, unsettled] = SqliteStore::background_statements();
+            let mut searched = Vec::new();
+            for (sql, args) in [
+                (purge, (T0 - 48 * 60 * M, 1000i64)),
+                (fresh, (T0, 100)),
+                (unsettled, (T0, 100)),
             ] {
-                let explain = format!("EXPLAIN QUERY PLAN {sql}");
-                let rows = sqlx::query(sqlx::AssertSqlSafe(explain))
-                    .bind(args.0)
-                    .bind(args.1)
-                    .fetch_all(&pool)
-                    .await
-                    .expect("explain");
-                let plan: Vec<String> = rows.iter().map(|r| r.get::<String, _>(3)).collect();
-                let plan = plan.join("\n");
-                assert!(
-                    !plan
-                        .lines()
-                        .any(|l| l.starts_with("SCAN idempotency_records") && !l.contains("USING")),
-                    "{label}: {sql}\n{plan}"
-                );
-                assert!(plan.contains(index), "{label}: {sql}\n{plan}");
+                let mut plans = Vec::new();
+                // The round is several statements: each is explained on its own.
+                for statement in sql.split(';') {
+                    let explain = format!("EXPLAIN QUERY PLAN {statement}");
+                    let rows = sqlx::query(sqlx::AssertSqlSafe(explain))
+                        .bind(args.0)
+                        .bind(args.1)
+                        .fetch_all(&pool)
+                        .await
+                        .expect("explain");
+                    let plan: Vec<String> = rows.iter().map(|r| r.get::<String, _>(3)).collect();
+                    plans.push(plan.join("\n"));
+                }
+                let plan = plans.join("\n--\n");
+                // The records table is `r` where the statements name it so.
+                let scans_records = |l: &str| {
+                    ["SCAN idempotency_records", "SCAN r"]
+                        .iter()
+                        .any(|s| l == *s || l.starts_with(&format!("{s} ")))
+                        && !l.contains("USING")
+                };
+                assert!(!plan.lines().any(scans_records), "{label}: {sql}\n{plan}");
+                searched
+                    .push(plan.contains("idempotency_records_window (window_ms=? AND claimed_at"));
             }
+            // Purge and the round's read search the window index; the round's write reads
+            // the watch and the records by primary key.
+            assert_eq!(searched, [true, true, false], "{label}");
         }
     };
     check("empty").await;
@@ -811,6 +821,109 @@ async fn sqlite_background_work_reads_its_indexes() {
             .await
             .expect("purge"),
         200
+    );
+    pool.close().await;
+}
+
+/// SQLite's reconciler reads the claims made since a mark that trails its round's clock by the
+/// busy timeout and 5 s (10 s here): a claim whose time is before a round's but which commits
+/// after it (it waited for the write lock) is read by the next round, and listed by every later
+/// round, from the watch, until it settles; after a round whose clock is behind the mark (the
+/// clock stepped back), the claims made since the step are read too.
+#[tokio::test]
+async fn sqlite_reconciler_reads_late_commits_and_survives_a_step_back() {
+    let file = SqliteFile::new("mark");
+    let store = SqliteStore::open(&file.0).await.expect("open");
+    let listed = |now: i64| {
+        let store = store.clone();
+        async move {
+            let found = store.unsettled(at(now), 10).await.expect("unsettled");
+            found.iter().map(|u| u.key).collect::<Vec<_>>()
+        }
+    };
+    assert!(listed(10 * M).await.is_empty());
+    // Claimed 5 s before that round's clock, committed after it.
+    let late = key("late");
+    let token = match store.claim(&req(late, None, 10 * M - 5 * S)).await {
+        Ok(Claim::New { token, .. }) => token,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(listed(11 * M).await, vec![late], "read since the mark");
+    // Rounds whose marks are past its claim time still list it: it is watched.
+    assert_eq!(listed(60 * M).await, vec![late], "listed from the watch");
+    store
+        .complete(&Completion {
+            key: late,
+            token,
+            response: &answer("ok"),
+            now: at(61 * M),
+            outbox: &[],
+        })
+        .await
+        .expect("complete");
+    assert!(listed(62 * M).await.is_empty(), "settled: no longer listed");
+    let watched: i64 = sqlx::query_scalar("SELECT count(*) FROM idempotency_watch")
+        .fetch_one(store.pool())
+        .await
+        .expect("watch");
+    assert_eq!(watched, 0, "the settled claim left the watch");
+    // The clock steps back an hour: a claim then, with its lease ended at the next round.
+    let after_step = key("after the step");
+    store
+        .claim(&req(after_step, None, 2 * M))
+        .await
+        .expect("claim");
+    let mut found = Vec::new();
+    for _ in 0..2 {
+        let round = listed(3 * M).await;
+        if !round.is_empty() {
+            found = round;
+        }
+    }
+    assert_eq!(found, vec![after_step], "the claim made after the step");
+    store.pool().close().await;
+}
+
+/// A SQLite claim that waited more than a second for a connection of the pool watches itself:
+/// its time may be older than the reconciler's mark by the time it commits (here by 20
+/// minutes), and it is still listed once its lease ends.
+#[tokio::test]
+async fn sqlite_a_claim_that_waited_for_a_connection_is_reconciled() {
+    let file = SqliteFile::new("slowclaim");
+    let store = SqliteStore::open(&file.0).await.expect("open");
+    let pool = store.pool().clone();
+    assert!(store
+        .unsettled(at(20 * M), 10)
+        .await
+        .expect("unsettled")
+        .is_empty());
+    // Every connection of the pool (4) held: the claim waits for one.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(pool.acquire().await.expect("a connection"));
+    }
+    let slow = key("slow");
+    let claiming = tokio::spawn({
+        let store = store.clone();
+        async move { store.claim(&req(slow, None, 0)).await }
+    });
+    // The wait under test, in real time (the store measures it so): not a synchronisation.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert!(!claiming.is_finished(), "the claim waited for a connection");
+    drop(held);
+    let claimed = claiming.await.expect("join").expect("claim");
+    assert!(matches!(claimed, Claim::New { .. }), "{claimed:?}");
+    let listed: Vec<Key> = store
+        .unsettled(at(21 * M), 10)
+        .await
+        .expect("unsettled")
+        .into_iter()
+        .map(|u| u.key)
+        .collect();
+    assert_eq!(
+        listed,
+        vec![slow],
+        "claimed before the mark, listed from the watch"
     );
     pool.close().await;
 }

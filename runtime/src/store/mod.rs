@@ -68,21 +68,19 @@
 //!
 //! ## Background work
 //!
-//! Purge and the reconciler cost their batch, not the table. SQLite keeps two partial indexes
-//! beside the primary key, each holding only what one of them looks for: [`Maintenance::purge`]
-//! reads completed and released records in window-end order (`idempotency_records_settled`) and
-//! stops after `limit`; [`Maintenance::unsettled`] reads in-flight and unknown records in claim
-//! order (`idempotency_records_open`), which are only the calls running now. PostgreSQL keeps one
-//! index on two columns a completion does not change, so that completions stay HOT updates
-//! (`idempotency_records_window`, on the window's length and the claim time): a purge batch
-//! reads each window length's run up to the cutoff less that length; a reconciler round reads
-//! the claims made since the last round's mark and the ones earlier rounds found unsettled
-//! (`idempotency_watch`). So a purge batch costs the same at 1M or 170M records however rare
-//! expired ones are, and a reconciler round costs what was claimed since the last one and what is
-//! running (see `migrations/postgres/0001_records.sql` for the design, `docs/scaling.md` for the
+//! Purge and the reconciler cost their batch, not the table. The SQL stores keep one index
+//! beside the primary key, on two columns a completion does not change, so that a completion
+//! writes the row alone (PostgreSQL: a HOT update; SQLite leaves an index whose columns an
+//! update keeps untouched): the window's length and the claim time (`idempotency_records_window`).
+//! A purge batch reads each window length's run up to the cutoff less that length; a
+//! reconciler round reads the claims made since the last round's mark and the ones earlier
+//! rounds found unsettled (`idempotency_watch`). So a purge batch costs the same at 1M or 170M
+//! records however rare expired ones are, and a reconciler round costs what was claimed since
+//! the last one and what is running (see `migrations/postgres/0001_records.sql` and
+//! `migrations/sqlite/0001_records.sql` for the design, `docs/scaling.md` for the
 //! measurements). Both are still meant for background tasks, the
 //! [`Purger`](crate::tasks::Purger) and the [`Reconciler`](crate::tasks::Reconciler), never per
-//! request; on PostgreSQL [`Maintenance::unsettled`] writes its bookkeeping (the mark, the
+//! request; on the SQL stores [`Maintenance::unsettled`] writes its bookkeeping (the mark, the
 //! watched claims) as it reads.
 //!
 //! ## Method contracts

@@ -1,6 +1,7 @@
 //! [`Admin`] for [`SqliteStore`]: read-only queries on its table (see the migration for the
 //! columns).
 
+use super::statements::windows;
 use super::SqliteStore;
 
 const RECORD: &str =
@@ -14,8 +15,14 @@ const BY_STATE: &str =
                         FROM idempotency_records GROUP BY 1, 2, 3";
 const OLDEST_IN_FLIGHT: &str = "SELECT MIN(claimed_at) FROM idempotency_records WHERE state = 0";
 const SIZE: &str = "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()";
-/// What [`Maintenance::purge`](crate::store::Maintenance::purge) would delete.
-const PURGEABLE: &str =
-    "SELECT COUNT(*) FROM idempotency_records WHERE (state = 1 OR state = 3 OR state = 4) AND ends_at < $1";
+/// What [`Maintenance::purge`](crate::store::Maintenance::purge) would delete, read as it reads
+/// (`idempotency_records_window`, each window length's run up to `$1 - window_ms`).
+const PURGEABLE: &str = concat!(
+    "WITH RECURSIVE ",
+    windows!(),
+    " SELECT COUNT(*) FROM w CROSS JOIN idempotency_records r \
+     WHERE w.s IS NOT NULL AND r.window_ms = w.s AND r.claimed_at < $1 - w.s \
+       AND r.state IN (1, 3, 4) AND r.ends_at < $1"
+);
 
 crate::store::sql::sql_admin!(SqliteStore);

@@ -5,8 +5,8 @@
 //! primary key is the reference (the key's first 8 bytes as a 64-bit integer, here the rowid
 //! itself) with the key's other 24 bytes beside it, so a claim whose reference is held by a
 //! different key is refused with [`StoreError::ReferenceTaken`] and a status lookup is a
-//! primary-key probe. Two partial indexes serve the background work (purge and the reconciler),
-//! as on PostgreSQL.
+//! primary-key probe. One index on two columns a completion keeps (`window_ms`, `claimed_at`)
+//! serves the background work (purge and the reconciler), as on PostgreSQL.
 
 use std::path::Path;
 use std::time::Duration;
@@ -35,13 +35,19 @@ mod secret;
 mod statements;
 mod transaction;
 
-use statements::{CLAIM, COMPLETE, COMPLETE_RETURNING, ROW_NOW};
+use statements::{CLAIM, CLAIM_WATCHED, COMPLETE, COMPLETE_RETURNING, ROW_NOW};
 
 const MIGRATIONS: &[Migration] = &[Migration {
     version: 1,
     description: "records and outbox",
     sql: include_str!("../../../migrations/sqlite/0001_records.sql"),
 }];
+
+/// A claim that waited this long for its connection watches itself ([`CLAIM_WATCHED`]): the
+/// reconciler's mark trails a round's clock by the busy timeout and 5 s, which covers a claim's
+/// wait for the write lock (at most the busy timeout) and this one, not a longer wait for a
+/// connection of the pool.
+const WATCH_AFTER: Duration = Duration::from_secs(1);
 
 /// The pool size [`SqliteStore::open`] uses: readers run side by side in WAL mode; writers
 /// take turns on the file's lock.
@@ -74,6 +80,9 @@ pub struct SqliteStore {
     pool: SqlitePool,
     /// The keys this store (and its clones) runs a transactional call for now.
     busy: std::sync::Arc<transaction::Busy>,
+    /// How far the reconciler's mark trails a round's clock, in ms: the connections' busy
+    /// timeout and 5 s (see [`WATCH_AFTER`]).
+    mark_lag_ms: i64,
 }
 
 impl SqliteStore {
@@ -157,6 +166,7 @@ impl SqliteStore {
         let store = SqliteStore {
             pool,
             busy: Default::default(),
+            mark_lag_ms: busy.max(0).saturating_add(5_000),
         };
         store.migrate().await?;
         Ok(store)
@@ -167,12 +177,13 @@ impl SqliteStore {
         &self.pool
     }
 
-    /// For the plan tests: the background statements as this store runs them, purge then
-    /// unsettled (`EXPLAIN QUERY PLAN` shows which index each uses).
+    /// For the plan tests: the background statements as this store runs them, purge, the
+    /// reconciler round's read, and its write (several statements, separated by `;`)
+    /// (`EXPLAIN QUERY PLAN` shows which index each uses).
     #[cfg(feature = "test-util")]
     #[doc(hidden)]
-    pub fn background_statements() -> [&'static str; 2] {
-        [background::PURGE, background::UNSETTLED]
+    pub fn background_statements() -> [&'static str; 3] {
+        [background::PURGE, background::FRESH, background::UNSETTLED]
     }
 
     /// Applies the migrations this build embeds that the file lacks, in one `BEGIN IMMEDIATE`
@@ -284,8 +295,17 @@ impl RecordStore for SqliteStore {
                 .fingerprint
                 .as_ref()
                 .map_or(&[][..], |f| &f.as_bytes()[..]);
+            let started = std::time::Instant::now();
             for _ in 0..CLAIM_ATTEMPTS {
-                let row = sqlx::query(CLAIM)
+                let mut conn = self.pool.acquire().await.map_err(db_error)?;
+                // Its time may be behind the reconciler's mark by now: watched, it is listed
+                // once its lease ends whatever the mark.
+                let sql = if started.elapsed() >= WATCH_AFTER {
+                    CLAIM_WATCHED
+                } else {
+                    CLAIM
+                };
+                let row = sqlx::query(sql)
                     .bind(ref_of(&req.key))
                     .bind(rest_of(&req.key))
                     .bind(req.tenant)
@@ -296,7 +316,7 @@ impl RecordStore for SqliteStore {
                     .bind(req.token.0)
                     .bind(req.subject.unwrap_or(""))
                     .bind(window_ms(req.window))
-                    .fetch_optional(&self.pool)
+                    .fetch_optional(&mut *conn)
                     .await
                     .map_err(db_error)?;
                 // Neither statement answered: the row went between them (a purge). Again.
@@ -364,8 +384,8 @@ impl RecordStore for SqliteStore {
             (&[RecordState::InFlight], "the release"),
             move || {
                 fenced_query(
-                    "UPDATE idempotency_records SET state = 3, completed_at = $4, ends_at = $4 \
-                     WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
+                    "UPDATE idempotency_records SET state = 3, completed_at = $4, ends_at = $4, \
+                     window_ms = 0 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
                     &key,
                     token,
                 )
@@ -476,14 +496,16 @@ impl RecordStore for SqliteStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let (code, body, completed) = sql::settlement_columns(settlement, at);
         let allowed = &[RecordState::InFlight, RecordState::Unknown];
-        // Unknown keeps its lease end in `ends_at`; released stops answering at once; completed
-        // answers for the record's own window from the settlement.
+        // Unknown keeps its lease end in `ends_at`; released stops answering at once (its window
+        // is 0, as a release's); completed answers for the record's own window from the
+        // settlement.
         Box::pin(
             self.fenced(key, token, (allowed, "the settlement"), move || {
                 fenced_query(
                     "UPDATE idempotency_records SET token = token + 1, state = $4, response = $5, \
                  completed_at = $6, \
-                 ends_at = CASE $4 WHEN 2 THEN ends_at WHEN 3 THEN $6 ELSE $6 + window_ms END \
+                 ends_at = CASE $4 WHEN 2 THEN ends_at WHEN 3 THEN $6 ELSE $6 + window_ms END, \
+                 window_ms = CASE $4 WHEN 3 THEN 0 ELSE window_ms END \
                  WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2)",
                     &key,
                     token,

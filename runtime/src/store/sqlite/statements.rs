@@ -1,17 +1,10 @@
 //! The SQLite store's per-call statements: the claim (an upsert and the row it found), the
 //! completions, and the fenced updates' row read.
 
-/// The claim, in one call to sqlx's SQLite worker, two statements. First an upsert: insert, or take
-/// over a released / window-expired record of this key (same `key_rest`), returning a row only when
-/// this claim won. Then, only when the upsert changed nothing (`changes() = 0`), the row it found
-/// under the reference. The first column says which: `1` a won claim (`generation, token`), `0` the
-/// existing record (a [`RecordRow`](super::super::sql::RecordRow) from column 1 on; another key's
-/// when its `key_rest` differs).
-///
-/// Parameters: `$1` ref, `$2` key_rest, `$3` tenant, `$4` tool, `$5` fingerprint, `$6` now,
-/// `$7` lease end, `$8` token, `$9` subject (`''` for a tenant-scoped record) (as PostgreSQL's
-/// claim), `$10` the tool's window in ms (kept on the record for its completion and settlements).
-pub(super) const CLAIM: &str = "\
+/// The text of [`CLAIM`], for [`CLAIM_WATCHED`] too.
+macro_rules! claim {
+    () => {
+        "\
 INSERT INTO idempotency_records
     (ref, token, claimed_at, ends_at, window_ms, generation, state, key_rest, tenant, subject, tool, fingerprint)
 VALUES ($1, $8, $6, $7, $10, 1, 0, $2, $3, $9, $4, $5)
@@ -31,7 +24,32 @@ ON CONFLICT (ref) DO UPDATE SET
 WHERE key_rest = excluded.key_rest AND (state = 3 OR (state IN (1, 4) AND ends_at <= excluded.claimed_at))
 RETURNING 1, generation, token;
 SELECT 0, key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at, response
-FROM idempotency_records WHERE ref = $1 AND changes() = 0";
+FROM idempotency_records WHERE ref = $1 AND changes() = 0"
+    };
+}
+
+/// The claim, in one call to sqlx's SQLite worker, two statements. First an upsert: insert, or take
+/// over a released / window-expired record of this key (same `key_rest`), returning a row only when
+/// this claim won. Then, only when the upsert changed nothing (`changes() = 0`), the row it found
+/// under the reference. The first column says which: `1` a won claim (`generation, token`), `0` the
+/// existing record (a [`RecordRow`](super::super::sql::RecordRow) from column 1 on; another key's
+/// when its `key_rest` differs).
+///
+/// Parameters: `$1` ref, `$2` key_rest, `$3` tenant, `$4` tool, `$5` fingerprint, `$6` now,
+/// `$7` lease end, `$8` token, `$9` subject (`''` for a tenant-scoped record) (as PostgreSQL's
+/// claim), `$10` the tool's window in ms (kept on the record for its completion and settlements).
+pub(super) const CLAIM: &str = claim!();
+
+/// [`CLAIM`] after adding the reference to the reconciler's watch (`idempotency_watch`), for a
+/// claim that waited long for its connection (see `SqliteStore::claim`): its time may be older
+/// than the reconciler's mark by the time it commits, and watched, it is listed once its lease
+/// ends whatever the mark. The watch's row is written first, so the claim never commits
+/// without it; a watched record that is not (or no longer) in flight or unknown is dropped from
+/// the watch by the next round.
+pub(super) const CLAIM_WATCHED: &str = concat!(
+    "INSERT OR IGNORE INTO idempotency_watch (ref) VALUES ($1);\n",
+    claim!()
+);
 
 /// `$1` ref, `$2` key_rest, `$3` token, `$4` state, `$5` response, `$6` now: replayed for the
 /// record's own window (the claim's) from then.
@@ -46,3 +64,17 @@ WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0 RETURNING generati
 
 pub(super) const ROW_NOW: &str =
     "SELECT generation, token, state, key_rest FROM idempotency_records WHERE ref = $1";
+
+/// The runs of `idempotency_records_window`: each window length in the file, found by one
+/// index probe per length (a recursive query; SQLite's own skip-scan needs `ANALYZE` figures).
+/// The tail of a statement that starts `WITH RECURSIVE`; its rows' `s` is NULL past the last.
+macro_rules! windows {
+    () => {
+        "w(s) AS ( \
+             SELECT (SELECT min(window_ms) FROM idempotency_records) \
+           UNION ALL \
+             SELECT (SELECT min(window_ms) FROM idempotency_records WHERE window_ms > w.s) \
+             FROM w WHERE w.s IS NOT NULL)"
+    };
+}
+pub(super) use windows;
