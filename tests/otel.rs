@@ -71,18 +71,38 @@ impl ServerHandler for Notes {
 /// Spans exported by the SDK while `f` runs, under a subscriber with tracing-opentelemetry's
 /// layer (for this thread: the tests run on current-thread runtimes).
 async fn exported<F: std::future::Future<Output = ()>>(f: F) -> Vec<SpanData> {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("otel-test"));
+    let spans = InMemorySpanExporter::default();
+    let exporter = spans.clone();
+    // The README's two lines ("Metrics"), as written there (see the test below).
+    #[rustfmt::skip]
+    let provider = SdkTracerProvider::builder().with_batch_exporter(exporter).build(); // opentelemetry_sdk 0.33
+    #[rustfmt::skip]
+    let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("my-server")); // 0.34 (tests/otel.rs)
     let subscriber = tracing_subscriber::registry().with(layer);
     {
         let _guard = tracing::subscriber::set_default(subscriber);
         f.await;
     }
     let _ = provider.force_flush();
-    exporter.get_finished_spans().expect("exported spans")
+    spans.get_finished_spans().expect("exported spans")
+}
+
+/// The README's export lines are the ones [`exported`] runs, character for character.
+#[test]
+fn the_readme_export_lines_are_these() {
+    let readme = include_str!("../README.md");
+    let start = readme
+        .find("```rust,ignore\nlet provider = SdkTracerProvider")
+        .expect("the README's export block");
+    let block = &readme[start..];
+    let block = &block[..block[3..].find("```").expect("the block ends") + 3];
+    let here = include_str!("otel.rs");
+    for line in block.lines().filter(|l| !l.starts_with("```")) {
+        assert!(
+            here.lines().any(|h| h.trim() == line),
+            "README line not run by this test: {line}"
+        );
+    }
 }
 
 fn calls(spans: &[SpanData]) -> Vec<&SpanData> {
