@@ -495,15 +495,7 @@ async fn scripts_come_back_after_a_flush_and_subjects_stay_apart() {
         .connect(&server.url())
         .await
         .expect("connect");
-    let key = |n: u64| {
-        Key::for_call(
-            &idempotency::key::Secret::demo(),
-            &Caller::new("acme", "alice"),
-            "charge_card",
-            &n,
-        )
-        .expect("key")
-    };
+    let key = alice_key;
     let now = SystemClock.now();
     let req = |key: Key, subject: Option<&'static str>| ClaimRequest {
         key,
@@ -573,15 +565,7 @@ async fn commands_of_settlements(flavor: idempotency_tests::redis_servers::Flavo
         .connect(&server.url())
         .await
         .expect("connect");
-    let key = |n: u64| {
-        Key::for_call(
-            &idempotency::key::Secret::demo(),
-            &Caller::new("acme", "alice"),
-            "charge_card",
-            &n,
-        )
-        .expect("key")
-    };
+    let key = alice_key;
     let req = |key: Key| ClaimRequest {
         key,
         tenant: "acme",
@@ -676,6 +660,17 @@ async fn completions_and_releases_need_no_script_on_valkey() {
     assert_eq!((scripts, transactions), (0, 40));
 }
 
+/// The key of alice's (tenant acme) `charge_card` call with argument `n`.
+fn alice_key(n: u64) -> idempotency::key::Key {
+    idempotency::key::Key::for_call(
+        &idempotency::key::Secret::demo(),
+        &Caller::new("acme", "alice"),
+        "charge_card",
+        &n,
+    )
+    .expect("key")
+}
+
 /// The index score of the record under `key` in `namespace`: its lease end while in flight,
 /// window end - 2^50 once settled.
 fn index_score(namespace: &str, key: &idempotency::key::Key) -> Option<f64> {
@@ -694,7 +689,6 @@ fn index_score(namespace: &str, key: &idempotency::key::Key) -> Option<f64> {
 /// reach.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_after_expiry_moves_the_stale_index_entry() {
-    use idempotency::key::Key;
     use idempotency::store::{
         Claim, ClaimRequest, Completion, Maintenance, RecordStore, StoredResponse, Token,
     };
@@ -704,13 +698,7 @@ async fn a_claim_after_expiry_moves_the_stale_index_entry() {
         .connect(&shared_server().url())
         .await
         .expect("connect");
-    let key = Key::for_call(
-        &idempotency::key::Secret::demo(),
-        &Caller::new("acme", "alice"),
-        "charge_card",
-        &1u64,
-    )
-    .expect("key");
+    let key = alice_key(1);
     let reference = key.reference(1).to_string();
     let record = format!("{namespace}:{{{}}}:r:{}", &reference[..2], &reference[..16]);
     let req = |token: i64| ClaimRequest {

@@ -43,19 +43,25 @@ pub struct ChargeArgs {
 /// The currencies the stub processor takes.
 pub const CURRENCIES: &[&str] = &["CHF", "EUR", "GBP", "JPY", "USD"];
 
+/// Checks an amount and its currency before the processor is asked (and before anything is
+/// stored).
+fn check_amount(amount_cents: u64, currency: &str) -> Result<(), ChargeError> {
+    if amount_cents == 0 {
+        return Err(ChargeError::Invalid("the amount must be positive".into()));
+    }
+    if !CURRENCIES.contains(&currency) {
+        return Err(ChargeError::Invalid(format!(
+            "unknown currency {currency:?} (one of {})",
+            CURRENCIES.join(", ")
+        )));
+    }
+    Ok(())
+}
+
 impl ChargeArgs {
     /// Checks the arguments before the processor is asked (and before anything is stored).
     pub fn validate(&self) -> Result<(), ChargeError> {
-        if self.amount_cents == 0 {
-            return Err(ChargeError::Invalid("the amount must be positive".into()));
-        }
-        if !CURRENCIES.contains(&self.currency.as_str()) {
-            return Err(ChargeError::Invalid(format!(
-                "unknown currency {:?} (one of {})",
-                self.currency,
-                CURRENCIES.join(", ")
-            )));
-        }
+        check_amount(self.amount_cents, &self.currency)?;
         if self.card_token.trim().is_empty() {
             return Err(ChargeError::Invalid("the card token is empty".into()));
         }
@@ -194,16 +200,7 @@ impl Payments {
         &self,
         Parameters(args): Parameters<PayoutArgs>,
     ) -> Result<Json<Payout>, ChargeError> {
-        if args.amount_cents == 0 {
-            return Err(ChargeError::Invalid("the amount must be positive".into()));
-        }
-        if !CURRENCIES.contains(&args.currency.as_str()) {
-            return Err(ChargeError::Invalid(format!(
-                "unknown currency {:?} (one of {})",
-                args.currency,
-                CURRENCIES.join(", ")
-            )));
-        }
+        check_amount(args.amount_cents, &args.currency)?;
         let reference = Call::current()
             .map(|c| c.reference().to_string())
             .ok_or(ChargeError::Unavailable)?;

@@ -26,7 +26,7 @@ use redis::Value;
 
 use super::conn::{bad, redis_error};
 use super::record::{state_name, Record, COMPLETED_ERR, COMPLETED_OK, RELEASED, UNKNOWN};
-use super::{shard_of, Claim, ClaimRequest, Inner, StoreError};
+use super::{shard_of, Claim, ClaimRequest, Inner, ShardKeys, StoreError};
 use crate::clock::Timestamp;
 use crate::record::StoredResponse;
 
@@ -47,13 +47,12 @@ impl Inner {
     pub(super) async fn claim_by_set(
         &self,
         req: &ClaimRequest<'_>,
+        (prefix, k): (&[u8; 8], &ShardKeys),
         tail: &[u8],
     ) -> Result<Option<Claim>, StoreError> {
         if !self.set_nx_get.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        let prefix = *req.key.reference(1).prefix();
-        let k = self.keys(&prefix);
         let asked = req.now.as_millis();
         // The server's time now, as bounds; the caller's own when the store trusts it.
         let (early, late) = if self.trusted == b"1" {
@@ -61,7 +60,7 @@ impl Inner {
         } else {
             match self
                 .clock
-                .now_or_read(&self.conn, (shard_of(&prefix), &k.index))
+                .now_or_read(&self.conn, (shard_of(prefix), &k.index))
             {
                 Some(now) => (now.early, now.late),
                 None => return Ok(None),
@@ -127,68 +126,65 @@ impl Inner {
                     token: req.token,
                 }))
             }
-            Some(Value::BulkString(existing)) => {
-                self.existing(req, &existing, (early - asked, late))
-            }
+            Some(Value::BulkString(found)) => existing(req, &found, (early - asked, late)),
             Some(Value::ServerError(e)) => Err(redis_error(e.into())),
             other => Err(bad(format!("SET … NX GET answered {other:?}"))),
         }
     }
+}
 
-    /// The answer to a claim that found `existing`, read as `claim.lua` reads it; `None` for
-    /// the cases `claim.lua` decides. `off` is the server's clock less the caller's, `late` the
-    /// latest the server's clock can read now.
-    fn existing(
-        &self,
-        req: &ClaimRequest<'_>,
-        existing: &[u8],
-        (off, late): (i64, i64),
-    ) -> Result<Option<Claim>, StoreError> {
-        let Ok(r) = Record::parse(existing) else {
-            return Ok(None);
-        };
-        let reference = req.key.reference(r.generation);
-        let state = i64::from(r.state);
-        if state > COMPLETED_ERR {
-            return Ok(None);
-        }
-        if r.key_rest != &req.key.as_bytes()[8..] {
-            return Err(StoreError::ReferenceTaken { reference });
-        }
-        let completed = state == COMPLETED_OK || state == COMPLETED_ERR;
-        if state == RELEASED || (completed && late >= r.ends) {
-            return Ok(None);
-        }
-        let asked = req
-            .fingerprint
-            .as_ref()
-            .map_or(&[][..], |f| &f.as_bytes()[..]);
-        if !r.fingerprint.is_empty() && !asked.is_empty() && r.fingerprint != asked {
-            return Ok(Some(Claim::Mismatch { reference }));
-        }
-        let back = |t: i64| Timestamp::from_millis(t - off);
-        Ok(Some(match state {
-            UNKNOWN => Claim::Unknown {
-                reference,
-                since: back(r.claimed),
-            },
-            s if completed => {
-                let (_, ok) = state_name(s)?;
-                Claim::Completed {
-                    reference,
-                    response: StoredResponse {
-                        ok: ok == Some(true),
-                        body: String::from_utf8(r.response.to_vec())
-                            .map_err(|_| bad("a text field is not UTF-8"))?,
-                    },
-                    completed_at: back(r.completed),
-                }
-            }
-            _ => Claim::InFlight {
-                reference,
-                claimed_at: back(r.claimed),
-                lease_expires_at: back(r.ends),
-            },
-        }))
+/// The answer to a claim that found the record `found`, read as `claim.lua` reads it; `None`
+/// for the cases `claim.lua` decides. `off` is the server's clock less the caller's, `late` the
+/// latest the server's clock can read now.
+fn existing(
+    req: &ClaimRequest<'_>,
+    found: &[u8],
+    (off, late): (i64, i64),
+) -> Result<Option<Claim>, StoreError> {
+    let Ok(r) = Record::parse(found) else {
+        return Ok(None);
+    };
+    let reference = req.key.reference(r.generation);
+    let state = i64::from(r.state);
+    if state > COMPLETED_ERR {
+        return Ok(None);
     }
+    if r.key_rest != &req.key.as_bytes()[8..] {
+        return Err(StoreError::ReferenceTaken { reference });
+    }
+    let completed = state == COMPLETED_OK || state == COMPLETED_ERR;
+    if state == RELEASED || (completed && late >= r.ends) {
+        return Ok(None);
+    }
+    let asked = req
+        .fingerprint
+        .as_ref()
+        .map_or(&[][..], |f| &f.as_bytes()[..]);
+    if !r.fingerprint.is_empty() && !asked.is_empty() && r.fingerprint != asked {
+        return Ok(Some(Claim::Mismatch { reference }));
+    }
+    let back = |t: i64| Timestamp::from_millis(t - off);
+    Ok(Some(match state {
+        UNKNOWN => Claim::Unknown {
+            reference,
+            since: back(r.claimed),
+        },
+        s if completed => {
+            let (_, ok) = state_name(s)?;
+            Claim::Completed {
+                reference,
+                response: StoredResponse {
+                    ok: ok == Some(true),
+                    body: String::from_utf8(r.response.to_vec())
+                        .map_err(|_| bad("a text field is not UTF-8"))?,
+                },
+                completed_at: back(r.completed),
+            }
+        }
+        _ => Claim::InFlight {
+            reference,
+            claimed_at: back(r.claimed),
+            lease_expires_at: back(r.ends),
+        },
+    }))
 }

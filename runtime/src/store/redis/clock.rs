@@ -25,12 +25,18 @@ pub(super) const FRESH: Duration = Duration::from_secs(2);
 /// shard, each read on the master that holds the shard (the masters' clocks may disagree, and
 /// a shard's scripts read their master's).
 pub(super) struct ServerClock {
-    readings: Vec<Mutex<Option<Reading>>>,
-    /// Whether a reading of that slot is under way (see [`ServerClock::now_or_read`]).
-    reading: Vec<AtomicBool>,
+    slots: Vec<Slot>,
     /// The script that reads a shard's master's clock on a cluster (`TIME` has no key to route
     /// by).
     time: Script,
+}
+
+/// One server's (or shard master's) last reading, and whether a new one is under way (see
+/// [`ServerClock::now_or_read`]).
+#[derive(Default)]
+struct Slot {
+    last: Mutex<Option<Reading>>,
+    reading: AtomicBool,
 }
 
 #[derive(Clone, Copy)]
@@ -53,6 +59,11 @@ fn ms_floor(d: Duration) -> i64 {
 }
 
 impl Reading {
+    /// Whether the reading may still be used at `at`.
+    fn fresh(&self, at: Instant) -> bool {
+        at.saturating_duration_since(self.sent) < FRESH
+    }
+
     fn now(&self, at: Instant) -> Now {
         let since_answer = at.saturating_duration_since(self.answered);
         let since_sent = at.saturating_duration_since(self.sent);
@@ -71,28 +82,28 @@ impl ServerClock {
     pub(super) fn new(cluster: bool) -> Self {
         let n = if cluster { SHARDS } else { 1 };
         ServerClock {
-            readings: (0..n).map(|_| Mutex::new(None)).collect(),
-            reading: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            slots: (0..n).map(|_| Slot::default()).collect(),
             time: Script::new("return redis.call('TIME')"),
         }
     }
 
-    fn slot(&self, shard: usize) -> &Mutex<Option<Reading>> {
-        &self.readings[shard % self.readings.len()]
+    fn slot(&self, shard: usize) -> &Slot {
+        &self.slots[shard % self.slots.len()]
     }
 
-    /// The server's time now for `shard`, from a reading younger than [`FRESH`]; `None` when
-    /// there is none.
+    /// The server's time now for `shard` from a fresh reading, without starting one.
     #[cfg(test)]
     fn now(&self, shard: usize) -> Option<Now> {
-        let reading = *self
-            .slot(shard)
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
         let at = Instant::now();
-        reading
-            .filter(|r| at.saturating_duration_since(r.sent) < FRESH)
-            .map(|r| r.now(at))
+        self.last(shard).filter(|r| r.fresh(at)).map(|r| r.now(at))
+    }
+
+    fn last(&self, shard: usize) -> Option<Reading> {
+        *self
+            .slot(shard)
+            .last
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Reads the clock of the server holding `shard` (`TIME`; on a cluster, a script on the
@@ -101,9 +112,9 @@ impl ServerClock {
         &self,
         conn: &RedisConnection,
         (shard, routed_by): (usize, &str),
-    ) -> Result<Now, StoreError> {
+    ) -> Result<(), StoreError> {
         let sent = Instant::now();
-        let reply = if self.readings.len() == 1 {
+        let reply = if self.slots.len() == 1 {
             conn.query(&redis::cmd("TIME")).await?
         } else {
             conn.run(&self.time, &[routed_by], &[], None).await?.0
@@ -118,16 +129,16 @@ impl ServerClock {
             .checked_mul(1000)
             .and_then(|s| s.checked_add(micros / 1000))
             .ok_or_else(|| bad("TIME answered a time out of range"))?;
-        let reading = Reading {
+        *self
+            .slot(shard)
+            .last
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Reading {
             server_ms,
             sent,
             answered,
-        };
-        *self
-            .slot(shard)
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(reading);
-        Ok(reading.now(answered))
+        });
+        Ok(())
     }
 
     /// The server's time now for `shard` from a fresh reading, or `None`. A reading older than
@@ -139,18 +150,13 @@ impl ServerClock {
         conn: &RedisConnection,
         (shard, routed_by): (usize, &str),
     ) -> Option<Now> {
-        let reading = *self
-            .slot(shard)
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let reading = self.last(shard);
         let at = Instant::now();
         let age = reading.map(|r| at.saturating_duration_since(r.sent));
         if age.is_none_or(|age| age >= FRESH / 2) {
             self.read_in_background(conn, (shard, routed_by));
         }
-        reading
-            .filter(|r| at.saturating_duration_since(r.sent) < FRESH)
-            .map(|r| r.now(at))
+        reading.filter(|r| r.fresh(at)).map(|r| r.now(at))
     }
 
     fn read_in_background(
@@ -158,7 +164,7 @@ impl ServerClock {
         conn: &RedisConnection,
         (shard, routed_by): (usize, &str),
     ) {
-        let flag = &self.reading[shard % self.reading.len()];
+        let flag = &self.slot(shard).reading;
         if flag.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -168,7 +174,7 @@ impl ServerClock {
                 runtime.spawn(async move {
                     // A failed reading changes nothing: the next call starts another.
                     let _ = clock.read(&conn, (shard, &key)).await;
-                    clock.reading[shard % clock.reading.len()].store(false, Ordering::Release);
+                    clock.slot(shard).reading.store(false, Ordering::Release);
                 });
             }
             Err(_) => flag.store(false, Ordering::Release),
@@ -209,7 +215,11 @@ mod tests {
         let Some(sent) = Instant::now().checked_sub(FRESH + Duration::from_millis(1)) else {
             return;
         };
-        *clock.slot(0).lock().unwrap_or_else(PoisonError::into_inner) = Some(Reading {
+        *clock
+            .slot(0)
+            .last
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Reading {
             server_ms: 5,
             sent,
             answered: sent,

@@ -289,14 +289,14 @@ impl RecordStore for RedisStore {
             let inner = &*self.inner;
             let prefix = *req.key.reference(1).prefix();
             let k = inner.keys(&prefix);
+            let tail = Record::tail(req)?;
+            if let Some(claim) = inner.claim_by_set(req, (&prefix, &k), &tail).await? {
+                return Ok(claim);
+            }
             let (now, lease) = (ms(req.now), ms(req.now + req.lease));
             let window = u64::try_from(req.window.as_millis())
                 .unwrap_or(u64::MAX)
                 .to_string();
-            let tail = Record::tail(req)?;
-            if let Some(claim) = inner.claim_by_set(req, &tail).await? {
-                return Ok(claim);
-            }
             let args: [&[u8]; 5] = [&now, &lease, inner.trusted, &tail, window.as_bytes()];
             let keys = [k.record.as_str(), k.index.as_str()];
             let wait = inner.wait();
