@@ -323,6 +323,79 @@ async fn server_stats(conn: &RedisConnection) -> [(f64, f64); 3] {
     ]
 }
 
+/// This process's CPU time (user + system, all threads) in µs, from `/proc/self/stat`.
+fn client_cpu_us() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name, which is in parentheses.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // utime and stime are fields 14 and 15 (11 and 12 after the name), in ticks of 10 ms.
+    (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) * 10_000.0
+}
+
+/// Every command's (calls, usec) from `INFO commandstats`.
+async fn command_stats(conn: &RedisConnection) -> Vec<(String, f64, f64)> {
+    let mut conn = conn.clone();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO");
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |f: &str| {
+                rest.split(',')
+                    .find_map(|kv| kv.strip_prefix(f)?.strip_prefix('=')?.parse().ok())
+                    .unwrap_or(0.0)
+            };
+            Some((name.to_owned(), field("calls"), field("usec")))
+        })
+        .collect()
+}
+
+/// Per call of a phase of `n` calls: each command's calls and usec between two readings.
+fn per_call_commands(
+    before: &[(String, f64, f64)],
+    after: &[(String, f64, f64)],
+    n: f64,
+) -> Vec<(String, f64, f64)> {
+    after
+        .iter()
+        .filter(|(name, _, _)| name != "info")
+        .map(|(name, calls, usec)| {
+            let (c0, u0) = before
+                .iter()
+                .find(|(b, _, _)| b == name)
+                .map_or((0.0, 0.0), |(_, c, u)| (*c, *u));
+            (name.clone(), (calls - c0) / n, (usec - u0) / n)
+        })
+        .filter(|(_, calls, _)| *calls > 0.01)
+        .collect()
+}
+
+fn mean_commands(slices: &[Vec<(String, f64, f64)>]) -> String {
+    let mut names: Vec<&String> = slices.iter().flatten().map(|(n, _, _)| n).collect();
+    names.sort();
+    names.dedup();
+    let k = slices.len().max(1) as f64;
+    names
+        .iter()
+        .map(|name| {
+            let (c, u) = slices
+                .iter()
+                .flatten()
+                .filter(|(n, _, _)| n == *name)
+                .fold((0.0, 0.0), |(c, u), (_, c1, u1)| (c + c1, u + u1));
+            format!("{name} {:.2} {:.2}", c / k, u / k)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -367,14 +440,25 @@ async fn throughput_ratio(b: &Arc<Bench>, secs: u64) -> ([f64; 3], f64, f64) {
     let (mut ratios, mut floor_ratios, mut nowait_ratios, mut ra, mut rb) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut cpu_store, mut cpu_raw, mut cpu_floor) = (0.0, 0.0, 0.0);
+    let (mut client_store, mut client_raw, mut client_floor) = (0.0, 0.0, 0.0);
+    let (mut cmds_store, mut cmds_floor) = (Vec::new(), Vec::new());
     for _ in 0..secs.max(1) {
+        let (c0, s0) = (client_cpu_us(), command_stats(&b.conn).await);
         let t0 = server_stats(&b.conn).await[2].1;
         let a = rate(b, Side::Store, 1.0).await;
         let t1 = server_stats(&b.conn).await[2].1;
+        let (c1, s1) = (client_cpu_us(), command_stats(&b.conn).await);
         let r = rate(b, Side::Raw, 1.0).await;
         let t2 = server_stats(&b.conn).await[2].1;
+        let (c2, s2) = (client_cpu_us(), command_stats(&b.conn).await);
         let f = rate(b, Side::Floor, 1.0).await;
         let t3 = server_stats(&b.conn).await[2].1;
+        let (c3, s3) = (client_cpu_us(), command_stats(&b.conn).await);
+        client_store += (c1 - c0) / a;
+        client_raw += (c2 - c1) / r;
+        client_floor += (c3 - c2) / f;
+        cmds_store.push(per_call_commands(&s0, &s1, a));
+        cmds_floor.push(per_call_commands(&s2, &s3, f));
         let nowait = if b.waits {
             rate(b, Side::FloorNoWait, 1.0).await
         } else {
@@ -395,6 +479,20 @@ async fn throughput_ratio(b: &Arc<Bench>, secs: u64) -> ([f64; 3], f64, f64) {
         cpu_store / n,
         cpu_raw / n,
         cpu_floor / n
+    );
+    eprintln!(
+        "this process's CPU per fresh call, {CLIENTS} clients: store {:.1} us, raw {:.1} us, floor {:.1} us",
+        client_store / n,
+        client_raw / n,
+        client_floor / n
+    );
+    eprintln!(
+        "Redis commands per store call (calls, us): {}",
+        mean_commands(&cmds_store)
+    );
+    eprintln!(
+        "Redis commands per floor call (calls, us): {}",
+        mean_commands(&cmds_floor)
     );
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
