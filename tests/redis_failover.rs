@@ -1,9 +1,16 @@
 //! A Redis master with one replica, its replication stream through a proxy that can hold it
 //! back; 16 clients repeat calls over a fixed set of keys; the stream falls 500 ms behind, the
 //! link is cut (what it held back is lost) and the master `kill -9`ed; the replica is promoted
-//! (`REPLICAOF NO ONE`) and the clients go on against it through a store connected to it; then
-//! every key is called once more. Each call's side effect is counted at the far side (a
-//! counting stub the store knows nothing of).
+//! and the clients go on; then every key is called once more. Each call's side effect is
+//! counted at the far side (a counting stub the store knows nothing of). Played twice per
+//! server (Redis 7.0, Valkey 9.1):
+//!
+//! - one master: the replica is promoted by `REPLICAOF NO ONE`, the clients move to a store
+//!   connected to it;
+//! - a 3+3 cluster: one master announces the proxy's port, so its replica (and the clients)
+//!   reach it through the proxy, which delays the replication stream only; the cluster
+//!   promotes the replica itself, the dead node is restarted and rejoins as its replica, and
+//!   the clients stay on one store throughout.
 //!
 //! With the store's default (the master has a replica, so claims and completions wait for
 //! it): no key's side effect ran twice, and no call answered with its result before the
@@ -22,7 +29,7 @@ use idempotency::tool::{Prepared, ToolSpec};
 use idempotency::{Caller, Error, Idempotency};
 use idempotency_tests::pg::unique_name;
 use idempotency_tests::proxy::Proxy;
-use idempotency_tests::redis_servers::{wait_until, Flavor, RedisServer};
+use idempotency_tests::redis_servers::{wait_until, Flavor, RedisCluster, RedisNode, RedisServer};
 
 const WINDOW: Duration = Duration::from_secs(900);
 const CLIENTS: u64 = 16;
@@ -113,8 +120,8 @@ async fn store_on(url: &str, namespace: &str, acks: bool) -> RedisStore {
 }
 
 /// The replication offset the master reached and the one its replica acknowledged.
-fn offsets(master: &RedisServer) -> (u64, u64) {
-    let info = master.node.text(&["INFO", "replication"]);
+fn offsets(master: &RedisNode) -> (u64, u64) {
+    let info = master.text(&["INFO", "replication"]);
     let field = |name: &str| {
         info.lines()
             .find_map(|l| l.trim().strip_prefix(name))
@@ -137,10 +144,27 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f).await.expect("blocking task")
 }
 
-async fn failover(flavor: Flavor) {
-    let acks = std::env::var("IDEMPOTENCY_REPLICA_ACKS").map_or(true, |v| v != "off");
-    let namespace = unique_name("failover");
-    let master = Arc::new(RedisServer::start_flavor(flavor));
+/// The servers of a scene, kept until the end of the test.
+type Servers = Box<dyn std::any::Any + Send>;
+
+type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// One failover's cast: the engine the clients start on, the proxy that carries the master's
+/// replication stream, the master, and how the failover is played.
+struct Scene {
+    engine: Idempotency,
+    proxy: Proxy,
+    /// The replication offsets of the master that will die.
+    offsets: Box<dyn Fn() -> (u64, u64) + Send + Sync>,
+    /// Kills the master (`kill -9`, after the link is cut) and promotes its replica; returns
+    /// the engine the clients go on with, and the servers (stopped when dropped).
+    fail: Box<dyn FnOnce() -> BoxFuture<(Idempotency, Servers)> + Send>,
+}
+
+/// A master with one replica; the replica follows it through the proxy. The replica is
+/// promoted by `REPLICAOF NO ONE` and the clients move to a store connected to it.
+async fn single(flavor: Flavor, namespace: &str, acks: bool) -> Scene {
+    let master = RedisServer::start_flavor(flavor);
     let replica = RedisServer::start_flavor(flavor);
     let proxy = Proxy::start(([127, 0, 0, 1], master.node.port).into())
         .await
@@ -149,18 +173,138 @@ async fn failover(flavor: Flavor) {
         .node
         .cmd(&["REPLICAOF", "127.0.0.1", &proxy.addr().port().to_string()])
         .expect("REPLICAOF");
+    let master = Arc::new(Mutex::new(master));
     let m = master.clone();
     blocking(move || {
         wait_until("the replica to be online", Duration::from_secs(30), || {
-            let info = m.node.text(&["INFO", "replication"]);
+            let info = lock(&m).node.text(&["INFO", "replication"]);
             info.contains("connected_slaves:1") && info.contains("state=online")
         })
     })
     .await;
-
-    let engine = Idempotency::builder(store_on(&master.url(), &namespace, acks).await)
+    let url = lock(&master).url();
+    let engine = Idempotency::builder(store_on(&url, namespace, acks).await)
         .without_reconciler()
         .build();
+    let m = master.clone();
+    let namespace = namespace.to_owned();
+    Scene {
+        engine,
+        proxy,
+        offsets: Box::new(move || offsets(&lock(&m).node)),
+        fail: Box::new(move || {
+            Box::pin(async move {
+                lock(&master).node.kill();
+                replica
+                    .node
+                    .cmd(&["REPLICAOF", "NO", "ONE"])
+                    .expect("promote the replica");
+                let promoted =
+                    Idempotency::builder(store_on(&replica.url(), &namespace, acks).await)
+                        .without_reconciler()
+                        .build();
+                (promoted, Box::new((master, replica)) as Servers)
+            })
+        }),
+    }
+}
+
+/// A 3-master + 3-replica cluster; one master announces the proxy's port (`CONFIG SET
+/// cluster-announce-port`), so its replica follows it through the proxy, and so do the clients
+/// (the proxy delays the replication stream only). The cluster promotes the replica itself
+/// once the master is dead (node timeout 1 s), and the dead node, restarted, rejoins as its
+/// replica; the clients stay on the same store, whose cluster client finds the new master.
+async fn cluster(flavor: Flavor, namespace: &str, acks: bool) -> Scene {
+    let cluster = blocking(move || RedisCluster::start_flavor(3, flavor)).await;
+    let dead = cluster.masters()[0];
+    let port = cluster.nodes[dead].port;
+    let proxy = Proxy::start(([127, 0, 0, 1], port).into())
+        .await
+        .expect("proxy");
+    proxy.delay_replication_only();
+    let via = proxy.addr().port().to_string();
+    let master = &cluster.nodes[dead];
+    master
+        .cmd(&[
+            "CONFIG",
+            "SET",
+            "cluster-announce-bus-port",
+            &(u32::from(port) + 10_000).to_string(),
+        ])
+        .expect("bus port");
+    master
+        .cmd(&["CONFIG", "SET", "cluster-announce-port", &via])
+        .expect("announce the proxy");
+    let cluster = Arc::new(Mutex::new(cluster));
+    let c = cluster.clone();
+    let announced = format!("127.0.0.1:{via}@");
+    blocking(move || {
+        let c = lock(&c);
+        wait_until(
+            "the replica to follow its master through the proxy",
+            Duration::from_secs(30),
+            || {
+                let replica_follows = c.nodes.iter().any(|n| {
+                    let info = n.text(&["INFO", "replication"]);
+                    info.contains(&format!("master_port:{via}"))
+                        && info.contains("master_link_status:up")
+                });
+                replica_follows
+                    && c.nodes
+                        .iter()
+                        .all(|n| n.text(&["CLUSTER", "NODES"]).contains(&announced))
+            },
+        );
+    })
+    .await;
+    let seeds = lock(&cluster).seeds();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let mut builder = RedisStore::builder().namespace(namespace);
+    if !acks {
+        builder = builder.without_replica_acks_may_lose_claims_on_failover();
+    }
+    let store = builder.connect_cluster(&seeds).await.expect("connect");
+    let engine = Idempotency::builder(store).without_reconciler().build();
+    let c = cluster.clone();
+    Scene {
+        engine: engine.clone(),
+        proxy,
+        offsets: Box::new(move || offsets(&lock(&c).nodes[dead])),
+        fail: Box::new(move || {
+            Box::pin(async move {
+                let c = cluster.clone();
+                blocking(move || {
+                    let mut c = lock(&c);
+                    c.nodes[dead].kill();
+                    c.wait_failover(dead, 3, Duration::from_secs(60));
+                    // Until the dead node is back (as the new master's replica), the new
+                    // master has no replica, and the store refuses its claims rather than
+                    // take writes a second failover would lose.
+                    c.nodes[dead].restart();
+                    c.wait_healthy(3, Duration::from_secs(60));
+                })
+                .await;
+                (engine, Box::new(cluster) as Servers)
+            })
+        }),
+    }
+}
+
+async fn failover(flavor: Flavor, on_cluster: bool) {
+    let acks = std::env::var("IDEMPOTENCY_REPLICA_ACKS").map_or(true, |v| v != "off");
+    let namespace = unique_name("failover");
+    let scene = if on_cluster {
+        cluster(flavor, &namespace, acks).await
+    } else {
+        single(flavor, &namespace, acks).await
+    };
+    let Scene {
+        engine,
+        proxy,
+        offsets,
+        fail,
+    } = scene;
+    let offsets = Arc::new(offsets);
     let current = Arc::new(RwLock::new(engine));
     let tally = Arc::new(Tally::default());
     let killed = Arc::new(AtomicBool::new(false));
@@ -203,13 +347,13 @@ async fn failover(flavor: Flavor) {
 
     // The replication stream falls behind; calls go on until it is behind by writes.
     proxy.delay(LAG);
-    let (t, m, at) = (tally.clone(), master.clone(), calls(&tally));
+    let (t, o, at) = (tally.clone(), offsets.clone(), calls(&tally));
     blocking(move || {
         wait_until(
             "calls while the replica lags",
             Duration::from_secs(60),
             || {
-                let (reached, acked) = offsets(&m);
+                let (reached, acked) = o();
                 calls(&t) >= at + 200 && reached > acked
             },
         )
@@ -218,15 +362,7 @@ async fn failover(flavor: Flavor) {
     // The link fails with what it held back, then the master dies.
     proxy.cut();
     killed.store(true, Ordering::SeqCst);
-    let mut master = Arc::try_unwrap(master).expect("no other owner of the master");
-    master.node.kill();
-    replica
-        .node
-        .cmd(&["REPLICAOF", "NO", "ONE"])
-        .expect("promote the replica");
-    let promoted = Idempotency::builder(store_on(&replica.url(), &namespace, acks).await)
-        .without_reconciler()
-        .build();
+    let (promoted, servers) = fail().await;
     *current.write().unwrap_or_else(PoisonError::into_inner) = promoted.clone();
 
     // Load on the promoted replica, then stop.
@@ -264,13 +400,13 @@ async fn failover(flavor: Flavor) {
         });
     }
     while again.join_next().await.is_some() {}
-    drop(master);
+    drop(servers);
 
     let runs = lock(&tally.runs);
     let duplicates: u64 = runs.values().map(|n| n.saturating_sub(1)).sum();
     let lost = lost.load(Ordering::Relaxed);
     println!(
-        "FAILOVER server={flavor:?} acks={} keys={used} answered_before_kill={} duplicates={duplicates} lost_completions={lost} (during: {during}; all: {})",
+        "FAILOVER server={flavor:?} cluster={on_cluster} acks={} keys={used} answered_before_kill={} duplicates={duplicates} lost_completions={lost} (during: {during}; all: {})",
         if acks { "on" } else { "off" },
         answered.len(),
         tally.line()
@@ -288,13 +424,26 @@ async fn failover(flavor: Flavor) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_replica_promoted_loses_no_claim_redis() {
-    failover(Flavor::Redis).await;
+    failover(Flavor::Redis, false).await;
 }
 
 #[cfg_attr(no_valkey, ignore = "needs valkey-server (see tests/build.rs)")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_replica_promoted_loses_no_claim_valkey() {
-    failover(Flavor::Valkey).await;
+    failover(Flavor::Valkey, false).await;
+}
+
+/// The same on a 3+3 cluster: one shard's replication lags, its master dies, the cluster
+/// promotes the replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_cluster_replica_promoted_loses_no_claim_redis() {
+    failover(Flavor::Redis, true).await;
+}
+
+#[cfg_attr(no_valkey, ignore = "needs valkey-server (see tests/build.rs)")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_cluster_replica_promoted_loses_no_claim_valkey() {
+    failover(Flavor::Valkey, true).await;
 }
 
 /// A store connected to a master without replicas does not wait (its claims go through while

@@ -1,7 +1,9 @@
 //! A TCP proxy that a test can cut and restore, to play a database outage without stopping the
 //! shared server (other tests use it at the same time), and delay, to play a slow link (a
 //! replication stream that lags). Cutting drops what is still held back by the delay: those
-//! bytes never arrive, as on a link that failed.
+//! bytes never arrive, as on a link that failed. In front of a Redis master that clients reach
+//! through it too (a cluster node announcing the proxy's port), the delay can be kept to the
+//! replication stream: the connections on which the other side sent `REPLCONF`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,6 +21,7 @@ pub struct Proxy {
     addr: SocketAddr,
     up: Arc<AtomicBool>,
     delay_ms: Arc<AtomicU64>,
+    replication_only: Arc<AtomicBool>,
     cut: broadcast::Sender<()>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -30,8 +33,14 @@ impl Proxy {
         let addr = listener.local_addr()?;
         let up = Arc::new(AtomicBool::new(true));
         let delay_ms = Arc::new(AtomicU64::new(0));
+        let replication_only = Arc::new(AtomicBool::new(false));
         let (cut, _) = broadcast::channel(4);
-        let (up2, cut2, delay2) = (up.clone(), cut.clone(), delay_ms.clone());
+        let (up2, cut2, delay2, only2) = (
+            up.clone(),
+            cut.clone(),
+            delay_ms.clone(),
+            replication_only.clone(),
+        );
         let task = tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
                 if !up2.load(Ordering::SeqCst) {
@@ -39,7 +48,11 @@ impl Proxy {
                     continue;
                 }
                 let mut stop = cut2.subscribe();
-                let delay = delay2.clone();
+                let delay = Delay {
+                    ms: delay2.clone(),
+                    replication_only: only2.clone(),
+                    replication: Arc::new(AtomicBool::new(false)),
+                };
                 tokio::spawn(async move {
                     let Ok(outbound) = TcpStream::connect(upstream).await else {
                         return;
@@ -47,8 +60,8 @@ impl Proxy {
                     let (in_r, in_w) = inbound.into_split();
                     let (out_r, out_w) = outbound.into_split();
                     tokio::select! {
-                        _ = pump(in_r, out_w, delay.clone()) => {}
-                        _ = pump(out_r, in_w, delay) => {}
+                        _ = pump(in_r, out_w, (delay.clone(), true)) => {}
+                        _ = pump(out_r, in_w, (delay, false)) => {}
                         _ = stop.recv() => {}
                     }
                 });
@@ -58,6 +71,7 @@ impl Proxy {
             addr,
             up,
             delay_ms,
+            replication_only,
             cut,
             task,
         })
@@ -72,6 +86,13 @@ impl Proxy {
     pub fn delay(&self, delay: Duration) {
         self.delay_ms
             .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// From now on, [`Proxy::delay`] holds back only replication streams (connections on which
+    /// the client sent `REPLCONF`, as a Redis replica does); every other connection passes at
+    /// once.
+    pub fn delay_replication_only(&self) {
+        self.replication_only.store(true, Ordering::SeqCst);
     }
 
     /// Drops every open connection, with what the delay still held back, and refuses new ones.
@@ -92,9 +113,28 @@ impl Drop for Proxy {
     }
 }
 
+/// One connection's delay: the proxy's, and whether it applies to this connection.
+#[derive(Clone)]
+struct Delay {
+    ms: Arc<AtomicU64>,
+    replication_only: Arc<AtomicBool>,
+    /// The client sent `REPLCONF` on this connection: a replica's stream.
+    replication: Arc<AtomicBool>,
+}
+
+impl Delay {
+    fn now(&self) -> Duration {
+        if self.replication_only.load(Ordering::SeqCst) && !self.replication.load(Ordering::SeqCst)
+        {
+            return Duration::ZERO;
+        }
+        Duration::from_millis(self.ms.load(Ordering::SeqCst))
+    }
+}
+
 /// Copies `from` to `to`, each chunk no earlier than the delay after it was read; returns when
-/// either side closes.
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay_ms: Arc<AtomicU64>) {
+/// either side closes. `inbound`: `from` is the client's side (where `REPLCONF` is looked for).
+async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, (delay, inbound): (Delay, bool)) {
     let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
     let read = async move {
         let mut buf = vec![0u8; 64 * 1024];
@@ -102,8 +142,10 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay_ms: Arc<Ato
             match from.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
-                    let due =
-                        Instant::now() + Duration::from_millis(delay_ms.load(Ordering::SeqCst));
+                    if inbound && buf[..n].windows(8).any(|w| w == b"REPLCONF") {
+                        delay.replication.store(true, Ordering::SeqCst);
+                    }
+                    let due = Instant::now() + delay.now();
                     if tx.send((due, buf[..n].to_vec())).is_err() {
                         return;
                     }
