@@ -109,10 +109,11 @@ async fn open_store_from_env(
 ) -> Result<(Idempotency, Database, String), BoxError> {
     if let Ok(url) = std::env::var("DATABASE_URL") {
         let secret = secret_from_env(SecretUse::Shared("DATABASE_URL"))?;
+        // The store's error names the database it tried (`postgres://user@host:port/db`),
+        // never the password.
         let store = PostgresStore::connect(&url).await.map_err(|e| {
             format!(
-                "cannot open the PostgreSQL store at DATABASE_URL ({}): {}",
-                redact(&url),
+                "cannot open the PostgreSQL store at DATABASE_URL: {}",
                 chain(&e)
             )
         })?;
@@ -122,8 +123,7 @@ async fn open_store_from_env(
             .await
             .map_err(|e| {
                 format!(
-                    "cannot start on the PostgreSQL store at DATABASE_URL ({}): {}",
-                    redact(&url),
+                    "cannot start on the PostgreSQL store at DATABASE_URL: {}",
                     chain(&e)
                 )
             })?;
@@ -183,18 +183,6 @@ fn chain(e: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     out
-}
-
-/// A connection URL without its password.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{}@{}", &url[..scheme + 3], user, &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
 }
 
 /// Where the secret is used: whether the published demo secret may stand in for it.

@@ -692,7 +692,8 @@ async fn a_start_up_failure_names_the_store_and_hides_the_password() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("error: cannot open the PostgreSQL store at DATABASE_URL (postgres://app@127.0.0.1:1/app)"),
+        err.contains("error: cannot open the PostgreSQL store at DATABASE_URL: ")
+            && err.contains("postgres://app@127.0.0.1:1/app"),
         "{err}"
     );
     assert!(!err.contains("hunter2"), "{err}");
