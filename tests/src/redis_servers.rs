@@ -69,12 +69,19 @@ impl Flavor {
     }
 }
 
-/// The `valkey-server` binary: `IDEMPOTENCY_VALKEY_SERVER` when the tests run (to try another
-/// version without a rebuild), else the one the build script found, if any.
+/// The `valkey-server` binary: `VALKEY_AT_RUN` when the tests run (another version without a
+/// rebuild: `VALKEY_AT_RUN=/path/to/valkey-server cargo test …`; `.ci/run` runs the Valkey
+/// tests so on Valkey 8.1 too), else the one the build script found, if any. (Not the build
+/// script's variable, `IDEMPOTENCY_VALKEY_SERVER`, which nextest sets in the tests'
+/// environment itself; nor `VALKEY_SERVER`, whose change rebuilds the tests.)
 pub fn valkey_server() -> Option<&'static str> {
     static AT_RUN: OnceLock<Option<String>> = OnceLock::new();
     AT_RUN
-        .get_or_init(|| std::env::var("IDEMPOTENCY_VALKEY_SERVER").ok())
+        .get_or_init(|| {
+            std::env::var("VALKEY_AT_RUN")
+                .ok()
+                .filter(|p| !p.is_empty())
+        })
         .as_deref()
         .or(option_env!("IDEMPOTENCY_VALKEY_SERVER"))
         .filter(|p| !p.is_empty())
