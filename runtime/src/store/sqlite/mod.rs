@@ -267,6 +267,26 @@ fn bytes(key: &Key) -> &[u8] {
     &key.as_bytes()[..]
 }
 
+/// [`CLAIM`]'s parameters, in its text's order (see there), after whatever `query` holds.
+fn claim_query<'q>(
+    query: Query<'q, Sqlite, SqliteArguments>,
+    req: &'q ClaimRequest<'q>,
+    fingerprint: &'q [u8],
+) -> Query<'q, Sqlite, SqliteArguments> {
+    query
+        .bind(ref_of(&req.key))
+        .bind(req.token.0)
+        .bind(req.now.as_millis())
+        .bind((req.now + req.lease).as_millis())
+        .bind(window_ms(req.window))
+        .bind(rest_of(&req.key))
+        .bind(req.tenant)
+        .bind(req.subject.unwrap_or(""))
+        .bind(req.tool)
+        .bind(fingerprint)
+        .bind(ref_of(&req.key))
+}
+
 /// A fenced statement's first three parameters: `$1` ref, `$2` key_rest, `$3` token.
 fn fenced_query(sql: &'static str, key: &Key, token: Token) -> SqliteQuery {
     sqlx::query(sql)
@@ -305,17 +325,11 @@ impl RecordStore for SqliteStore {
                 } else {
                     CLAIM
                 };
-                let row = sqlx::query(sql)
-                    .bind(ref_of(&req.key))
-                    .bind(rest_of(&req.key))
-                    .bind(req.tenant)
-                    .bind(req.tool)
-                    .bind(fingerprint)
-                    .bind(req.now.as_millis())
-                    .bind((req.now + req.lease).as_millis())
-                    .bind(req.token.0)
-                    .bind(req.subject.unwrap_or(""))
-                    .bind(window_ms(req.window))
+                let mut query = sqlx::query(sql);
+                if sql == CLAIM_WATCHED {
+                    query = query.bind(ref_of(&req.key));
+                }
+                let row = claim_query(query, req, fingerprint)
                     .fetch_optional(&mut *conn)
                     .await
                     .map_err(db_error)?;
@@ -349,10 +363,14 @@ impl RecordStore for SqliteStore {
                         c.token,
                         (&[RecordState::InFlight], "the completion"),
                         || {
-                            fenced_query(COMPLETE, &c.key, c.token)
+                            sqlx::query(COMPLETE)
                                 .bind(state)
                                 .bind(c.response.body.as_str())
                                 .bind(c.now.as_millis())
+                                .bind(c.now.as_millis())
+                                .bind(ref_of(&c.key))
+                                .bind(rest_of(&c.key).to_vec())
+                                .bind(c.token.0)
                         },
                     )
                     .await;

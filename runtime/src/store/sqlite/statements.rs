@@ -7,7 +7,7 @@ macro_rules! claim {
         "\
 INSERT INTO idempotency_records
     (ref, token, claimed_at, ends_at, window_ms, generation, state, key_rest, tenant, subject, tool, fingerprint)
-VALUES ($1, $8, $6, $7, $10, 1, 0, $2, $3, $9, $4, $5)
+VALUES (?, ?, ?, ?, ?, 1, 0, ?, ?, ?, ?, ?)
 ON CONFLICT (ref) DO UPDATE SET
     token = excluded.token,
     claimed_at = excluded.claimed_at,
@@ -24,7 +24,7 @@ ON CONFLICT (ref) DO UPDATE SET
 WHERE key_rest = excluded.key_rest AND (state = 3 OR (state IN (1, 4) AND ends_at <= excluded.claimed_at))
 RETURNING 1, generation, token;
 SELECT 0, key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at, response
-FROM idempotency_records WHERE ref = $1 AND changes() = 0"
+FROM idempotency_records WHERE ref = ? AND changes() = 0"
     };
 }
 
@@ -35,9 +35,11 @@ FROM idempotency_records WHERE ref = $1 AND changes() = 0"
 /// existing record (a [`RecordRow`](super::super::sql::RecordRow) from column 1 on; another key's
 /// when its `key_rest` differs).
 ///
-/// Parameters: `$1` ref, `$2` key_rest, `$3` tenant, `$4` tool, `$5` fingerprint, `$6` now,
-/// `$7` lease end, `$8` token, `$9` subject (`''` for a tenant-scoped record) (as PostgreSQL's
-/// claim), `$10` the tool's window in ms (kept on the record for its completion and settlements).
+/// Parameters, anonymous (`?`) and so bound in the text's order (sqlx binds a `$N` by looking its
+/// name up and parsing it, about 140 instructions a parameter): ref, token, now, lease end, the
+/// tool's window in ms (kept on the record for its completion and settlements), key_rest,
+/// tenant, subject (`''` for a tenant-scoped record), tool, fingerprint, then ref again for the
+/// second statement. [`claim_query`](super::claim_query) binds them.
 pub(super) const CLAIM: &str = claim!();
 
 /// [`CLAIM`] after adding the reference to the reconciler's watch (`idempotency_watch`), for a
@@ -45,17 +47,17 @@ pub(super) const CLAIM: &str = claim!();
 /// than the reconciler's mark by the time it commits, and watched, it is listed once its lease
 /// ends whatever the mark. The watch's row is written first, so the claim never commits
 /// without it; a watched record that is not (or no longer) in flight or unknown is dropped from
-/// the watch by the next round.
+/// the watch by the next round. Its first parameter is the ref, then [`CLAIM`]'s.
 pub(super) const CLAIM_WATCHED: &str = concat!(
-    "INSERT OR IGNORE INTO idempotency_watch (ref) VALUES ($1);\n",
+    "INSERT OR IGNORE INTO idempotency_watch (ref) VALUES (?);\n",
     claim!()
 );
 
-/// `$1` ref, `$2` key_rest, `$3` token, `$4` state, `$5` response, `$6` now: replayed for the
-/// record's own window (the claim's) from then.
+/// Parameters, anonymous as [`CLAIM`]'s: state, response, now, now again, ref, key_rest, token:
+/// replayed for the record's own window (the claim's) from then.
 pub(super) const COMPLETE: &str = "\
-UPDATE idempotency_records SET state = $4, response = $5, completed_at = $6, ends_at = $6 + window_ms
-WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0";
+UPDATE idempotency_records SET state = ?, response = ?, completed_at = ?, ends_at = ? + window_ms
+WHERE ref = ? AND key_rest = ? AND token = ? AND state = 0";
 
 /// [`COMPLETE`], for a completion that writes outbox messages with the row's generation.
 pub(super) const COMPLETE_RETURNING: &str = "\
