@@ -552,11 +552,13 @@ async fn scripts_come_back_after_a_flush_and_subjects_stay_apart() {
     assert_eq!(subjects, vec![None, Some("alice".to_owned())]);
 }
 
-/// `(scripts, transactions)` run by 10 claims each completed and 10 claims each released, on a
-/// server of its own (so no other test's commands count; the scripts are loaded first, so no
-/// `NOSCRIPT` retry counts), and whether each repeat found its record completed or released as
-/// it should.
-async fn commands_of_settlements(flavor: idempotency_tests::redis_servers::Flavor) -> (u64, u64) {
+/// `(scripts, transactions, whether the fenced script ran)` for 10 claims each completed and 10
+/// claims each released, on a server of its own (so no other test's commands count; a
+/// `NOSCRIPT` answer is a failed call, retried as `EVAL`, so each script counts once), and
+/// whether each repeat found its record completed or released as it should.
+async fn commands_of_settlements(
+    flavor: idempotency_tests::redis_servers::Flavor,
+) -> (u64, u64, bool) {
     use idempotency::key::Key;
     use idempotency::store::{Claim, ClaimRequest, Completion, RecordStore, StoredResponse, Token};
     let server = idempotency_tests::redis_servers::RedisServer::start_flavor(flavor);
@@ -581,6 +583,11 @@ async fn commands_of_settlements(flavor: idempotency_tests::redis_servers::Flavo
         .node
         .cmd(&["CONFIG", "RESETSTAT"])
         .expect("reset stats");
+    // Only the scripts the settlements run are cached afterwards.
+    server
+        .node
+        .cmd(&["SCRIPT", "FLUSH"])
+        .expect("flush scripts");
     let answer = StoredResponse {
         ok: true,
         body: "{\"charged\":1}".into(),
@@ -622,7 +629,14 @@ async fn commands_of_settlements(flavor: idempotency_tests::redis_servers::Flavo
         };
         field("calls=") - field("failed_calls=")
     };
-    let counted = (calls("evalsha") + calls("eval"), calls("exec"));
+    let fenced = redis::Script::new(include_str!(
+        "../runtime/src/store/redis/scripts/fenced.lua"
+    ));
+    let fenced_ran = match server.node.cmd(&["SCRIPT", "EXISTS", fenced.get_hash()]) {
+        Ok(redis::Value::Array(a)) if a.len() == 1 => a[0] == redis::Value::Int(1),
+        other => panic!("SCRIPT EXISTS answered {other:?}"),
+    };
+    let counted = (calls("evalsha") + calls("eval"), calls("exec"), fenced_ran);
     for n in 0..20 {
         let claim = store.claim(&req(key(n))).await.expect("repeat");
         match claim {
@@ -641,23 +655,166 @@ async fn commands_of_settlements(flavor: idempotency_tests::redis_servers::Flavo
 }
 
 /// A fresh claim is a transaction (`SET … NX GET`, `ZADD … NX`) on both. On Redis 7.0 a
-/// completion and a release are a script each; on Valkey (`SET … IFEQ`) they are a conditional
-/// `SET` in a transaction, so no script runs at all.
+/// completion and a release are a script each, the compare-and-set of `settle.lua`, never the
+/// fenced script; on Valkey (`SET … IFEQ`) they are a conditional `SET` in a transaction, so
+/// no script runs at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completions_and_releases_are_scripts_on_redis_7() {
-    let (scripts, transactions) =
+    let (scripts, transactions, fenced) =
         commands_of_settlements(idempotency_tests::redis_servers::Flavor::Redis).await;
-    println!("REDIS 7 scripts={scripts} transactions={transactions}");
-    assert_eq!((scripts, transactions), (20, 20));
+    println!("REDIS 7 scripts={scripts} transactions={transactions} fenced={fenced}");
+    assert_eq!((scripts, transactions, fenced), (20, 20, false));
 }
 
 #[cfg_attr(no_valkey, ignore = "needs valkey-server (see tests/build.rs)")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completions_and_releases_need_no_script_on_valkey() {
-    let (scripts, transactions) =
+    let (scripts, transactions, fenced) =
         commands_of_settlements(idempotency_tests::redis_servers::Flavor::Valkey).await;
-    println!("VALKEY scripts={scripts} transactions={transactions}");
-    assert_eq!((scripts, transactions), (0, 40));
+    println!("VALKEY scripts={scripts} transactions={transactions} fenced={fenced}");
+    assert_eq!((scripts, transactions, fenced), (0, 40, false));
+}
+
+/// A completion or release whose record another process changed since the claim (so the
+/// claim string this process holds no longer matches) goes to the fenced script, which decides
+/// as it always did: the same token still in flight (renewed elsewhere) completes; a record
+/// marked unknown elsewhere is the wrong state and stays unknown. Nothing is overwritten by the
+/// compare-and-set that did not apply, and the index entry stays where the state says.
+async fn a_changed_record_goes_to_the_fenced_script(
+    flavor: idempotency_tests::redis_servers::Flavor,
+) {
+    use idempotency::store::{
+        Claim, ClaimRequest, Completion, RecordState, RecordStore, StoredResponse, Token,
+    };
+    let server = idempotency_tests::redis_servers::RedisServer::start_flavor(flavor);
+    let namespace = unique_name("changed");
+    let url = server.url();
+    let connect = || RedisStore::builder().namespace(&namespace).connect(&url);
+    let (here, elsewhere) = (
+        connect().await.expect("connect"),
+        connect().await.expect("connect"),
+    );
+    let req = |key| ClaimRequest {
+        key,
+        tenant: "acme",
+        subject: None,
+        tool: "charge_card",
+        fingerprint: None,
+        now: SystemClock.now(),
+        lease: Duration::from_secs(60),
+        window: WINDOW,
+        token: Token(7),
+    };
+    let answer = StoredResponse {
+        ok: true,
+        body: "{\"charged\":1}".into(),
+    };
+    let complete = |key| {
+        let (here, answer) = (&here, &answer);
+        async move {
+            here.complete(&Completion {
+                key,
+                token: Token(7),
+                response: answer,
+                now: SystemClock.now(),
+                outbox: &[],
+            })
+            .await
+        }
+    };
+    let status = |key: idempotency::key::Key| {
+        let here = &here;
+        async move {
+            here.status("acme", "alice", key.reference(1))
+                .await
+                .expect("status")
+                .expect("a record")
+        }
+    };
+
+    // Renewed elsewhere under the same token: still this claim's, so it completes.
+    let renewed = alice_key(1);
+    assert!(matches!(
+        here.claim(&req(renewed)).await,
+        Ok(Claim::New { .. })
+    ));
+    elsewhere
+        .renew(
+            renewed,
+            Token(7),
+            SystemClock.now(),
+            Duration::from_secs(120),
+        )
+        .await
+        .expect("renew");
+    complete(renewed).await.expect("complete after a renewal");
+    let s = status(renewed).await;
+    assert_eq!(s.state, RecordState::Completed);
+    assert_eq!(s.response, Some(answer.clone()));
+    assert!(
+        index_score_in(&server, &namespace, &renewed).is_some_and(|score| score < 0.0),
+        "settled band"
+    );
+
+    // Marked unknown elsewhere: neither the completion nor the release applies.
+    let unknown = alice_key(2);
+    assert!(matches!(
+        here.claim(&req(unknown)).await,
+        Ok(Claim::New { .. })
+    ));
+    elsewhere
+        .mark_unknown(unknown, Token(7))
+        .await
+        .expect("mark unknown");
+    let err = complete(unknown)
+        .await
+        .expect_err("completed an unknown record");
+    assert!(matches!(err, StoreError::WrongState { .. }), "{err}");
+    let s = status(unknown).await;
+    assert_eq!((s.state, s.response), (RecordState::Unknown, None));
+    assert_eq!(index_score_in(&server, &namespace, &unknown), Some(0.0));
+
+    let released = alice_key(3);
+    assert!(matches!(
+        here.claim(&req(released)).await,
+        Ok(Claim::New { .. })
+    ));
+    elsewhere
+        .mark_unknown(released, Token(7))
+        .await
+        .expect("mark unknown");
+    let err = here
+        .release(released, Token(7), SystemClock.now())
+        .await
+        .expect_err("released an unknown record");
+    assert!(matches!(err, StoreError::WrongState { .. }), "{err}");
+    assert_eq!(status(released).await.state, RecordState::Unknown);
+    assert_eq!(index_score_in(&server, &namespace, &released), Some(0.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_record_goes_to_the_fenced_script_on_redis_7() {
+    a_changed_record_goes_to_the_fenced_script(idempotency_tests::redis_servers::Flavor::Redis)
+        .await;
+}
+
+#[cfg_attr(no_valkey, ignore = "needs valkey-server (see tests/build.rs)")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_record_goes_to_the_fenced_script_on_valkey() {
+    a_changed_record_goes_to_the_fenced_script(idempotency_tests::redis_servers::Flavor::Valkey)
+        .await;
+}
+
+/// The index score of the record under `key` in `namespace` on `server`.
+fn index_score_in(
+    server: &idempotency_tests::redis_servers::RedisServer,
+    namespace: &str,
+    key: &idempotency::key::Key,
+) -> Option<f64> {
+    let reference = key.reference(1).to_string();
+    let index = format!("{namespace}:{{{}}}:i", &reference[..2]);
+    let score = server.node.text(&["ZSCORE", &index, &reference[..16]]);
+    score.trim().parse().ok()
 }
 
 /// The key of alice's (tenant acme) `charge_card` call with argument `n`.
@@ -674,12 +831,7 @@ fn alice_key(n: u64) -> idempotency::key::Key {
 /// The index score of the record under `key` in `namespace`: its lease end while in flight,
 /// window end - 2^50 once settled.
 fn index_score(namespace: &str, key: &idempotency::key::Key) -> Option<f64> {
-    let reference = key.reference(1).to_string();
-    let index = format!("{namespace}:{{{}}}:i", &reference[..2]);
-    let score = shared_server()
-        .node
-        .text(&["ZSCORE", &index, &reference[..16]]);
-    score.trim().parse().ok()
+    index_score_in(shared_server(), namespace, key)
 }
 
 /// A record that expired by itself (`PXAT`) leaves its index entry in the settled band until a

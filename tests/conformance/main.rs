@@ -1,9 +1,9 @@
 //! One conformance suite, run against every store: `MemoryStore` (the reference), `SqliteStore`
 //! (a temporary file), `PostgresStore` (a schema of its own per test; skipped with a printed
 //! line without `DATABASE_URL`) and `RedisStore`, on one Redis 7 and on a 3-master + 3-replica
-//! Redis Cluster, and the same on Valkey (completions and releases by `SET … IFEQ` there;
-//! ignored without a `valkey-server`, see `tests/build.rs`), servers of this test process's
-//! own, a namespace per test. Every case passes explicit times, so window edges are exact.
+//! Redis Cluster (completions and releases by the compare-and-set script `settle.lua`), and the
+//! same on Valkey (by `SET … IFEQ` there; ignored without a `valkey-server`, see
+//! `tests/build.rs`), servers of this test process's own, a namespace per test. Every case passes explicit times, so window edges are exact.
 //!
 //! The cases are split by topic (the files beside this one); this file runs each on every store.
 //!

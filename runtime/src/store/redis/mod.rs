@@ -1,8 +1,9 @@
 //! [`RedisStore`]: the records on one Redis (or Valkey) or a Redis Cluster. Every call is one
 //! round trip, whatever its answer: a claim is one transaction (`SET … NX GET` and `ZADD … NX`,
 //! see `claim.rs`; a Lua script for the claims that take a record over), a completion or a
-//! release one transaction where the server has `SET … IFEQ` (`cas.rs`), every other call one
-//! Lua script. Every time is on the server's clock.
+//! release a compare-and-set against the string the claim wrote (`cas.rs`: a transaction where
+//! the server has `SET … IFEQ`, else a small script), every other call one Lua script. Every
+//! time is on the server's clock.
 //!
 //! ## Keys
 //!
@@ -134,7 +135,7 @@ struct Inner {
     conn: RedisConnection,
     /// Whether writes wait for replicas, and the connections they use (in turn).
     acks: acks::Acks,
-    /// `SET … IFEQ` for completions and releases, where the server has it.
+    /// The claim strings for completions and releases by compare-and-set.
     cas: cas::Cas,
     /// Whether claims go by `SET … NX GET` (see `claim.rs`), until the server refuses it.
     set_nx_get: AtomicBool,
