@@ -745,6 +745,23 @@ async fn measure(url: &str, (label, waits): (&str, bool), samples: usize, secs: 
         .await
         .expect("SCRIPT LOAD");
     eprintln!("load average at start: {}", load());
+    // For a profiler (`perf record`): only the store's fresh calls, 32 clients, this long.
+    if let Some(only) = std::env::var("BENCH_STORE_ONLY_SECS")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+    {
+        let (c0, t0) = (client_cpu_us(), server_stats(&conn).await[2].1);
+        let calls = rate(&b, Side::Store, only).await * only;
+        let (c1, t1) = (client_cpu_us(), server_stats(&conn).await[2].1);
+        eprintln!(
+            "store only: {:.0} fresh calls/s, this process {:.1} us and Redis' main thread {:.1} us per call",
+            calls / only,
+            (c1 - c0) / calls,
+            (t1 - t0) / calls
+        );
+        cleanup(&conn, &namespace).await;
+        return String::new();
+    }
     let before = server_stats(&conn).await;
     let lat = latencies(&b, samples).await;
     let after = server_stats(&conn).await;

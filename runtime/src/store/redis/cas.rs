@@ -36,7 +36,8 @@ use std::time::Instant;
 
 use redis::Value;
 
-use super::conn::{redis_error, Conn, Replicas, Script};
+use super::conn::{command, redis_error, Conn, Replicas, Script};
+use super::record::HEAD;
 use super::{Inner, RedisConnection, ShardKeys, StoreError};
 use crate::key::Key;
 use crate::store::Token;
@@ -153,7 +154,7 @@ impl Inner {
             return Ok(None);
         };
         let old = held.blob;
-        let (Some(head), Some(mid)) = (old.get(..37), old.get(37..old.len().saturating_sub(4)))
+        let (Some(head), Some(mid)) = (old.get(..HEAD), old.get(HEAD..old.len().saturating_sub(4)))
         else {
             return Ok(None);
         };
@@ -225,7 +226,7 @@ impl Inner {
         s: &Swap<'_>,
         wait: Option<Replicas>,
     ) -> Result<bool, StoreError> {
-        let member = &s.k.record[s.k.record.len().saturating_sub(16)..];
+        let member = s.k.member();
         let (expires, score) = (s.expires.to_string(), s.score.to_string());
         let channel: &[u8] = if matches!(self.conn.0, Conn::Cluster(_)) {
             b"s"
@@ -259,26 +260,26 @@ impl Inner {
     /// `SET … IFEQ` in a transaction with the index entry and the watch key's notice.
     async fn swap_by_ifeq(&self, s: &Swap<'_>, wait: Option<Replicas>) -> Result<bool, StoreError> {
         let k = s.k;
-        let member = &k.record[k.record.len().saturating_sub(16)..];
+        let member = k.member();
         let publish = if matches!(self.conn.0, Conn::Cluster(_)) {
             "SPUBLISH"
         } else {
             "PUBLISH"
         };
-        let mut pipe = redis::pipe();
-        pipe.cmd("MULTI")
-            .cmd("SET")
-            .arg(&k.record)
+        let mut set = command("SET", 7, k.record.len() + s.new.len() + s.old.len() + 36);
+        set.arg(&k.record)
             .arg(s.new)
             .arg("IFEQ")
             .arg(s.old)
             .arg("GET")
             .arg("PXAT")
-            .arg(s.expires)
-            .cmd("ZADD")
-            .arg(&k.index)
-            .arg(s.score)
-            .arg(member)
+            .arg(s.expires);
+        let mut zadd = command("ZADD", 3, k.index.len() + 20 + member.len());
+        zadd.arg(&k.index).arg(s.score).arg(member);
+        let mut pipe = redis::Pipeline::with_capacity(8);
+        pipe.cmd("MULTI")
+            .add_command(set)
+            .add_command(zadd)
             .cmd("DEL")
             .arg(&k.watch)
             .cmd(publish)

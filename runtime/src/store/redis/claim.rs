@@ -24,16 +24,16 @@ use std::sync::atomic::Ordering;
 
 use redis::Value;
 
-use super::conn::{bad, redis_error};
-use super::record::{state_name, Record, COMPLETED_ERR, COMPLETED_OK, RELEASED, UNKNOWN};
+use super::conn::{bad, command, redis_error};
+use super::record::{state_name, Record, COMPLETED_ERR, COMPLETED_OK, HEAD, RELEASED, UNKNOWN};
 use super::{shard_of, Claim, ClaimRequest, Inner, ShardKeys, StoreError};
 use crate::clock::Timestamp;
 use crate::record::StoredResponse;
 
 /// The head of a new record (see `Record`): in flight, generation 1, claimed, lease end, no
 /// completion, the tool's window.
-fn new_head(claimed: i64, lease_end: i64, window: i64) -> [u8; 37] {
-    let mut head = [0u8; 37];
+fn new_head(claimed: i64, lease_end: i64, window: i64) -> [u8; HEAD] {
+    let mut head = [0u8; HEAD];
     head[1..5].copy_from_slice(&1u32.to_be_bytes());
     for (i, t) in [claimed, lease_end, 0, window].into_iter().enumerate() {
         head[5 + 8 * i..13 + 8 * i].copy_from_slice(&(t as f64).to_be_bytes());
@@ -48,7 +48,7 @@ impl Inner {
         &self,
         req: &ClaimRequest<'_>,
         (prefix, k): (&[u8; 8], &ShardKeys),
-        tail: &[u8],
+        blob: &mut Vec<u8>,
     ) -> Result<Option<Claim>, StoreError> {
         if !self.set_nx_get.load(Ordering::Relaxed) {
             return Ok(None);
@@ -69,24 +69,21 @@ impl Inner {
         let lease_ms = i64::try_from(req.lease.as_millis()).unwrap_or(i64::MAX / 4);
         let window = i64::try_from(req.window.as_millis()).unwrap_or(i64::MAX / 4);
         let lease_end = early.saturating_add(lease_ms);
-        let mut blob = Vec::with_capacity(37 + tail.len());
-        blob.extend_from_slice(&new_head(early, lease_end, window));
-        blob.extend_from_slice(tail);
-        let member = &k.record[k.record.len().saturating_sub(16)..];
+        let Some(head) = blob.get_mut(..HEAD) else {
+            return Ok(None);
+        };
+        head.copy_from_slice(&new_head(early, lease_end, window));
+        let member = k.member();
 
         let wait = self.wait();
-        let mut pipe = redis::pipe();
+        let mut set = command("SET", 4, k.record.len() + blob.len() + 5);
+        set.arg(&k.record).arg(&blob[..]).arg("NX").arg("GET");
+        let mut zadd = command("ZADD", 4, k.index.len() + 2 + 20 + member.len());
+        zadd.arg(&k.index).arg("NX").arg(lease_end).arg(member);
+        let mut pipe = redis::Pipeline::with_capacity(5);
         pipe.cmd("MULTI")
-            .cmd("SET")
-            .arg(&k.record)
-            .arg(&blob)
-            .arg("NX")
-            .arg("GET")
-            .cmd("ZADD")
-            .arg(&k.index)
-            .arg("NX")
-            .arg(lease_end)
-            .arg(member)
+            .add_command(set)
+            .add_command(zadd)
             .cmd("EXEC");
         if let Some(w) = wait {
             pipe.cmd("WAIT")
@@ -120,7 +117,7 @@ impl Inner {
                     self.conn.run(&self.cas.reindex, &keys, &[], None).await?;
                 }
                 Inner::replicated(wait, acked)?;
-                self.cas.hold(&req.key, req.token, blob);
+                self.cas.hold(&req.key, req.token, std::mem::take(blob));
                 Ok(Some(Claim::New {
                     reference: req.key.reference(1),
                     token: req.token,

@@ -77,6 +77,14 @@ impl Script {
     }
 }
 
+/// A command named `name` with room for `args` more arguments of `data` bytes in all, so its
+/// buffers do not grow (and copy) as a record-sized argument goes in.
+pub(super) fn command(name: &str, args: usize, data: usize) -> Cmd {
+    let mut c = Cmd::with_capacity(1 + args, name.len() + data);
+    c.arg(name);
+    c
+}
+
 /// How many replicas must acknowledge a write, and how long to wait for them.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Replicas {
@@ -125,15 +133,22 @@ impl RedisConnection {
         wait: Option<Replicas>,
         cached: bool,
     ) -> Result<(Value, Option<i64>), RedisError> {
-        let mut cmd = if cached {
-            let mut c = redis::cmd("EVALSHA");
-            c.arg(&script.sha);
-            c
+        // Sized up front: the command's buffers would otherwise grow (and copy) several times
+        // for a record-sized argument.
+        let data = keys.iter().map(|k| k.len()).sum::<usize>()
+            + args.iter().map(|a| a.len()).sum::<usize>()
+            + if cached {
+                "EVALSHA".len() + script.sha.len()
+            } else {
+                "EVAL".len() + script.source.len()
+            }
+            + 4;
+        let mut cmd = redis::Cmd::with_capacity(3 + keys.len() + args.len(), data);
+        if cached {
+            cmd.arg("EVALSHA").arg(&script.sha);
         } else {
-            let mut c = redis::cmd("EVAL");
-            c.arg(script.source);
-            c
-        };
+            cmd.arg("EVAL").arg(script.source);
+        }
         cmd.arg(keys.len()).arg(keys);
         for a in args {
             cmd.arg(*a);

@@ -133,10 +133,11 @@ impl RedisStore {
             Op::Release(_) => wait = inner.wait(),
             Op::Unknown => {}
         }
+        let outbox = k.outbox();
         let keys = [
             k.record.as_str(),
             k.index.as_str(),
-            k.outbox.as_str(),
+            outbox.as_str(),
             k.watch.as_str(),
         ];
         let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();

@@ -33,6 +33,9 @@ pub(super) fn state_name(code: i64) -> Result<(RecordState, Option<bool>), Store
     })
 }
 
+/// The length of a record's head (`>BI4dddd`).
+pub(super) const HEAD: usize = 37;
+
 /// A record as the scripts store it: one string. A 37-byte head `>BI4dddd` (state, generation,
 /// claim time, lease or window end, completion time, the tool's window from the claim; doubles
 /// hold milliseconds exactly), then
@@ -60,15 +63,18 @@ pub(super) struct Record<'a> {
 }
 
 impl<'a> Record<'a> {
-    /// What follows the head of a new record, with an empty answer.
-    pub(super) fn tail(req: &ClaimRequest<'_>) -> Result<Vec<u8>, StoreError> {
+    /// A new record's string: a zeroed head (the claim writes it, see `HEAD`), then what
+    /// follows it with an empty answer (the "tail" the claim script takes). One buffer, so the
+    /// claim that writes the whole string neither allocates nor copies it again.
+    pub(super) fn blank(req: &ClaimRequest<'_>) -> Result<Vec<u8>, StoreError> {
         let fingerprint = req
             .fingerprint
             .as_ref()
             .map_or(&[][..], |f| &f.as_bytes()[..]);
         let subject = req.subject.unwrap_or("");
         let mut tail = Vec::with_capacity(
-            24 + 8
+            HEAD + 24
+                + 8
                 + 1
                 + fingerprint.len()
                 + 6
@@ -77,6 +83,7 @@ impl<'a> Record<'a> {
                 + req.tool.len()
                 + 4,
         );
+        tail.extend_from_slice(&[0; HEAD]);
         tail.extend_from_slice(&req.key.as_bytes()[8..]);
         tail.extend_from_slice(&req.token.0.to_be_bytes());
         let too_long = |what: &str| StoreError::Config {
