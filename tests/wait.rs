@@ -499,6 +499,13 @@ mod with_word {
         the_stores_word_wakes_a_waiter_on_another_replica(Backend::redis_cluster("wait").await)
             .await;
     }
+
+    /// Completions by `SET … IFEQ` there: a watched record goes to the fenced script too.
+    #[cfg_attr(no_valkey, ignore = "needs valkey-server (see tests/build.rs)")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn valkey() {
+        the_stores_word_wakes_a_waiter_on_another_replica(Backend::valkey("wait").await).await;
+    }
 }
 
 macro_rules! on_every_store {

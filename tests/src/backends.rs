@@ -8,7 +8,7 @@ use std::sync::Arc;
 use idempotency::store::{MemoryStore, RedisStore, SqliteStore, Store};
 
 use crate::pg::{unique_name, TestSchema};
-use crate::redis_servers::{shared_cluster, shared_server};
+use crate::redis_servers::{shared_cluster, shared_server, shared_valkey};
 use crate::sqlite_file::remove_sqlite_files;
 
 /// A store under test, and what to clean up after it.
@@ -72,6 +72,21 @@ impl Backend {
             namespace: unique_name(what),
             trust_engine_clock,
             seeds: None,
+            valkey: false,
+        })
+        .await
+    }
+
+    /// A namespace of its own on this process's Valkey (`SET … IFEQ`), on its clock.
+    ///
+    /// # Panics
+    /// If Valkey cannot be started or reached.
+    pub async fn valkey(what: &str) -> Backend {
+        Backend::redis_at(RedisAt {
+            namespace: unique_name(what),
+            trust_engine_clock: false,
+            seeds: None,
+            valkey: true,
         })
         .await
     }
@@ -86,6 +101,7 @@ impl Backend {
             namespace: unique_name(what),
             trust_engine_clock: false,
             seeds: Some(shared_cluster().seeds()),
+            valkey: false,
         })
         .await
     }
@@ -132,6 +148,8 @@ struct RedisAt {
     namespace: String,
     trust_engine_clock: bool,
     seeds: Option<Vec<String>>,
+    /// Without seeds: the shared Valkey rather than the shared Redis.
+    valkey: bool,
 }
 
 impl RedisAt {
@@ -149,6 +167,7 @@ impl RedisAt {
                 let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
                 builder.connect_cluster(&seeds).await
             }
+            None if self.valkey => builder.connect(&shared_valkey().url()).await,
             None => builder.connect(&shared_server().url()).await,
         }
         .expect("redis")

@@ -2,28 +2,30 @@
 //!
 //! A record is one string holding the claim's token (see `Record`), so the whole string the
 //! claim wrote is the fence: the record is settled only while it is exactly as this process's
-//! claim left it — same key, same token, still in flight, no answer, not renewed or taken over
-//! since. Both claims (the transaction's `SET … NX GET` and the claim script, which returns the
-//! head it wrote) know that string; the store keeps it until the call's completion or release
-//! (a bounded map, in this process), so those need no read first and nothing to unpack.
+//! claim left it — same key, same token, still in flight, no answer, not renewed, taken over
+//! or marked as watched since. Both claims (the transaction's `SET … NX GET` and the claim
+//! script, which returns the head it wrote) know that string; the store keeps it until the
+//! call's completion or release (a bounded map, in this process), so those need no read first
+//! and nothing to unpack.
 //!
 //! One round trip (then `WAIT` on the same connection when writes wait for a replica):
 //!
 //! - With a conditional `SET` (Valkey ≥ 8.1, Redis ≥ 8.4: `SET key value IFEQ old`), no script:
 //!   a transaction, `MULTI`, the `SET … IFEQ … GET PXAT` of the settled record, the `ZADD` of
-//!   its index entry into the settled band, the `DEL` of its watch key and a notice on that
-//!   channel, `EXEC`. When the `SET` did not apply (the `GET` shows another string), the other
-//!   commands did: a script puts the index entry back where the record's state says. A
-//!   spurious notice only makes a waiting repeat read the record again.
+//!   its index entry into the settled band, `EXEC`. When the `SET` did not apply (the `GET`
+//!   shows another string), the `ZADD` did: a script puts the index entry back where the
+//!   record's state says.
 //! - Without one (Redis 7): `settle.lua`, which compares the string and only then does the
 //!   same writes; on a mismatch it writes nothing. It costs the server a fraction of the fenced
 //!   script (no unpacking, packing or slicing of the record in Lua).
 //!
-//! When the compare-and-set did not apply, the call goes to the fenced script, which answers as
-//! it always did (not found, fenced, wrong state, or applies). A completion with outbox
-//! messages, a call whose claim string this process does not hold (renewed, taken over,
-//! claimed elsewhere, or more than `HELD_MAX` calls in flight here) and every other update use
-//! the scripts.
+//! Neither announces the settlement: a repeat waiting on another process marks the record
+//! first (`notices.rs`), so its string no longer matches and the fenced script, which
+//! announces, settles it. When the compare-and-set did not apply, the call goes to the fenced
+//! script, which answers as it always did (not found, fenced, wrong state, or applies). A
+//! completion with outbox messages, a call whose claim string this process does not hold
+//! (renewed, taken over, claimed elsewhere, or more than `HELD_MAX` calls in flight here) and
+//! every other update use the scripts.
 //!
 //! The completion time is the server's: the claim's time (the server's `TIME`, in the head)
 //! plus the monotonic time since its answer came back, so neither this machine's wall clock
@@ -36,7 +38,7 @@ use std::time::Instant;
 
 use redis::Value;
 
-use super::conn::{command, redis_error, Conn, Replicas, Script};
+use super::conn::{command, redis_error, Replicas, Script};
 use super::record::HEAD;
 use super::{Inner, RedisConnection, ShardKeys, StoreError};
 use crate::key::Key;
@@ -228,19 +230,13 @@ impl Inner {
     ) -> Result<bool, StoreError> {
         let member = s.k.member();
         let (expires, score) = (s.expires.to_string(), s.score.to_string());
-        let channel: &[u8] = if matches!(self.conn.0, Conn::Cluster(_)) {
-            b"s"
-        } else {
-            b"p"
-        };
-        let keys = [s.k.record.as_str(), s.k.index.as_str(), s.k.watch.as_str()];
-        let args: [&[u8]; 6] = [
+        let keys = [s.k.record.as_str(), s.k.index.as_str()];
+        let args: [&[u8]; 5] = [
             s.old,
             s.new,
             expires.as_bytes(),
             score.as_bytes(),
             member.as_bytes(),
-            channel,
         ];
         let (reply, acked) = self
             .conn_for(wait)
@@ -257,15 +253,10 @@ impl Inner {
         }
     }
 
-    /// `SET … IFEQ` in a transaction with the index entry and the watch key's notice.
+    /// `SET … IFEQ` in a transaction with the index entry.
     async fn swap_by_ifeq(&self, s: &Swap<'_>, wait: Option<Replicas>) -> Result<bool, StoreError> {
         let k = s.k;
         let member = k.member();
-        let publish = if matches!(self.conn.0, Conn::Cluster(_)) {
-            "SPUBLISH"
-        } else {
-            "PUBLISH"
-        };
         let mut set = command("SET", 7, k.record.len() + s.new.len() + s.old.len() + 36);
         set.arg(&k.record)
             .arg(s.new)
@@ -276,15 +267,10 @@ impl Inner {
             .arg(s.expires);
         let mut zadd = command("ZADD", 3, k.index.len() + 20 + member.len());
         zadd.arg(&k.index).arg(s.score).arg(member);
-        let mut pipe = redis::Pipeline::with_capacity(8);
+        let mut pipe = redis::Pipeline::with_capacity(5);
         pipe.cmd("MULTI")
             .add_command(set)
             .add_command(zadd)
-            .cmd("DEL")
-            .arg(&k.watch)
-            .cmd(publish)
-            .arg(&k.watch)
-            .arg("")
             .cmd("EXEC");
         if let Some(w) = wait {
             pipe.cmd("WAIT")

@@ -17,7 +17,7 @@
 //! | `{ns}:{XX}:i` | sorted set | the shard's records by time, in two bands: unsettled ones by lease end (unknown ones at 0), what [`unsettled`](crate::store::Maintenance::unsettled) reads; settled ones by window end - 2^50, what [`purge`](crate::store::Maintenance::purge) reads |
 //! | `{ns}:{XX}:o` | stream | the shard's outbox messages (consumer group `g`) |
 //! | `{ns}:{XX}:ov` | sorted set | when each handed-out message becomes visible again |
-//! | `{ns}:{XX}:w:<ref>` | string, and a channel | set (with an expiry) while a repeat on another process waits for the record; a settlement deletes it and announces itself on the channel of that name (`SPUBLISH` on a cluster), see `notices.rs` |
+//! | `{ns}:{XX}:w:<ref>` | a channel, and a string | a settlement of a record a repeat on another process waits for (it marks the record) announces itself on the channel of that name (`SPUBLISH` on a cluster); the string (with an expiry) is for waiters of the previous version, see `notices.rs` |
 //! | `{ns}:secret` | string | the fingerprint of the secret the keys are made with (see [`SecretStore`](crate::store::SecretStore)) |
 //!
 //! One index with two bands rather than two indexes: a completion moves its record's entry with
@@ -200,8 +200,8 @@ fn unhex(s: &[u8]) -> Option<Vec<u8>> {
 struct ShardKeys {
     record: String,
     index: String,
-    /// Set while a repeat on another process waits for the record; also the name of the
-    /// channel that announces its settlement (see `notices.rs`).
+    /// The channel that announces the record's settlement to a repeat waiting on another
+    /// process (see `notices.rs`).
     watch: String,
 }
 
@@ -498,8 +498,8 @@ impl RecordStore for RedisStore {
         })
     }
 
-    /// A watch key beside the record, and a notice on the channel of its name (see
-    /// `notices.rs`).
+    /// A mark on the record while it is in flight, and a notice on the record's channel when
+    /// it leaves flight (see `notices.rs`).
     fn watch<'a>(
         &'a self,
         key: Key,
@@ -510,7 +510,7 @@ impl RecordStore for RedisStore {
             let k = self.inner.keys(key.reference(1).prefix());
             self.inner
                 .notices
-                .watch(&self.inner.conn, &k.watch, wake)
+                .watch(&self.inner.conn, (&k.record, &k.watch), wake)
                 .await
         })
     }

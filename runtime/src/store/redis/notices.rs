@@ -1,14 +1,21 @@
 //! Settlement notices for repeats that wait (`wait`) on a call another process runs: one
-//! subscribing connection per store, opened at the first wait, and a watch key per record.
+//! subscribing connection per store, opened at the first wait, and a mark on the record.
 //!
 //! A waiting repeat subscribes to its record's channel (`{ns}:{XX}:w:<ref>`; a shard channel,
-//! `SSUBSCRIBE`, on a cluster, so the notice stays on the record's node), then sets the key of
-//! the same name (with an expiry). A settlement of the record (the fenced script) deletes that
-//! key and, when it was there, publishes on the channel, and the subscriber wakes the repeats
-//! waiting on it here. The order closes every gap: a settlement before the key was set is seen
-//! by the repeat's next read of the record; one after it finds the key and publishes to a
-//! connection that is already subscribed. A record nobody waits on costs its settlement one
-//! `DEL` of a missing key, inside the script.
+//! `SSUBSCRIBE`, on a cluster, so the notice stays on the record's node), then marks the record
+//! as watched while it is in flight (`watch.lua`: 1.0 in its unused completion time). A marked
+//! record is no longer the string its claim wrote, so its completion or release does not go by
+//! compare-and-set (`cas.rs`) but by the fenced script, which settles it and publishes on the
+//! channel, and the subscriber wakes the repeats waiting on it here. The order closes every
+//! gap: a settlement before the mark is seen by the repeat's next read of the record (the mark
+//! finds it settled and is not written); one after it finds the mark and publishes to a
+//! connection that is already subscribed. A record nobody waits on costs its settlement
+//! nothing: no watch key to delete, no notice.
+//!
+//! `watch.lua` also sets a key of the channel's name (with an expiry), and the fenced script
+//! deletes it and publishes when it was there: how processes of the previous version, which
+//! wait by that key alone, are still told (of a settlement by the fenced script; one by
+//! compare-and-set they learn of at their next read of the record).
 //!
 //! The subscribing connection is a connection of its own (RESP3), resubscribed by the client
 //! after a reconnection; when it drops, everything waiting is woken to read its record again (a
@@ -25,7 +32,7 @@ use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use super::builder::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
-use super::conn::redis_error;
+use super::conn::{redis_error, Script};
 use super::RedisConnection;
 use crate::store::{StoreError, Wake};
 
@@ -42,6 +49,8 @@ pub(super) enum Source {
 pub(super) struct Notices {
     source: Source,
     listening: tokio::sync::OnceCell<Arc<Listening>>,
+    /// `watch.lua`: marks a record as watched.
+    mark: Script,
 }
 
 impl Notices {
@@ -49,6 +58,7 @@ impl Notices {
         Notices {
             source,
             listening: tokio::sync::OnceCell::new(),
+            mark: Script::new(include_str!("scripts/watch.lua")),
         }
     }
 }
@@ -138,7 +148,7 @@ impl Notices {
     pub(super) async fn watch(
         &self,
         conn: &RedisConnection,
-        channel: &str,
+        (record, channel): (&str, &str),
         wake: Wake,
     ) -> Result<bool, StoreError> {
         let listening = match self.listening.get_or_try_init(|| self.listen()).await {
@@ -168,15 +178,13 @@ impl Notices {
                 }
             }
         }
-        redis::cmd("SET")
-            .arg(channel)
-            .arg("1")
-            .arg("PX")
-            .arg(WATCH_TTL_MS)
-            .exec_async(&mut conn.clone())
-            .await
-            .map_err(redis_error)?;
-        Ok(true)
+        // Subscribed: now the mark (and the watch key), so a settlement from here on announces.
+        let ttl = WATCH_TTL_MS.to_string();
+        let (marked, _) = conn
+            .run(&self.mark, &[record, channel], &[ttl.as_bytes()], None)
+            .await?;
+        // Not in flight (any more): no settlement will announce; the repeat's next read tells.
+        Ok(marked == Value::Int(1))
     }
 
     /// Opens the subscribing connection and starts the task that reads its pushes.

@@ -42,10 +42,12 @@ local mid = string.sub(blob, 38, -5)
 local member = string.sub(rec, -16)
 local EMPTY = '\0\0\0\0'
 
--- A repeat waiting on another process set the watch key: tell it the record left flight (on
--- the channel of the same name), once.
+-- A repeat waiting on another process marked the record (1.0 as its completion time while
+-- unsettled, see watch.lua) and set the watch key: tell it the record left flight (on the
+-- channel of the same name). The key alone is a waiter of the previous version's.
+local watched = (s == 0 or s == 2) and d ~= 0
 local function announce()
-  if redis.call('DEL', KEYS[4]) == 1 then
+  if redis.call('DEL', KEYS[4]) == 1 or watched then
     if string.sub(ARGV[4], 2, 2) == 's' then
       redis.call('SPUBLISH', KEYS[4], '')
     else

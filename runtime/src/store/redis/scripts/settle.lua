@@ -1,11 +1,12 @@
 -- A completion or release by compare-and-set, for servers without `SET … IFEQ` (Redis < 8.4,
 -- Valkey < 8.1; see cas.rs): the record is settled only while it is exactly the string this
--- process's claim wrote (same key, same token, in flight, not renewed or taken over since),
--- so the whole string is the token fence and nothing needs unpacking here.
--- KEYS: 1 record, 2 the shard's index, 3 the record's watch key (one hash slot).
+-- process's claim wrote (same key, same token, in flight, not renewed, taken over or marked as
+-- watched since), so the whole string is the token fence and nothing needs unpacking here.
+-- No announcement: a record a repeat waits on is marked (watch.lua), so it does not match, and
+-- the fenced script settles and announces it.
+-- KEYS: 1 record, 2 the shard's index (one hash slot).
 -- ARGV: 1 the claim's string, 2 the settled record, 3 its expiry (PXAT), 4 its index score
--- (window end - 2^50), 5 its index member, 6 's' to announce on a shard channel (a cluster),
--- else 'p'.
+-- (window end - 2^50), 5 its index member.
 -- Returns 1 when it settled the record, 0 when it wrote nothing (the caller then runs the
 -- fenced script, which answers as it always did).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -13,12 +14,4 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3])
 redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
--- A repeat waiting on another process set the watch key (see notices.rs): tell it, once.
-if redis.call('DEL', KEYS[3]) == 1 then
-  if ARGV[6] == 's' then
-    redis.call('SPUBLISH', KEYS[3], '')
-  else
-    redis.call('PUBLISH', KEYS[3], '')
-  end
-end
 return 1
