@@ -34,7 +34,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use redis::Value;
 
@@ -46,6 +46,11 @@ use crate::store::Token;
 
 /// At most this many claim strings are kept; beyond it, completions use the fenced script.
 const HELD_MAX: usize = 65_536;
+/// When the map is full, claim strings older than this are dropped (at most once per
+/// `SWEEP_EVERY`): their calls most likely ended without a completion or release through this
+/// store, and should one still come, dropping its string only sends it to the fenced script.
+const HELD_STALE: Duration = Duration::from_secs(600);
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// The settled band's offset below lease-end scores (see `fenced.lua`).
 const BAND: i64 = 1 << 50;
 
@@ -53,9 +58,16 @@ const BAND: i64 = 1 << 50;
 /// every server: without `IFEQ`, `settle.lua` compares them).
 pub(super) struct Cas {
     ifeq: AtomicBool,
-    held: Mutex<HashMap<([u8; 32], i64), Held>>,
+    held: Mutex<HeldMap>,
     pub(super) reindex: Script,
     settle: Script,
+}
+
+/// The claim strings by key and token, and when a full map was last swept.
+#[derive(Default)]
+struct HeldMap {
+    calls: HashMap<([u8; 32], i64), Held>,
+    swept: Option<Instant>,
 }
 
 /// What a claim wrote, and when its answer came back.
@@ -103,7 +115,7 @@ impl Cas {
             .is_ok();
         Cas {
             ifeq: AtomicBool::new(ifeq),
-            held: Mutex::new(HashMap::new()),
+            held: Mutex::new(HeldMap::default()),
             reindex: Script::new(include_str!("scripts/reindex.lua")),
             settle: Script::new(include_str!("scripts/settle.lua")),
         }
@@ -117,8 +129,12 @@ impl Cas {
     /// Keeps what a claim wrote (head + tail), for its completion or release.
     pub(super) fn hold(&self, key: &Key, token: Token, blob: Vec<u8>) {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        if held.len() < HELD_MAX {
-            held.insert(
+        if held.calls.len() >= HELD_MAX && held.swept.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
+            held.calls.retain(|_, h| h.answered.elapsed() < HELD_STALE);
+            held.swept = Some(Instant::now());
+        }
+        if held.calls.len() < HELD_MAX {
+            held.calls.insert(
                 (*key.as_bytes(), token.0),
                 Held {
                     blob,
@@ -133,6 +149,7 @@ impl Cas {
         self.held
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .calls
             .remove(&(*key.as_bytes(), token.0))
     }
 
@@ -307,5 +324,55 @@ impl Inner {
         let keys = [k.record.as_str(), k.index.as_str()];
         self.conn.run(&self.cas.reindex, &keys, &[], None).await?;
         Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cas() -> Cas {
+        Cas {
+            ifeq: AtomicBool::new(false),
+            held: Mutex::new(HeldMap::default()),
+            reindex: Script::new(""),
+            settle: Script::new(""),
+        }
+    }
+
+    fn fill(cas: &Cas, answered: Instant) {
+        let mut held = cas.held.lock().unwrap_or_else(PoisonError::into_inner);
+        for n in 0..HELD_MAX {
+            let blob = Vec::new();
+            held.calls
+                .insert(([0; 32], n as i64), Held { blob, answered });
+        }
+    }
+
+    /// A full map of stale claim strings (calls that ended without a completion here) makes
+    /// room; a full map of live ones stays as it is, and the new call goes to the fenced script.
+    #[test]
+    fn a_full_map_drops_only_stale_claim_strings() {
+        let key = Key::from_bytes([1; 32]);
+        let Some(old) = Instant::now().checked_sub(HELD_STALE + Duration::from_secs(1)) else {
+            return; // a machine up for less than HELD_STALE: no such instant to test with
+        };
+        let stale = cas();
+        fill(&stale, old);
+        stale.hold(&key, Token(1), vec![1]);
+        assert_eq!(stale.take(&key, Token(1)).map(|h| h.blob), Some(vec![1]));
+        assert!(stale
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .calls
+            .is_empty());
+
+        let live = cas();
+        fill(&live, Instant::now());
+        live.hold(&key, Token(1), vec![1]);
+        assert!(live.take(&key, Token(1)).is_none());
+        let held = live.held.lock().unwrap_or_else(PoisonError::into_inner);
+        assert_eq!(held.calls.len(), HELD_MAX);
     }
 }
