@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! redis server=redis-7.0 fresh_p50_ratio_raw=1.04 fresh_tps32_ratio_raw=0.95 floor_tps32_ratio_raw=0.72 repeat_round_trips=1 cached_repeat_p50_us=2.6 vs_powertools_first=6.1 vs_powertools_replay=7.4
-//! redis_bounds server=redis-7.0 vs_powertools_first_max=1.6 vs_powertools_replay_max=4.3 fenced_fresh_p50_ratio_raw=1.03 fenced_tps32_ratio_raw=0.72 fenced_nowait_tps32_ratio_raw=0.72
+//! redis_bounds server=redis-7.0 vs_powertools_first_max=1.6 vs_powertools_replay_max=4.3 fenced_fresh_p50_ratio_raw=1.03 fenced_tps32_ratio_raw=0.72 fenced_nowait_tps32_ratio_raw=0.72 indexed_tps32_ratio_raw=0.55
 //! ```
 //!
 //! - `floor_tps32_ratio_raw`: the `fenced_tps32_ratio_raw` of the second line (the cheapest
@@ -35,7 +35,10 @@
 //!   requires), the floor of any design whose completion is fenced by a script, as every
 //!   design on Redis 7 is that keeps the record's state in one place;
 //!   `fenced_nowait_tps32_ratio_raw` is that floor without the waits (the same figure without a
-//!   replica), what the waits cost.
+//!   replica), what the waits cost; `indexed_tps32_ratio_raw` is that floor with what this
+//!   crate's guarantees add at the least: the claim's index entry in the claim's transaction
+//!   (crash recovery finds it), the record's expiry and the entry's move in the completion's
+//!   script (retention, purge) — the store's commands, without its clock, checks and engine.
 //!
 //! ```text
 //! cargo bench -p idempotency-tests --bench redis
@@ -78,6 +81,7 @@ struct Bench {
     namespace: String,
     next: AtomicU64,
     fence: redis::Script,
+    fence_indexed: redis::Script,
     /// A replica is attached: the store waits for it, and so does the floor.
     waits: bool,
     /// The floor's connections for writes that wait, as many as the store's (a `WAIT` holds
@@ -160,9 +164,17 @@ impl Bench {
     /// is followed by `WAIT 1 250` on its connection (one of 8, in turn, as the store's), as the
     /// contract then requires of any store (a claim a failover can lose lets a repeat run the body twice); `nowait` leaves
     /// that out, for the line that shows what the wait costs.
-    async fn floor_fresh(&self, nowait: bool) {
+    ///
+    /// `indexed` adds what this crate's guarantees need beyond the fence, as cheaply as Redis
+    /// allows: the claim's entry in a sorted set (one of 256, as the store's shards), written
+    /// with the claim in one `MULTI` … `EXEC` (a crashed call is found by it, never by a
+    /// `SCAN`), and in the completion's script the record's expiry (`PXAT`, retention) and the
+    /// entry's move to its window end (what purge reads). No server clock, no outbox.
+    async fn floor_fresh(&self, nowait: bool, indexed: bool) {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let key = format!("{}:floor:{n}", self.namespace);
+        let key = format!("{}:{{{:02x}}}:floor:{n}", self.namespace, n % 256);
+        let index = format!("{}:{{{:02x}}}:floor-index", self.namespace, n % 256);
+        let member = &key[key.len().saturating_sub(16)..];
         let token = n.to_be_bytes();
         let waits = self.waits && !nowait;
         let n_waiting = self.next_waiting.fetch_add(1, Ordering::Relaxed) as usize;
@@ -171,20 +183,59 @@ impl Bench {
             _ => Conn::Shared(self.conn.clone()),
         };
         let mut claim = redis::pipe();
-        claim.cmd("SET").arg(&key).arg(&token[..]).arg("NX");
-        if waits {
-            claim.cmd("WAIT").arg(1).arg(250).ignore();
+        if indexed {
+            claim
+                .cmd("MULTI")
+                .ignore()
+                .cmd("SET")
+                .arg(&key)
+                .arg(&token[..])
+                .arg("NX")
+                .ignore()
+                .cmd("ZADD")
+                .arg(&index)
+                .arg("NX")
+                .arg(n)
+                .arg(member)
+                .ignore()
+                .cmd("EXEC");
+            if waits {
+                claim.cmd("WAIT").arg(1).arg(250).ignore();
+            }
+            let (exec,): ((Option<String>, i64),) =
+                claim.query_async(&mut conn).await.expect("floor claim");
+            assert!(exec.0.is_some(), "not fresh");
+        } else {
+            claim.cmd("SET").arg(&key).arg(&token[..]).arg("NX");
+            if waits {
+                claim.cmd("WAIT").arg(1).arg(250).ignore();
+            }
+            let (won,): (Option<String>,) =
+                claim.query_async(&mut conn).await.expect("floor claim");
+            assert!(won.is_some(), "not fresh");
         }
-        let (won,): (Option<String>,) = claim.query_async(&mut conn).await.expect("floor claim");
-        assert!(won.is_some(), "not fresh");
         let mut complete = redis::pipe();
-        complete
-            .cmd("EVALSHA")
-            .arg(self.fence.get_hash())
-            .arg(1)
-            .arg(&key)
-            .arg(&token[..])
-            .arg(RESPONSE);
+        if indexed {
+            complete
+                .cmd("EVALSHA")
+                .arg(self.fence_indexed.get_hash())
+                .arg(2)
+                .arg(&key)
+                .arg(&index)
+                .arg(&token[..])
+                .arg(RESPONSE)
+                .arg(4_000_000_000_000u64)
+                .arg(n as i64 - (1 << 50))
+                .arg(member);
+        } else {
+            complete
+                .cmd("EVALSHA")
+                .arg(self.fence.get_hash())
+                .arg(1)
+                .arg(&key)
+                .arg(&token[..])
+                .arg(RESPONSE);
+        }
         if waits {
             complete.cmd("WAIT").arg(1).arg(250).ignore();
         }
@@ -240,6 +291,12 @@ fn p50(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
+/// [`FENCE`] with the record's expiry and its index entry's move (see [`Bench::floor_fresh`]).
+const FENCE_INDEXED: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+                             redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3]) \
+                             redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5]) \
+                             return 'OK' end return false";
+
 /// p50s of a fresh call, one client, samples alternated: the store, raw, the floor (see
 /// [`Bench::floor_fresh`]), and one `GET` round trip.
 struct Latencies {
@@ -253,7 +310,7 @@ async fn latencies(b: &Bench, samples: usize) -> Latencies {
     for _ in 0..200 {
         b.store_fresh().await;
         b.raw_fresh().await;
-        b.floor_fresh(false).await;
+        b.floor_fresh(false, false).await;
     }
     let (mut ours, mut raw, mut floor, mut get) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut conn = b.conn.clone();
@@ -266,7 +323,7 @@ async fn latencies(b: &Bench, samples: usize) -> Latencies {
         b.raw_fresh().await;
         raw.push(t.elapsed());
         let t = Instant::now();
-        b.floor_fresh(false).await;
+        b.floor_fresh(false, false).await;
         floor.push(t.elapsed());
         // The round trip's floor: one GET of a missing key on the same connection.
         let t = Instant::now();
@@ -408,6 +465,7 @@ enum Side {
     Raw,
     Floor,
     FloorNoWait,
+    FloorIndexed,
 }
 
 /// Calls per second of one side over `secs`, 32 clients.
@@ -422,8 +480,9 @@ async fn rate(b: &Arc<Bench>, side: Side, secs: f64) -> f64 {
                 match side {
                     Side::Store => b.store_fresh().await,
                     Side::Raw => b.raw_fresh().await,
-                    Side::Floor => b.floor_fresh(false).await,
-                    Side::FloorNoWait => b.floor_fresh(true).await,
+                    Side::Floor => b.floor_fresh(false, false).await,
+                    Side::FloorNoWait => b.floor_fresh(true, false).await,
+                    Side::FloorIndexed => b.floor_fresh(false, true).await,
                 }
                 done.fetch_add(1, Ordering::Relaxed);
             }
@@ -436,9 +495,10 @@ async fn rate(b: &Arc<Bench>, side: Side, secs: f64) -> f64 {
 /// Throughput ratios to raw (medians of paired one-second slices): the store's, the floor's,
 /// the floor's without `WAIT` (the floor's own without a replica); then the store's and raw's
 /// mean calls per second.
-async fn throughput_ratio(b: &Arc<Bench>, secs: u64) -> ([f64; 3], f64, f64) {
+async fn throughput_ratio(b: &Arc<Bench>, secs: u64) -> ([f64; 4], f64, f64) {
     let (mut ratios, mut floor_ratios, mut nowait_ratios, mut ra, mut rb) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut indexed_ratios = Vec::new();
     let (mut cpu_store, mut cpu_raw, mut cpu_floor) = (0.0, 0.0, 0.0);
     let (mut client_store, mut client_raw, mut client_floor) = (0.0, 0.0, 0.0);
     let (mut cmds_store, mut cmds_floor) = (Vec::new(), Vec::new());
@@ -464,6 +524,7 @@ async fn throughput_ratio(b: &Arc<Bench>, secs: u64) -> ([f64; 3], f64, f64) {
         } else {
             f
         };
+        indexed_ratios.push(rate(b, Side::FloorIndexed, 1.0).await / r);
         cpu_store += (t1 - t0) / a;
         cpu_raw += (t2 - t1) / r;
         cpu_floor += (t3 - t2) / f;
@@ -500,7 +561,12 @@ async fn throughput_ratio(b: &Arc<Bench>, secs: u64) -> ([f64; 3], f64, f64) {
     };
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     (
-        [median(ratios), median(floor_ratios), median(nowait_ratios)],
+        [
+            median(ratios),
+            median(floor_ratios),
+            median(nowait_ratios),
+            median(indexed_ratios),
+        ],
         mean(&ra),
         mean(&rb),
     )
@@ -719,6 +785,7 @@ async fn measure(url: &str, (label, waits): (&str, bool), samples: usize, secs: 
         namespace: namespace.clone(),
         next: AtomicU64::new(0),
         fence: redis::Script::new(FENCE),
+        fence_indexed: redis::Script::new(FENCE_INDEXED),
         waits,
         waiting: if waits {
             let client = redis::Client::open(url).expect("the server's URL");
@@ -738,12 +805,14 @@ async fn measure(url: &str, (label, waits): (&str, bool), samples: usize, secs: 
         next_waiting: AtomicU64::new(0),
     });
     // The floor sends its fence by hash in a pipeline (beside WAIT): load it first.
-    let _: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(FENCE)
-        .query_async(&mut conn.clone())
-        .await
-        .expect("SCRIPT LOAD");
+    for script in [FENCE, FENCE_INDEXED] {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(script)
+            .query_async(&mut conn.clone())
+            .await
+            .expect("SCRIPT LOAD");
+    }
     eprintln!("load average at start: {}", load());
     // For a profiler (`perf record`): only the store's fresh calls, 32 clients, this long.
     if let Some(only) = std::env::var("BENCH_STORE_ONLY_SECS")
@@ -804,7 +873,7 @@ async fn measure(url: &str, (label, waits): (&str, bool), samples: usize, secs: 
         .await
         .expect("memory usage");
     eprintln!("bytes of one completed record: store {bytes:?}, raw key {raw_bytes:?}");
-    let ([tps_ratio, floor_tps_ratio, nowait_tps_ratio], tps_ours, tps_raw) =
+    let ([tps_ratio, floor_tps_ratio, nowait_tps_ratio, indexed_tps_ratio], tps_ours, tps_raw) =
         throughput_ratio(&b, secs).await;
     eprintln!(
         "fresh calls/s, {CLIENTS} clients: store {tps_ours:.0}, raw {tps_raw:.0}; load average {}",
@@ -861,10 +930,11 @@ async fn measure(url: &str, (label, waits): (&str, bool), samples: usize, secs: 
             us(cached_replay),
         ),
         format!(
-            "redis_bounds server={label} vs_powertools_first_max={max_first} vs_powertools_replay_max={max_replay} fenced_fresh_p50_ratio_raw={:.2} fenced_tps32_ratio_raw={:.2} fenced_nowait_tps32_ratio_raw={:.2}",
+            "redis_bounds server={label} vs_powertools_first_max={max_first} vs_powertools_replay_max={max_replay} fenced_fresh_p50_ratio_raw={:.2} fenced_tps32_ratio_raw={:.2} fenced_nowait_tps32_ratio_raw={:.2} indexed_tps32_ratio_raw={:.2}",
             floor.as_secs_f64() / raw.as_secs_f64(),
             floor_tps_ratio,
             nowait_tps_ratio,
+            indexed_tps_ratio,
         ),
     ]
     .join("\n")
