@@ -17,7 +17,7 @@
 //! | `{ns}:{XX}:i` | sorted set | the shard's records by time, in two bands: unsettled ones by lease end (unknown ones at 0), what [`unsettled`](crate::store::Maintenance::unsettled) reads; settled ones by window end - 2^50, what [`purge`](crate::store::Maintenance::purge) reads |
 //! | `{ns}:{XX}:o` | stream | the shard's outbox messages (consumer group `g`) |
 //! | `{ns}:{XX}:ov` | sorted set | when each handed-out message becomes visible again |
-//! | `{ns}:{XX}:w:<ref>` | a channel, and a string | a settlement of a record a repeat on another process waits for (it marks the record) announces itself on the channel of that name (`SPUBLISH` on a cluster); the string (with an expiry) is for waiters of the previous version, see `notices.rs` |
+//! | `{ns}:{XX}:w:<ref>` | a channel | a settlement of a record a repeat on another process waits for (it marks the record) announces itself on it (`SPUBLISH` on a cluster), see `notices.rs` |
 //! | `{ns}:secret` | string | the fingerprint of the secret the keys are made with (see [`SecretStore`](crate::store::SecretStore)) |
 //!
 //! One index with two bands rather than two indexes: a completion moves its record's entry with

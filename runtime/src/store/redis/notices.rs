@@ -10,12 +10,7 @@
 //! gap: a settlement before the mark is seen by the repeat's next read of the record (the mark
 //! finds it settled and is not written); one after it finds the mark and publishes to a
 //! connection that is already subscribed. A record nobody waits on costs its settlement
-//! nothing: no watch key to delete, no notice.
-//!
-//! `watch.lua` also sets a key of the channel's name (with an expiry), and the fenced script
-//! deletes it and publishes when it was there: how processes of the previous version, which
-//! wait by that key alone, are still told (of a settlement by the fenced script; one by
-//! compare-and-set they learn of at their next read of the record).
+//! nothing: no key to delete, no notice.
 //!
 //! The subscribing connection is a connection of its own (RESP3), resubscribed by the client
 //! after a reconnection; when it drops, everything waiting is woken to read its record again (a
@@ -35,9 +30,6 @@ use super::builder::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 use super::conn::{redis_error, Script};
 use super::RedisConnection;
 use crate::store::{StoreError, Wake};
-
-/// How long a watch key lives if no settlement deletes it (a repeat waits far less).
-const WATCH_TTL_MS: u64 = 10 * 60 * 1000;
 
 /// Where the subscribing connection goes.
 pub(super) enum Source {
@@ -144,7 +136,7 @@ impl Listening {
 
 impl Notices {
     /// See [`RecordStore::watch`](crate::store::RecordStore::watch): `channel` is the record's
-    /// watch key.
+    /// settlement channel.
     pub(super) async fn watch(
         &self,
         conn: &RedisConnection,
@@ -178,11 +170,8 @@ impl Notices {
                 }
             }
         }
-        // Subscribed: now the mark (and the watch key), so a settlement from here on announces.
-        let ttl = WATCH_TTL_MS.to_string();
-        let (marked, _) = conn
-            .run(&self.mark, &[record, channel], &[ttl.as_bytes()], None)
-            .await?;
+        // Subscribed: now the mark, so a settlement from here on announces.
+        let (marked, _) = conn.run(&self.mark, &[record], &[], None).await?;
         // Not in flight (any more): no settlement will announce; the repeat's next read tells.
         Ok(marked == Value::Int(1))
     }

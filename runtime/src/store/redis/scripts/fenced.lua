@@ -2,7 +2,7 @@
 -- takeover of a call whose worker is gone. Each applies only when the token presented is the
 -- record's and its state allows it; the takeover is fenced by the state and the lease instead
 -- (its token is the new one).
--- KEYS: 1 record, 2 the shard's index, 3 the shard's outbox stream, 4 the record's watch key
+-- KEYS: 1 record, 2 the shard's index, 3 the shard's outbox stream, 4 the record's channel
 -- (one hash slot).
 -- ARGV: 1 op ('c' complete, 'r' release, 'u' unknown, 'n' renew, 's' settle, 't' take over), 2 key_rest
 -- (24 bytes), 3 token (8 bytes), 4 two flags: '1' to trust the caller's times (else '0'), then
@@ -43,11 +43,10 @@ local member = string.sub(rec, -16)
 local EMPTY = '\0\0\0\0'
 
 -- A repeat waiting on another process marked the record (1.0 as its completion time while
--- unsettled, see watch.lua) and set the watch key: tell it the record left flight (on the
--- channel of the same name). The key alone is a waiter of the previous version's.
+-- unsettled, see watch.lua): tell it the record left flight, on the channel KEYS[4].
 local watched = (s == 0 or s == 2) and d ~= 0
 local function announce()
-  if redis.call('DEL', KEYS[4]) == 1 or watched then
+  if watched then
     if string.sub(ARGV[4], 2, 2) == 's' then
       redis.call('SPUBLISH', KEYS[4], '')
     else
