@@ -15,6 +15,7 @@ use idempotency::{Caller, Error, Idempotency};
 use idempotency_tests::charge::current_reference;
 use idempotency_tests::pg::unique_name;
 use idempotency_tests::processes::{replica_calls, worker_command, Receipt, Tally, Workers};
+use idempotency_tests::raw::claim_request;
 use idempotency_tests::redis_servers::{shared_server, RedisCluster};
 
 const WINDOW: Duration = Duration::from_secs(900);
@@ -498,15 +499,11 @@ async fn scripts_come_back_after_a_flush_and_subjects_stay_apart() {
     let key = alice_key;
     let now = SystemClock.now();
     let req = |key: Key, subject: Option<&'static str>| ClaimRequest {
-        key,
-        tenant: "acme",
         subject,
-        tool: "charge_card",
-        fingerprint: None,
         now,
         lease: Duration::ZERO,
-        window: WINDOW,
         token: Token(1),
+        ..claim_request(key)
     };
     assert!(matches!(
         store.claim(&req(key(1), Some("alice"))).await,
@@ -569,15 +566,10 @@ async fn commands_of_settlements(
         .expect("connect");
     let key = alice_key;
     let req = |key: Key| ClaimRequest {
-        key,
-        tenant: "acme",
-        subject: None,
-        tool: "charge_card",
-        fingerprint: None,
         now: SystemClock.now(),
         lease: Duration::from_secs(60),
-        window: WINDOW,
         token: Token(7),
+        ..claim_request(key)
     };
     server
         .node
@@ -695,15 +687,10 @@ async fn a_changed_record_goes_to_the_fenced_script(
         connect().await.expect("connect"),
     );
     let req = |key| ClaimRequest {
-        key,
-        tenant: "acme",
-        subject: None,
-        tool: "charge_card",
-        fingerprint: None,
         now: SystemClock.now(),
         lease: Duration::from_secs(60),
-        window: WINDOW,
         token: Token(7),
+        ..claim_request(key)
     };
     let answer = StoredResponse {
         ok: true,
@@ -854,15 +841,10 @@ async fn a_claim_after_expiry_moves_the_stale_index_entry() {
     let reference = key.reference(1).to_string();
     let record = format!("{namespace}:{{{}}}:r:{}", &reference[..2], &reference[..16]);
     let req = |token: i64| ClaimRequest {
-        key,
-        tenant: "acme",
-        subject: None,
-        tool: "charge_card",
-        fingerprint: None,
         now: SystemClock.now(),
         lease: Duration::from_secs(60),
-        window: WINDOW,
         token: Token(token),
+        ..claim_request(key)
     };
     let answer = StoredResponse {
         ok: true,

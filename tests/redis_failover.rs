@@ -475,15 +475,10 @@ async fn a_replica_attached_later_is_waited_for() {
             .expect("key");
             store
                 .claim(&ClaimRequest {
-                    key,
-                    tenant: "acme",
-                    subject: None,
-                    tool: "charge_card",
-                    fingerprint: None,
                     now: SystemClock.now(),
                     lease: Duration::from_secs(60),
-                    window: WINDOW,
                     token: Token(1),
+                    ..idempotency_tests::raw::claim_request(key)
                 })
                 .await
         }
