@@ -214,14 +214,7 @@ impl Prepared {
             spec.ignore,
         )
         .map_err(|e| refused(tool, e))?;
-        Ok(Prepared {
-            key,
-            fingerprint: None,
-            scope,
-            spec: *spec,
-            caller: caller.clone(),
-            origin: Origin::default(),
-        })
+        Ok(Prepared::keyed(caller, spec, (key, None, scope)))
     }
 
     /// The key of a call keyed by a business key (the value of the arguments' `field`), with the
@@ -267,14 +260,11 @@ impl Prepared {
         .map_err(|e| refused(tool, e))?;
         let fingerprint =
             FingerprintMaterial::of(args, spec.ignore).map_err(|e| refused(tool, e))?;
-        Ok(Prepared {
-            key,
-            fingerprint: Some(fingerprint),
-            scope,
-            spec: *spec,
-            caller: caller.clone(),
-            origin: Origin::default(),
-        })
+        Ok(Prepared::keyed(
+            caller,
+            spec,
+            (key, Some(fingerprint), scope),
+        ))
     }
 }
 
@@ -314,14 +304,11 @@ impl Prepared {
         .map_err(|e| refused(tool, e))?;
         let fingerprint =
             FingerprintMaterial::of(args, spec.ignore).map_err(|e| refused(tool, e))?;
-        Ok(Prepared {
-            key,
-            fingerprint: Some(fingerprint),
-            scope,
-            spec: *spec,
-            caller: caller.clone(),
-            origin: Origin::default(),
-        })
+        Ok(Prepared::keyed(
+            caller,
+            spec,
+            (key, Some(fingerprint), scope),
+        ))
     }
 
     /// Like [`Prepared::business`], except that a call whose business key is missing is keyed by
@@ -336,6 +323,24 @@ impl Prepared {
             Prepared::call(caller, spec, args)
         } else {
             Prepared::business(caller, spec, business_key, args)
+        }
+    }
+}
+
+impl Prepared {
+    /// A call of `spec` by `caller` under its key, fingerprint and scope, with no origin yet.
+    fn keyed(
+        caller: &Caller,
+        spec: &ToolSpec,
+        (key, fingerprint, scope): (KeyMaterial, Option<FingerprintMaterial>, Scope),
+    ) -> Prepared {
+        Prepared {
+            key,
+            fingerprint,
+            scope,
+            spec: *spec,
+            caller: caller.clone(),
+            origin: Origin::default(),
         }
     }
 }
