@@ -22,7 +22,6 @@ use std::sync::Arc;
 
 use idempotency::store::{Claim, SqliteStore, Store, StoredResponse};
 use idempotency_tests::raw::{self, key, now, RESPONSE, TENANT, TOOL};
-use sqlx::sqlite::SqlitePoolOptions;
 use sqlx::SqlitePool;
 
 /// Keys of the counted calls start here, past any fill.
@@ -85,17 +84,7 @@ fn main() {
         .expect("runtime");
     rt.block_on(async move {
         let (side, pool) = if side == "raw" {
-            let pool = SqlitePoolOptions::new()
-                .max_connections(4)
-                .connect_with(SqliteStore::connect_options(&file))
-                .await
-                .expect("raw pool");
-            // Audited: a constant of this crate.
-            let table = raw::TABLE_SQLITE.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS");
-            sqlx::query(sqlx::AssertSqlSafe(table))
-                .execute(&pool)
-                .await
-                .expect("raw table");
+            let pool = raw::sqlite_pool(std::path::Path::new(&file)).await;
             (Side::Raw(pool.clone()), pool)
         } else {
             let store = SqliteStore::open(&file).await.expect("store");

@@ -78,7 +78,6 @@ use idempotency::store::SqliteStore;
 use idempotency::store::{Claim, Store, StoredResponse};
 use idempotency_tests::pg::{unique_name, TestSchema};
 use idempotency_tests::raw::{self, key, now, RESPONSE, TENANT, TOOL};
-use sqlx::sqlite::SqlitePoolOptions;
 use sqlx::{PgPool, SqlitePool};
 
 #[path = "stores/cache.rs"]
@@ -747,15 +746,7 @@ async fn sqlite(cfg: &Config) -> Table {
         TempFile(std::env::temp_dir().join(format!("{}.db", unique_name("bench_raw")))),
     );
     let store = SqliteStore::open(&f_store.0).await.expect("store");
-    let raw_pool = SqlitePoolOptions::new()
-        .max_connections(4)
-        .connect_with(SqliteStore::connect_options(&f_raw.0))
-        .await
-        .expect("raw pool");
-    sqlx::query(raw::TABLE_SQLITE)
-        .execute(&raw_pool)
-        .await
-        .expect("raw table");
+    let raw_pool = raw::sqlite_pool(&f_raw.0).await;
     let store_pool = store.pool().clone();
     let store: Arc<dyn Store> = Arc::new(store);
     let ours = Side {

@@ -1,14 +1,17 @@
 //! The baseline the store benches measure against: the naive two statements a hand-written
 //! handler would run on a table of its own (insert the key, then store the answer); and what
 //! the benches share on the store's side: the calls they key, their claims and completions, and
-//! the PostgreSQL pool with the store and the raw table beside it.
+//! the PostgreSQL pool with the store and the raw table beside it, and the raw SQLite pool.
 
 use std::time::Duration;
 
-use idempotency::store::{ClaimRequest, Completion, PostgresStore, StoredResponse, Token};
+use idempotency::store::{
+    ClaimRequest, Completion, PostgresStore, SqliteStore, StoredResponse, Token,
+};
 use idempotency::{clock::Timestamp, key::Key, Caller};
 use sqlx::postgres::PgPoolOptions;
-use sqlx::PgPool;
+use sqlx::sqlite::SqlitePoolOptions;
+use sqlx::{PgPool, SqlitePool};
 
 use crate::pg::TestSchema;
 
@@ -99,4 +102,21 @@ pub async fn pg_pool_and_store(schema: &TestSchema, connections: u32) -> (PgPool
         .await
         .expect("raw table");
     (pool, store)
+}
+
+/// Raw SQL's SQLite pool: 4 connections to `file` with the store's own connection options
+/// (WAL, `synchronous=NORMAL`, its busy timeout), and the raw table (made unless it is there).
+pub async fn sqlite_pool(file: &std::path::Path) -> SqlitePool {
+    let pool = SqlitePoolOptions::new()
+        .max_connections(4)
+        .connect_with(SqliteStore::connect_options(file))
+        .await
+        .expect("raw pool");
+    // Audited: a constant of this crate.
+    let table = TABLE_SQLITE.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS");
+    sqlx::query(sqlx::AssertSqlSafe(table))
+        .execute(&pool)
+        .await
+        .expect("raw table");
+    pool
 }
