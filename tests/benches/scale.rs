@@ -509,16 +509,7 @@ async fn build_postgres(cfg: &Config, rows: u64) -> Option<Built> {
         "postgres, {rows} rows built in {:.0} s: {bytes:.0} bytes/row (heap {heap:.0}, primary key {pkey:.0}, window index {settled:.0})",
         started.elapsed().as_secs_f64()
     );
-    // The table was built behind the reconciler's back: its first round reads every claim
-    // (the mark starts before them all), watches the unsettled ones and moves the mark, which
-    // is the state a reconciler running all along would have left.
-    let t = Instant::now();
-    let found = store.unsettled(wall_now(), 100).await.expect("unsettled");
-    assert_eq!(found.len(), 100, "the 100 unsettled records");
-    eprintln!(
-        "  the reconciler's first round over the whole table: {:.1} ms",
-        t.elapsed().as_secs_f64() * 1e3
-    );
+    first_round(&store).await;
     Some(Built {
         store: Arc::new(store),
         rows,
@@ -583,14 +574,7 @@ async fn build_sqlite(rows: u64) -> Built {
         "sqlite, {rows} rows built in {:.0} s: {bytes:.0} bytes/row",
         started.elapsed().as_secs_f64()
     );
-    // As on PostgreSQL: the reconciler's first round reads every claim and moves the mark.
-    let t = Instant::now();
-    let found = store.unsettled(wall_now(), 100).await.expect("unsettled");
-    assert_eq!(found.len(), 100, "the 100 unsettled records");
-    eprintln!(
-        "  the reconciler's first round over the whole table: {:.1} ms",
-        t.elapsed().as_secs_f64() * 1e3
-    );
+    first_round(&store).await;
     Built {
         store: Arc::new(store),
         rows,
@@ -598,6 +582,20 @@ async fn build_sqlite(rows: u64) -> Built {
         bytes_per_row: bytes,
         keep: Keep::Sqlite(file, pool),
     }
+}
+
+/// The table was built behind the reconciler's back: its first round reads every claim (the
+/// mark starts before them all), watches the unsettled ones and moves the mark, which is the
+/// state a reconciler running all along would have left. Timed, and checked to find the 100
+/// unsettled records.
+async fn first_round(store: &impl Maintenance) {
+    let t = Instant::now();
+    let found = store.unsettled(wall_now(), 100).await.expect("unsettled");
+    assert_eq!(found.len(), 100, "the 100 unsettled records");
+    eprintln!(
+        "  the reconciler's first round over the whole table: {:.1} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
 }
 
 /// A store at one size, its table built.

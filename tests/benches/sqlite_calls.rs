@@ -20,8 +20,8 @@
 
 use std::sync::Arc;
 
-use idempotency::store::{Claim, SqliteStore, Store, StoredResponse};
-use idempotency_tests::raw::{self, key, now, RESPONSE, TENANT, TOOL};
+use idempotency::store::{SqliteStore, Store};
+use idempotency_tests::raw;
 use sqlx::SqlitePool;
 
 /// Keys of the counted calls start here, past any fill.
@@ -35,36 +35,8 @@ enum Side {
 impl Side {
     async fn fresh(&self, n: u64) {
         match self {
-            Side::Store(store) => {
-                let req = raw::claim_request(key(n));
-                let Claim::New { token, .. } = store.claim(&req).await.expect("claim") else {
-                    panic!("key {n} was not fresh")
-                };
-                let response = StoredResponse {
-                    ok: true,
-                    body: RESPONSE.into(),
-                };
-                let c = raw::completion(req.key, token, &response);
-                store.complete(&c).await.expect("complete");
-            }
-            Side::Raw(pool) => {
-                let k = key(n);
-                let won: Option<Vec<u8>> = sqlx::query_scalar(raw::CLAIM)
-                    .bind(&k.as_bytes()[..])
-                    .bind(TENANT)
-                    .bind(TOOL)
-                    .bind(now().as_millis())
-                    .fetch_optional(pool)
-                    .await
-                    .expect("raw claim");
-                assert!(won.is_some(), "key {n} was not fresh");
-                sqlx::query(raw::COMPLETE)
-                    .bind(&k.as_bytes()[..])
-                    .bind(RESPONSE)
-                    .execute(pool)
-                    .await
-                    .expect("raw complete");
-            }
+            Side::Store(store) => raw::store_fresh(&**store, n).await,
+            Side::Raw(pool) => raw::sqlite_fresh(pool, n).await,
         }
     }
 }

@@ -75,7 +75,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idempotency::store::SqliteStore;
-use idempotency::store::{Claim, Store, StoredResponse};
+use idempotency::store::{Claim, Store};
 use idempotency_tests::pg::{unique_name, TestSchema};
 use idempotency_tests::raw::{self, key, now, RESPONSE, TENANT, TOOL};
 use sqlx::{PgPool, SqlitePool};
@@ -105,18 +105,7 @@ type Op = Arc<dyn Fn(u64) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + S
 fn store_fresh(store: Arc<dyn Store>) -> Op {
     Arc::new(move |n| {
         let store = store.clone();
-        Box::pin(async move {
-            let req = raw::claim_request(key(n));
-            let Claim::New { token, .. } = store.claim(&req).await.expect("claim") else {
-                panic!("key {n} was not fresh")
-            };
-            let response = StoredResponse {
-                ok: true,
-                body: RESPONSE.into(),
-            };
-            let c = raw::completion(req.key, token, &response);
-            store.complete(&c).await.expect("complete");
-        })
+        Box::pin(async move { raw::store_fresh(&*store, n).await })
     })
 }
 
@@ -135,28 +124,11 @@ fn store_repeat(store: Arc<dyn Store>) -> Op {
 }
 
 macro_rules! raw_ops {
-    ($fresh:ident, $repeat:ident, $pool:ty) => {
+    ($fresh:ident, $repeat:ident, $pool:ty, $call:path) => {
         fn $fresh(pool: $pool) -> Op {
             Arc::new(move |n| {
                 let pool = pool.clone();
-                Box::pin(async move {
-                    let k = key(n);
-                    let won: Option<Vec<u8>> = sqlx::query_scalar(raw::CLAIM)
-                        .bind(&k.as_bytes()[..])
-                        .bind(TENANT)
-                        .bind(TOOL)
-                        .bind(now().as_millis())
-                        .fetch_optional(&pool)
-                        .await
-                        .expect("raw claim");
-                    assert!(won.is_some(), "key {n} was not fresh");
-                    sqlx::query(raw::COMPLETE)
-                        .bind(&k.as_bytes()[..])
-                        .bind(RESPONSE)
-                        .execute(&pool)
-                        .await
-                        .expect("raw complete");
-                })
+                Box::pin(async move { $call(&pool, n).await })
             })
         }
 
@@ -186,8 +158,13 @@ macro_rules! raw_ops {
     };
 }
 
-raw_ops!(pg_raw_fresh, pg_raw_repeat, PgPool);
-raw_ops!(sqlite_raw_fresh, sqlite_raw_repeat, SqlitePool);
+raw_ops!(pg_raw_fresh, pg_raw_repeat, PgPool, raw::pg_fresh);
+raw_ops!(
+    sqlite_raw_fresh,
+    sqlite_raw_repeat,
+    SqlitePool,
+    raw::sqlite_fresh
+);
 
 /// Fresh keys for one side (each side has its own table, so both use the same key sequence).
 struct Keys {

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use idempotency::store::{
-    ClaimRequest, Completion, PostgresStore, SqliteStore, StoredResponse, Token,
+    Claim, ClaimRequest, Completion, PostgresStore, SqliteStore, Store, StoredResponse, Token,
 };
 use idempotency::{clock::Timestamp, key::Key, Caller};
 use sqlx::postgres::PgPoolOptions;
@@ -120,3 +120,48 @@ pub async fn sqlite_pool(file: &std::path::Path) -> SqlitePool {
         .expect("raw table");
     pool
 }
+
+/// A benched fresh call through the store: `n`'s claim, which must win, then its completion
+/// with [`RESPONSE`].
+pub async fn store_fresh(store: &dyn Store, n: u64) {
+    let req = claim_request(key(n));
+    let Claim::New { token, .. } = store.claim(&req).await.expect("claim") else {
+        panic!("key {n} was not fresh")
+    };
+    let response = StoredResponse {
+        ok: true,
+        body: RESPONSE.into(),
+    };
+    store
+        .complete(&completion(req.key, token, &response))
+        .await
+        .expect("complete");
+}
+
+macro_rules! fresh {
+    ($name:ident, $pool:ty) => {
+        /// A benched fresh call in raw SQL: [`CLAIM`] of `n`'s key, which must win, then
+        /// [`COMPLETE`] with [`RESPONSE`].
+        pub async fn $name(pool: &$pool, n: u64) {
+            let k = key(n);
+            let won: Option<Vec<u8>> = sqlx::query_scalar(CLAIM)
+                .bind(&k.as_bytes()[..])
+                .bind(TENANT)
+                .bind(TOOL)
+                .bind(now().as_millis())
+                .fetch_optional(pool)
+                .await
+                .expect("raw claim");
+            assert!(won.is_some(), "key {n} was not fresh");
+            sqlx::query(COMPLETE)
+                .bind(&k.as_bytes()[..])
+                .bind(RESPONSE)
+                .execute(pool)
+                .await
+                .expect("raw complete");
+        }
+    };
+}
+
+fresh!(pg_fresh, PgPool);
+fresh!(sqlite_fresh, SqlitePool);

@@ -135,21 +135,17 @@ impl RedisConnection {
     ) -> Result<(Value, Option<i64>), RedisError> {
         // Sized up front: the command's buffers would otherwise grow (and copy) several times
         // for a record-sized argument.
+        let (name, body) = if cached {
+            ("EVALSHA", script.sha.as_bytes())
+        } else {
+            ("EVAL", script.source.as_bytes())
+        };
         let data = keys.iter().map(|k| k.len()).sum::<usize>()
             + args.iter().map(|a| a.len()).sum::<usize>()
-            + if cached {
-                "EVALSHA".len() + script.sha.len()
-            } else {
-                "EVAL".len() + script.source.len()
-            }
+            + body.len()
             + 4;
-        let mut cmd = redis::Cmd::with_capacity(3 + keys.len() + args.len(), data);
-        if cached {
-            cmd.arg("EVALSHA").arg(&script.sha);
-        } else {
-            cmd.arg("EVAL").arg(script.source);
-        }
-        cmd.arg(keys.len()).arg(keys);
+        let mut cmd = command(name, 2 + keys.len() + args.len(), data);
+        cmd.arg(body).arg(keys.len()).arg(keys);
         for a in args {
             cmd.arg(*a);
         }

@@ -320,15 +320,12 @@ impl RecordStore for SqliteStore {
                 let mut conn = self.pool.acquire().await.map_err(db_error)?;
                 // Its time may be behind the reconciler's mark by now: watched, it is listed
                 // once its lease ends whatever the mark.
-                let sql = if started.elapsed() >= WATCH_AFTER {
-                    CLAIM_WATCHED
+                let query = if started.elapsed() >= WATCH_AFTER {
+                    // The watch's row first: CLAIM_WATCHED's first parameter.
+                    sqlx::query(CLAIM_WATCHED).bind(ref_of(&req.key))
                 } else {
-                    CLAIM
+                    sqlx::query(CLAIM)
                 };
-                let mut query = sqlx::query(sql);
-                if sql == CLAIM_WATCHED {
-                    query = query.bind(ref_of(&req.key));
-                }
                 let row = claim_query(query, req, fingerprint)
                     .fetch_optional(&mut *conn)
                     .await
