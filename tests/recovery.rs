@@ -249,6 +249,68 @@ async fn a_settled_answer_keeps_its_tools_window_redis() {
     windows_live_on_the_record(Backend::redis("recovery", true).await).await;
 }
 
+/// Sends once when dropped: how the test below sees a reconcile's future dropped unfinished.
+struct OnDrop(std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// An engine's rounds stop when its last clone is dropped, a round under way included: the
+/// round's reconcile (asking a processor that never answers) is dropped unfinished, and nothing
+/// settles the claim for the gone engine — it stays "outcome unknown" for whoever comes next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_engines_round_stops_at_once() {
+    let b = Backend::memory();
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let (dropped_tx, dropped) = tokio::sync::oneshot::channel();
+    let guard = Arc::new(std::sync::Mutex::new(Some(OnDrop(std::sync::Mutex::new(
+        Some(dropped_tx),
+    )))));
+    let w = World::new(&b.store, Timestamp::from_millis(T0), |builder| {
+        let entered = entered.clone();
+        builder
+            .reconcile(move |claim: Unsettled| {
+                let entered = entered.clone();
+                let guard = guard.lock().unwrap_or_else(|p| p.into_inner()).take();
+                async move {
+                    let _guard = guard;
+                    entered.notify_one();
+                    std::future::pending::<()>().await;
+                    Ok(processor_says_done(&claim))
+                }
+            })
+            .reconcile_every(Duration::from_millis(10))
+    });
+    let (spec, n) = (SHIPMENT.0, 7);
+    let r = w.reference(&spec, n);
+    let lost = w.call(&spec, n, true).await;
+    assert!(lost.result.is_err(), "{:?}", lost.result);
+    tokio::time::timeout(Duration::from_secs(20), entered.notified())
+        .await
+        .expect("a round reached the lost claim");
+    let caller = w.caller.clone();
+    drop(w);
+    tokio::time::timeout(Duration::from_secs(20), dropped)
+        .await
+        .expect("the round under way was stopped with its engine")
+        .expect("the reconcile's future was dropped");
+    let next = Idempotency::builder_shared(b.store.clone())
+        .without_reconciler()
+        .build();
+    let state = next
+        .status(&caller, r)
+        .await
+        .expect("status")
+        .map(|s| s.state);
+    assert_eq!(state, Some(RecordState::Unknown));
+    b.finish().await;
+}
+
 /// A sweep of 300 calls over 100 keys, each given up by its caller after a random 0–4 ms (so
 /// futures are dropped while claiming, before the body, in it and while recording), on an engine
 /// as users run it (the system clock; PostgreSQL on its server's clock). Once the background

@@ -10,7 +10,7 @@
 //! [`Reconciler`](crate::tasks::Reconciler) runs them as a task of its own.
 
 use std::future::Future;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::clock::Clock;
@@ -161,11 +161,13 @@ impl Rounds {
 }
 
 /// The engine's own lease-expiry handling: its rounds, started at the engine's first call
-/// (inside the runtime that serves it) and stopped when the last clone of the engine is dropped.
+/// (inside the runtime that serves it) and stopped when the last clone of the engine is dropped:
+/// at once, a round under way included, so that nothing settles for an engine that is gone.
 pub(crate) struct Background {
     rounds: Arc<Rounds>,
     every: Duration,
-    started: OnceLock<()>,
+    /// The rounds' task, once started.
+    started: OnceLock<tokio::task::AbortHandle>,
     /// Tools already warned about by [`Background::first_without_reconcile`].
     told: std::sync::Mutex<Vec<&'static str>>,
 }
@@ -205,16 +207,12 @@ impl Background {
     }
 
     /// Starts the rounds once, on the current runtime.
-    pub(crate) fn ensure_started(self: &Arc<Self>) {
+    pub(crate) fn ensure_started(&self) {
         self.started.get_or_init(|| {
-            let alive: Weak<Background> = Arc::downgrade(self);
             let rounds = self.rounds.clone();
             spawn_periodic(self.every, move || {
-                let (alive, rounds) = (alive.clone(), rounds.clone());
+                let rounds = rounds.clone();
                 async move {
-                    if alive.strong_count() == 0 {
-                        return false;
-                    }
                     match rounds.run_once().await {
                         Ok(r) if r.examined > r.skipped => tracing::info!(?r, "idempotency lease expiry round"),
                         Ok(_) => {}
@@ -222,8 +220,17 @@ impl Background {
                     }
                     true
                 }
-            });
+            })
+            .abort_handle()
         });
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(task) = self.started.get() {
+            task.abort();
+        }
     }
 }
 
