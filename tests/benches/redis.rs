@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! redis server=redis-7.0 fresh_p50_ratio_raw=1.04 fresh_tps32_ratio_raw=0.95 floor_tps32_ratio_raw=0.72 repeat_round_trips=1 cached_repeat_p50_us=2.6 vs_powertools_first=6.1 vs_powertools_replay=7.4
-//! redis_bounds server=redis-7.0 vs_powertools_first_max=1.6 vs_powertools_replay_max=4.3 fenced_fresh_p50_ratio_raw=1.03 fenced_tps32_ratio_raw=0.72 fenced_nowait_tps32_ratio_raw=0.72 indexed_tps32_ratio_raw=0.55
+//! redis_bounds server=redis-7.0 vs_powertools_first_max=1.6 vs_powertools_replay_max=4.3 fenced_fresh_p50_ratio_raw=1.03 fenced_tps32_ratio_raw=0.72 fenced_nowait_tps32_ratio_raw=0.72 indexed_fresh_p50_ratio_raw=1.10 indexed_tps32_ratio_raw=0.55
 //! ```
 //!
 //! - `floor_tps32_ratio_raw`: the `fenced_tps32_ratio_raw` of the second line (the cheapest
@@ -35,7 +35,8 @@
 //!   requires), the floor of any design whose completion is fenced by a script, as every
 //!   design on Redis 7 is that keeps the record's state in one place;
 //!   `fenced_nowait_tps32_ratio_raw` is that floor without the waits (the same figure without a
-//!   replica), what the waits cost; `indexed_tps32_ratio_raw` is that floor with what this
+//!   replica), what the waits cost; `indexed_fresh_p50_ratio_raw` and
+//!   `indexed_tps32_ratio_raw` are that floor with what this
 //!   crate's guarantees add at the least: the claim's index entry in the claim's transaction
 //!   (crash recovery finds it), the record's expiry and the entry's move in the completion's
 //!   script (retention, purge) — the store's commands, without its clock, checks and engine.
@@ -297,12 +298,13 @@ const FENCE_INDEXED: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
                              redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5]) \
                              return 'OK' end return false";
 
-/// p50s of a fresh call, one client, samples alternated: the store, raw, the floor (see
-/// [`Bench::floor_fresh`]), and one `GET` round trip.
+/// p50s of a fresh call, one client, samples alternated: the store, raw, the floor and the
+/// indexed floor (see [`Bench::floor_fresh`]), and one `GET` round trip.
 struct Latencies {
     ours: Duration,
     raw: Duration,
     floor: Duration,
+    indexed: Duration,
     get: Duration,
 }
 
@@ -311,8 +313,10 @@ async fn latencies(b: &Bench, samples: usize) -> Latencies {
         b.store_fresh().await;
         b.raw_fresh().await;
         b.floor_fresh(false, false).await;
+        b.floor_fresh(false, true).await;
     }
-    let (mut ours, mut raw, mut floor, mut get) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ours, mut raw, mut floor, mut indexed, mut get) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut conn = b.conn.clone();
     let missing = format!("{}:missing", b.namespace);
     for _ in 0..samples {
@@ -325,6 +329,9 @@ async fn latencies(b: &Bench, samples: usize) -> Latencies {
         let t = Instant::now();
         b.floor_fresh(false, false).await;
         floor.push(t.elapsed());
+        let t = Instant::now();
+        b.floor_fresh(false, true).await;
+        indexed.push(t.elapsed());
         // The round trip's floor: one GET of a missing key on the same connection.
         let t = Instant::now();
         let _: Option<String> = redis::cmd("GET")
@@ -338,6 +345,7 @@ async fn latencies(b: &Bench, samples: usize) -> Latencies {
         ours: p50(ours),
         raw: p50(raw),
         floor: p50(floor),
+        indexed: p50(indexed),
         get: p50(get),
     }
 }
@@ -838,6 +846,7 @@ async fn measure(url: &str, (label, waits): (&str, bool), samples: usize, secs: 
         ours,
         raw,
         floor,
+        indexed,
         get,
     } = lat;
     eprintln!("fresh p50, 1 client: store {ours:?}, raw SET NX + SET {raw:?}, floor SET NX + fence script {floor:?}; one GET round trip {get:?}");
@@ -930,10 +939,11 @@ async fn measure(url: &str, (label, waits): (&str, bool), samples: usize, secs: 
             us(cached_replay),
         ),
         format!(
-            "redis_bounds server={label} vs_powertools_first_max={max_first} vs_powertools_replay_max={max_replay} fenced_fresh_p50_ratio_raw={:.2} fenced_tps32_ratio_raw={:.2} fenced_nowait_tps32_ratio_raw={:.2} indexed_tps32_ratio_raw={:.2}",
+            "redis_bounds server={label} vs_powertools_first_max={max_first} vs_powertools_replay_max={max_replay} fenced_fresh_p50_ratio_raw={:.2} fenced_tps32_ratio_raw={:.2} fenced_nowait_tps32_ratio_raw={:.2} indexed_fresh_p50_ratio_raw={:.2} indexed_tps32_ratio_raw={:.2}",
             floor.as_secs_f64() / raw.as_secs_f64(),
             floor_tps_ratio,
             nowait_tps_ratio,
+            indexed.as_secs_f64() / raw.as_secs_f64(),
             indexed_tps_ratio,
         ),
     ]

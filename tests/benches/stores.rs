@@ -445,6 +445,17 @@ impl Table {
             target,
         );
     }
+    fn cpu(&mut self, figure: &str, table: &str, (s, r): (Duration, Duration)) {
+        let us = |d: Duration| format!("{:.1} us", d.as_secs_f64() * 1e6);
+        self.row(
+            figure,
+            table,
+            us(s),
+            us(r),
+            Some(s.as_secs_f64() / r.as_secs_f64()),
+            "",
+        );
+    }
     fn rate(&mut self, figure: &str, table: &str, r: Rates, target: &str) {
         self.row(
             figure,
@@ -508,15 +519,7 @@ async fn phase(
     )
     .await
     {
-        let us = |d: Duration| format!("{:.1} us", d.as_secs_f64() * 1e6);
-        t.row(
-            "client CPU per fresh call",
-            label,
-            us(cpu.0),
-            us(cpu.1),
-            Some(cpu.0.as_secs_f64() / cpu.1.as_secs_f64()),
-            "",
-        );
+        t.cpu("client CPU per fresh call", label, cpu);
     }
     let (sn, rn) = (store.keys.issued(), raw.keys.issued());
     let (mut r1, mut r2) = (Rng(rng.0), Rng(rng.0 ^ 0x9e37_79b9));
@@ -537,6 +540,35 @@ async fn phase(
         None,
         target("store: 1 round trip"),
     );
+}
+
+/// The store's fresh calls against raw SQL that keeps the store's one index too
+/// (`raw::sqlite_indexed_pool`): throughput and client CPU again, so that what is left of the
+/// gap is the store's own code, the index's share being measured apart.
+async fn against_indexed(t: &mut Table, cfg: &Config, label: &str, store: &Side, indexed: &Side) {
+    let rate = throughput_pair(
+        cfg.clients,
+        cfg.secs,
+        (&store.fresh, &store.keys),
+        (&indexed.fresh, &indexed.keys),
+    )
+    .await;
+    t.rate(
+        &format!("calls/s, {} clients, raw+index", cfg.clients),
+        label,
+        rate,
+        "",
+    );
+    let (sk, ik) = (store.keys.clone(), indexed.keys.clone());
+    if let Some(cpu) = client_cpu_pair(
+        cfg.samples,
+        (&store.fresh, &mut || sk.take()),
+        (&indexed.fresh, &mut || ik.take()),
+    )
+    .await
+    {
+        t.cpu("client CPU per call, raw+index", label, cpu);
+    }
 }
 
 async fn postgres(cfg: &Config) -> Option<Table> {
@@ -718,12 +750,12 @@ async fn sqlite_bytes_per_row(pool: &SqlitePool, table: &str) -> f64 {
 
 async fn sqlite(cfg: &Config) -> Table {
     // Each side in a file of its own, so a file's size is its table's.
-    let (f_store, f_raw) = (
-        TempFile(std::env::temp_dir().join(format!("{}.db", unique_name("bench_store")))),
-        TempFile(std::env::temp_dir().join(format!("{}.db", unique_name("bench_raw")))),
-    );
+    let file =
+        |what: &str| TempFile(std::env::temp_dir().join(format!("{}.db", unique_name(what))));
+    let (f_store, f_raw, f_indexed) = (file("bench_store"), file("bench_raw"), file("bench_index"));
     let store = SqliteStore::open(&f_store.0).await.expect("store");
     let raw_pool = raw::sqlite_pool(&f_raw.0).await;
+    let indexed_pool = raw::sqlite_indexed_pool(&f_indexed.0).await;
     let store_pool = store.pool().clone();
     let store: Arc<dyn Store> = Arc::new(store);
     let ours = Side {
@@ -736,6 +768,11 @@ async fn sqlite(cfg: &Config) -> Table {
         repeat: sqlite_raw_repeat(raw_pool.clone()),
         keys: Keys::new(),
     };
+    let indexed = Side {
+        fresh: sqlite_raw_fresh(indexed_pool.clone()),
+        repeat: sqlite_raw_repeat(indexed_pool.clone()),
+        keys: Keys::new(),
+    };
     let mut t = Table::new(&format!(
         "SQLite (WAL, synchronous=NORMAL), pool of 4 per file, {}-byte response, full = {} rows",
         RESPONSE.len(),
@@ -743,8 +780,10 @@ async fn sqlite(cfg: &Config) -> Table {
     ));
     let mut rng = Rng(0x853c_49e6_748f_ea9b);
     phase(&mut t, cfg, "empty", &ours, &raw, &mut rng, false).await;
+    against_indexed(&mut t, cfg, "empty", &ours, &indexed).await;
     fill(cfg.clients, cfg.rows, &ours.fresh, &ours.keys).await;
     fill(cfg.clients, cfg.rows, &raw.fresh, &raw.keys).await;
+    fill(cfg.clients, cfg.rows, &indexed.fresh, &indexed.keys).await;
     let s = sqlite_bytes_per_row(&store_pool, "idempotency_records").await;
     let r = sqlite_bytes_per_row(&raw_pool, "raw_records").await;
     t.row(
@@ -756,8 +795,10 @@ async fn sqlite(cfg: &Config) -> Table {
         "",
     );
     phase(&mut t, cfg, "full", &ours, &raw, &mut rng, false).await;
+    against_indexed(&mut t, cfg, "full", &ours, &indexed).await;
     store_pool.close().await;
     raw_pool.close().await;
+    indexed_pool.close().await;
     t
 }
 

@@ -107,17 +107,36 @@ pub async fn pg_pool_and_store(schema: &TestSchema, connections: u32) -> (PgPool
 /// Raw SQL's SQLite pool: 4 connections to `file` with the store's own connection options
 /// (WAL, `synchronous=NORMAL`, its busy timeout), and the raw table (made unless it is there).
 pub async fn sqlite_pool(file: &std::path::Path) -> SqlitePool {
+    sqlite_pool_with(file, &[TABLE_SQLITE]).await
+}
+
+/// [`sqlite_pool`] with [`INDEX_SQLITE`] beside the raw table: the raw side with the one index
+/// the store's guarantees add (its lost calls and expired records are found by it, never by a
+/// scan), so that a comparison with it shows what is left beyond that index.
+pub async fn sqlite_indexed_pool(file: &std::path::Path) -> SqlitePool {
+    sqlite_pool_with(file, &[TABLE_SQLITE, INDEX_SQLITE]).await
+}
+
+/// An index on the raw table's claim time, as the store's on the claim's window and time (each
+/// claim adds an entry, a completion changes none).
+pub const INDEX_SQLITE: &str = "CREATE INDEX raw_records_created ON raw_records (created_at)";
+
+async fn sqlite_pool_with(file: &std::path::Path, ddl: &[&str]) -> SqlitePool {
     let pool = SqlitePoolOptions::new()
         .max_connections(4)
         .connect_with(SqliteStore::connect_options(file))
         .await
         .expect("raw pool");
-    // Audited: a constant of this crate.
-    let table = TABLE_SQLITE.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS");
-    sqlx::query(sqlx::AssertSqlSafe(table))
-        .execute(&pool)
-        .await
-        .expect("raw table");
+    for statement in ddl {
+        // Audited: constants of this crate.
+        let statement = statement
+            .replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS")
+            .replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS");
+        sqlx::query(sqlx::AssertSqlSafe(statement))
+            .execute(&pool)
+            .await
+            .expect("raw table");
+    }
     pool
 }
 
