@@ -962,6 +962,21 @@ fn servers(flavor: Flavor, replica: bool) -> (RedisServer, Option<RedisServer>) 
             let info = primary.node.text(&["INFO", "replication"]);
             info.contains("connected_slaves:1") && info.contains("state=online")
         });
+        // And acknowledges a write: once, its first acknowledgement came later than the store's
+        // 250 ms after the link was reported online, and the bench's first claim was refused.
+        let mut conn = redis::Client::open(primary.node.url())
+            .and_then(|c| c.get_connection())
+            .expect("primary");
+        let ((), acked): ((), i64) = redis::pipe()
+            .cmd("SET")
+            .arg("bench:replicated")
+            .arg(1)
+            .cmd("WAIT")
+            .arg(1)
+            .arg(10_000)
+            .query(&mut conn)
+            .expect("SET, WAIT");
+        assert_eq!(acked, 1, "the replica never acknowledged a write");
         r
     });
     (primary, replica)
