@@ -498,29 +498,14 @@ async fn phase(
         fresh,
         target("store <= 1.05x raw"),
     );
-    let rate = throughput_pair(
-        cfg.clients,
-        cfg.secs,
-        (&store.fresh, &store.keys),
-        (&raw.fresh, &raw.keys),
-    )
-    .await;
-    t.rate(
-        &format!("fresh calls/s, {} clients", cfg.clients),
+    let rate = format!("fresh calls/s, {} clients", cfg.clients);
+    let rows = [
         label,
-        rate,
+        &rate,
+        "client CPU per fresh call",
         target("store >= 0.95x raw"),
-    );
-    let (sk, rk) = (store.keys.clone(), raw.keys.clone());
-    if let Some(cpu) = client_cpu_pair(
-        cfg.samples,
-        (&store.fresh, &mut || sk.take()),
-        (&raw.fresh, &mut || rk.take()),
-    )
-    .await
-    {
-        t.cpu("client CPU per fresh call", label, cpu);
-    }
+    ];
+    rate_and_cpu(t, cfg, (store, raw), rows).await;
     let (sn, rn) = (store.keys.issued(), raw.keys.issued());
     let (mut r1, mut r2) = (Rng(rng.0), Rng(rng.0 ^ 0x9e37_79b9));
     let repeat = latency_pair(
@@ -542,33 +527,42 @@ async fn phase(
     );
 }
 
-/// The store's fresh calls against raw SQL that keeps the store's one index too
-/// (`raw::sqlite_indexed_pool`): throughput and client CPU again, so that what is left of the
-/// gap is the store's own code, the index's share being measured apart.
-async fn against_indexed(t: &mut Table, cfg: &Config, label: &str, store: &Side, indexed: &Side) {
+/// Fresh calls/s with `cfg.clients` clients, then client CPU per fresh call, of `a` against
+/// `b`: two rows, `rows` being the phase's label, the two rows' names and the first's target.
+async fn rate_and_cpu(t: &mut Table, cfg: &Config, (a, b): (&Side, &Side), rows: [&str; 4]) {
+    let [label, rate_row, cpu_row, target] = rows;
     let rate = throughput_pair(
         cfg.clients,
         cfg.secs,
-        (&store.fresh, &store.keys),
-        (&indexed.fresh, &indexed.keys),
+        (&a.fresh, &a.keys),
+        (&b.fresh, &b.keys),
     )
     .await;
-    t.rate(
-        &format!("calls/s, {} clients, raw+index", cfg.clients),
-        label,
-        rate,
-        "",
-    );
-    let (sk, ik) = (store.keys.clone(), indexed.keys.clone());
+    t.rate(rate_row, label, rate, target);
+    let (ak, bk) = (a.keys.clone(), b.keys.clone());
     if let Some(cpu) = client_cpu_pair(
         cfg.samples,
-        (&store.fresh, &mut || sk.take()),
-        (&indexed.fresh, &mut || ik.take()),
+        (&a.fresh, &mut || ak.take()),
+        (&b.fresh, &mut || bk.take()),
     )
     .await
     {
-        t.cpu("client CPU per call, raw+index", label, cpu);
+        t.cpu(cpu_row, label, cpu);
     }
+}
+
+/// The store's fresh calls against raw SQL that keeps the store's one index too
+/// (`raw::sqlite_indexed_pool`): throughput and client CPU again, so that what is left of the
+/// gap is the store's own code, the index's share being measured apart.
+async fn against_indexed(
+    t: &mut Table,
+    cfg: &Config,
+    label: &str,
+    (store, indexed): (&Side, &Side),
+) {
+    let rate = format!("calls/s, {} clients, raw+index", cfg.clients);
+    let rows = [label, &rate, "client CPU per call, raw+index", ""];
+    rate_and_cpu(t, cfg, (store, indexed), rows).await;
 }
 
 async fn postgres(cfg: &Config) -> Option<Table> {
@@ -780,7 +774,7 @@ async fn sqlite(cfg: &Config) -> Table {
     ));
     let mut rng = Rng(0x853c_49e6_748f_ea9b);
     phase(&mut t, cfg, "empty", &ours, &raw, &mut rng, false).await;
-    against_indexed(&mut t, cfg, "empty", &ours, &indexed).await;
+    against_indexed(&mut t, cfg, "empty", (&ours, &indexed)).await;
     fill(cfg.clients, cfg.rows, &ours.fresh, &ours.keys).await;
     fill(cfg.clients, cfg.rows, &raw.fresh, &raw.keys).await;
     fill(cfg.clients, cfg.rows, &indexed.fresh, &indexed.keys).await;
@@ -795,7 +789,7 @@ async fn sqlite(cfg: &Config) -> Table {
         "",
     );
     phase(&mut t, cfg, "full", &ours, &raw, &mut rng, false).await;
-    against_indexed(&mut t, cfg, "full", &ours, &indexed).await;
+    against_indexed(&mut t, cfg, "full", (&ours, &indexed)).await;
     store_pool.close().await;
     raw_pool.close().await;
     indexed_pool.close().await;

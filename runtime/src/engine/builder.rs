@@ -282,7 +282,8 @@ impl IdempotencyBuilder {
 
     /// The engine, unchecked until its first call (see [`start`](IdempotencyBuilder::start)).
     /// Its lease-expiry rounds start with its first call (inside the runtime that serves it) and
-    /// stop when the last clone of the engine is dropped.
+    /// stop when the last clone of the engine is dropped, a round under way included (its
+    /// [`Reconcile`](crate::tasks::Reconcile) future is dropped; what it settled stays settled).
     pub fn build(self) -> Idempotency {
         crate::metrics::describe();
         let background = match self.expiry {
