@@ -557,7 +557,7 @@ async fn commands_of_settlements(
     flavor: idempotency_tests::redis_servers::Flavor,
 ) -> (u64, u64, bool) {
     use idempotency::key::Key;
-    use idempotency::store::{Claim, ClaimRequest, Completion, RecordStore, StoredResponse, Token};
+    use idempotency::store::{Claim, RecordStore, StoredResponse, Token};
     let server = idempotency_tests::redis_servers::RedisServer::start_flavor(flavor);
     let store = RedisStore::builder()
         .namespace(unique_name("cas"))
@@ -565,12 +565,7 @@ async fn commands_of_settlements(
         .await
         .expect("connect");
     let key = alice_key;
-    let req = |key: Key| ClaimRequest {
-        now: SystemClock.now(),
-        lease: Duration::from_secs(60),
-        token: Token(7),
-        ..claim_request(key)
-    };
+    let req = |key: Key| claim_now(key, 7);
     server
         .node
         .cmd(&["CONFIG", "RESETSTAT"])
@@ -589,13 +584,7 @@ async fn commands_of_settlements(
         assert!(matches!(claim, Claim::New { .. }), "{claim:?}");
         if n < 10 {
             store
-                .complete(&Completion {
-                    key: key(n),
-                    token: Token(7),
-                    response: &answer,
-                    now: SystemClock.now(),
-                    outbox: &[],
-                })
+                .complete(&completion_now(key(n), 7, &answer))
                 .await
                 .expect("complete");
         } else {
@@ -675,9 +664,7 @@ async fn completions_and_releases_need_no_script_on_valkey() {
 async fn a_changed_record_goes_to_the_fenced_script(
     flavor: idempotency_tests::redis_servers::Flavor,
 ) {
-    use idempotency::store::{
-        Claim, ClaimRequest, Completion, RecordState, RecordStore, StoredResponse, Token,
-    };
+    use idempotency::store::{Claim, RecordState, RecordStore, StoredResponse, Token};
     let server = idempotency_tests::redis_servers::RedisServer::start_flavor(flavor);
     let namespace = unique_name("changed");
     let url = server.url();
@@ -686,28 +673,13 @@ async fn a_changed_record_goes_to_the_fenced_script(
         connect().await.expect("connect"),
         connect().await.expect("connect"),
     );
-    let req = |key| ClaimRequest {
-        now: SystemClock.now(),
-        lease: Duration::from_secs(60),
-        token: Token(7),
-        ..claim_request(key)
-    };
     let answer = StoredResponse {
         ok: true,
         body: "{\"charged\":1}".into(),
     };
     let complete = |key| {
         let (here, answer) = (&here, &answer);
-        async move {
-            here.complete(&Completion {
-                key,
-                token: Token(7),
-                response: answer,
-                now: SystemClock.now(),
-                outbox: &[],
-            })
-            .await
-        }
+        async move { here.complete(&completion_now(key, 7, answer)).await }
     };
     let status = |key: idempotency::key::Key| {
         let here = &here;
@@ -718,13 +690,29 @@ async fn a_changed_record_goes_to_the_fenced_script(
                 .expect("a record")
         }
     };
+    // A fresh claim here, then the change another process makes to it (a renewal, or marking
+    // it unknown).
+    let claimed = |key| {
+        let here = &here;
+        async move {
+            let claim = here.claim(&claim_now(key, 7)).await;
+            assert!(matches!(claim, Ok(Claim::New { .. })), "{claim:?}");
+        }
+    };
+    let unknown_elsewhere = |key| {
+        let elsewhere = &elsewhere;
+        async move {
+            claimed(key).await;
+            elsewhere
+                .mark_unknown(key, Token(7))
+                .await
+                .expect("mark unknown");
+        }
+    };
 
     // Renewed elsewhere under the same token: still this claim's, so it completes.
     let renewed = alice_key(1);
-    assert!(matches!(
-        here.claim(&req(renewed)).await,
-        Ok(Claim::New { .. })
-    ));
+    claimed(renewed).await;
     elsewhere
         .renew(
             renewed,
@@ -745,14 +733,7 @@ async fn a_changed_record_goes_to_the_fenced_script(
 
     // Marked unknown elsewhere: neither the completion nor the release applies.
     let unknown = alice_key(2);
-    assert!(matches!(
-        here.claim(&req(unknown)).await,
-        Ok(Claim::New { .. })
-    ));
-    elsewhere
-        .mark_unknown(unknown, Token(7))
-        .await
-        .expect("mark unknown");
+    unknown_elsewhere(unknown).await;
     let err = complete(unknown)
         .await
         .expect_err("completed an unknown record");
@@ -762,14 +743,7 @@ async fn a_changed_record_goes_to_the_fenced_script(
     assert_eq!(index_score_in(&server, &namespace, &unknown), Some(0.0));
 
     let released = alice_key(3);
-    assert!(matches!(
-        here.claim(&req(released)).await,
-        Ok(Claim::New { .. })
-    ));
-    elsewhere
-        .mark_unknown(released, Token(7))
-        .await
-        .expect("mark unknown");
+    unknown_elsewhere(released).await;
     let err = here
         .release(released, Token(7), SystemClock.now())
         .await
@@ -815,6 +789,31 @@ fn alice_key(n: u64) -> idempotency::key::Key {
     .expect("key")
 }
 
+/// A claim of `key` by `token` now (this machine's clock), with a 60 s lease.
+fn claim_now(key: idempotency::key::Key, token: i64) -> idempotency::store::ClaimRequest<'static> {
+    idempotency::store::ClaimRequest {
+        now: SystemClock.now(),
+        lease: Duration::from_secs(60),
+        token: idempotency::store::Token(token),
+        ..claim_request(key)
+    }
+}
+
+/// The completion now of `key`'s claim by `token`, answering `answer`.
+fn completion_now(
+    key: idempotency::key::Key,
+    token: i64,
+    answer: &idempotency::store::StoredResponse,
+) -> idempotency::store::Completion<'_> {
+    idempotency::store::Completion {
+        key,
+        token: idempotency::store::Token(token),
+        response: answer,
+        now: SystemClock.now(),
+        outbox: &[],
+    }
+}
+
 /// The index score of the record under `key` in `namespace`: its lease end while in flight,
 /// window end - 2^50 once settled.
 fn index_score(namespace: &str, key: &idempotency::key::Key) -> Option<f64> {
@@ -828,9 +827,7 @@ fn index_score(namespace: &str, key: &idempotency::key::Key) -> Option<f64> {
 /// reach.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_after_expiry_moves_the_stale_index_entry() {
-    use idempotency::store::{
-        Claim, ClaimRequest, Completion, Maintenance, RecordStore, StoredResponse, Token,
-    };
+    use idempotency::store::{Claim, Maintenance, RecordStore, StoredResponse};
     let namespace = unique_name("stale");
     let store = RedisStore::builder()
         .namespace(&namespace)
@@ -840,23 +837,12 @@ async fn a_claim_after_expiry_moves_the_stale_index_entry() {
     let key = alice_key(1);
     let reference = key.reference(1).to_string();
     let record = format!("{namespace}:{{{}}}:r:{}", &reference[..2], &reference[..16]);
-    let req = |token: i64| ClaimRequest {
-        now: SystemClock.now(),
-        lease: Duration::from_secs(60),
-        token: Token(token),
-        ..claim_request(key)
-    };
+    let req = |token: i64| claim_now(key, token);
     let answer = StoredResponse {
         ok: true,
         body: "{}".into(),
     };
-    let settle = |token: i64| Completion {
-        key,
-        token: Token(token),
-        response: &answer,
-        now: SystemClock.now(),
-        outbox: &[],
-    };
+    let settle = |token: i64| completion_now(key, token, &answer);
     // Claimed, completed, then gone by itself: its entry stays in the settled band.
     for _ in 0..2 {
         // Twice: the first claim may go by the script while the store reads the server's clock.

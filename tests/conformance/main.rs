@@ -3,7 +3,8 @@
 //! line without `DATABASE_URL`) and `RedisStore`, on one Redis 7 and on a 3-master + 3-replica
 //! Redis Cluster (completions and releases by the compare-and-set script `settle.lua`), and the
 //! same on Valkey (by `SET … IFEQ` there; ignored without a `valkey-server`, see
-//! `tests/build.rs`), servers of this test process's own, a namespace per test. Every case passes explicit times, so window edges are exact.
+//! `tests/build.rs`), servers of this test process's own, a namespace per test. Every case
+//! passes explicit times, so window edges are exact.
 //!
 //! The cases are split by topic (the files beside this one); this file runs each on every store.
 //!

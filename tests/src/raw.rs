@@ -135,7 +135,7 @@ async fn sqlite_pool_with(file: &std::path::Path, ddl: &[&str]) -> SqlitePool {
         sqlx::query(sqlx::AssertSqlSafe(statement))
             .execute(&pool)
             .await
-            .expect("raw table");
+            .expect("raw table or index");
     }
     pool
 }
