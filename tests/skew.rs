@@ -268,3 +268,159 @@ async fn the_server_clock_stepping_back_does_not_shorten_the_window() {
     assert!(matches!(claim(after, 4).await, Claim::New { .. }));
     schema.drop_schema().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Every reader judges by the store's clock: a waiting repeat, the status tool, a repeat.
+// ---------------------------------------------------------------------------------------------
+
+mod readers {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use idempotency::clock::{Clock, ManualClock, SystemClock};
+    use idempotency::outcome::{ErrorPolicy, Outcome};
+    use idempotency::store::{Standing, Store};
+    use idempotency::tool::{Prepared, ToolSpec};
+    use idempotency::{Caller, Error, Idempotency, Reference};
+    use idempotency_tests::charge::Wrapper;
+    use idempotency_tests::pg::TestSchema;
+    use idempotency_tests::scripted::{Op, Scripted};
+    use tokio::sync::Notify;
+
+    const WAIT: Duration = Duration::from_secs(2);
+    const SPEC: ToolSpec =
+        ToolSpec::new("charge_card", Duration::from_secs(15 * 60)).with_wait(WAIT);
+    /// The skews tried: right, 16 minutes ahead, 31 s ahead (past the 30 s lease), 16 minutes
+    /// behind.
+    const SKEWS: [i64; 4] = [0, 16 * 60_000, 31_000, -16 * 60_000];
+
+    fn engine(store: Arc<dyn Store>, skew_ms: i64) -> Idempotency {
+        let real = SystemClock.now().as_millis();
+        Idempotency::builder_shared(store)
+            .clock(ManualClock::new(
+                idempotency::clock::Timestamp::from_millis(real + skew_ms),
+            ))
+            .without_reconciler()
+            .build()
+    }
+
+    async fn charge(
+        engine: &Idempotency,
+        charges: &Arc<AtomicUsize>,
+        meanwhile: impl std::future::Future<Output = ()> + Send,
+    ) -> Outcome<u64, Wrapper> {
+        let prepared = Prepared::call(&Caller::new("acme", "alice"), &SPEC, &700u64).expect("key");
+        let charges = charges.clone();
+        engine
+            .execute(prepared, ErrorPolicy::retryable(), async move {
+                charges.fetch_add(1, Ordering::SeqCst);
+                meanwhile.await;
+                Ok(700)
+            })
+            .await
+    }
+
+    /// What the status tool says of `r` on `engine` (its reading: `RecordStatus::standing`).
+    async fn standing(engine: &Idempotency, r: Reference) -> Standing {
+        engine
+            .status(&Caller::new("acme", "alice"), r)
+            .await
+            .expect("status")
+            .expect("the record")
+            .standing(r, engine.clock().now())
+    }
+
+    /// A call in flight on a right-clock replica; a repeat on a replica of each skew waits for it
+    /// (`wait = 2s`) and is answered "in progress" at the end. The store calls each waiter makes
+    /// (claims, status reads, watches) are counted: a skewed replica makes no more than twice a
+    /// right one's. Meanwhile its status tool says in flight, as the repeat does.
+    async fn waiters_read_the_store_alike(store: Arc<dyn Store>) {
+        let runner = engine(store.clone(), 0);
+        let charges = Arc::new(AtomicUsize::new(0));
+        let (started, finish) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let running = {
+            let (runner, charges, started, finish) = (
+                runner.clone(),
+                charges.clone(),
+                started.clone(),
+                finish.clone(),
+            );
+            tokio::spawn(async move {
+                charge(&runner, &charges, async move {
+                    started.notify_one();
+                    finish.notified().await;
+                })
+                .await
+            })
+        };
+        started.notified().await;
+        let mut counts = Vec::new();
+        for skew in SKEWS {
+            let counted = Scripted::new(store.clone());
+            let shared: Arc<dyn Store> = counted.clone();
+            let replica = engine(shared, skew);
+            let out = charge(&replica, &charges, async {}).await;
+            let reference = match out.result {
+                Err(Wrapper(Error::InFlight { reference, .. })) => reference,
+                other => panic!("skew {skew} ms: in progress expected, got {other:?}"),
+            };
+            assert_eq!(
+                standing(&replica, reference).await,
+                Standing::InFlight,
+                "skew {skew} ms: the status tool agrees with the repeat"
+            );
+            let calls = [Op::Claim, Op::Status, Op::Watch]
+                .map(|op| counted.calls(op))
+                .iter()
+                .sum::<usize>()
+                - 1; // the status read just above
+            counts.push((skew, calls));
+        }
+        println!("store calls of one waiter over {WAIT:?}, by skew (ms): {counts:?}");
+        let right = counts[0].1.max(3);
+        for (skew, calls) in &counts {
+            assert!(
+                *calls <= 2 * right,
+                "skew {skew} ms: {calls} store calls against {right} on a right clock"
+            );
+        }
+        finish.notify_one();
+        assert!(running.await.expect("join").result.is_ok());
+        assert_eq!(charges.load(Ordering::SeqCst), 1);
+
+        // Completed, inside its window: replayed, and read as completed, by every replica.
+        for skew in SKEWS {
+            let replica = engine(store.clone(), skew);
+            let out = charge(&replica, &charges, async {}).await;
+            assert!(out.replayed, "skew {skew} ms: {:?}", out.result);
+            let r = out.reference.expect("a reference");
+            assert_eq!(
+                standing(&replica, r).await,
+                Standing::Completed,
+                "skew {skew} ms: not expired while the repeat replays"
+            );
+        }
+        assert_eq!(charges.load(Ordering::SeqCst), 1);
+    }
+
+    #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn waiters_and_the_status_tool_judge_by_the_servers_clock_postgres() {
+        let Some(schema) = TestSchema::create("skew_wait").await else {
+            return;
+        };
+        waiters_read_the_store_alike(Arc::new(schema.server_clock_store().await)).await;
+        schema.drop_schema().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn waiters_and_the_status_tool_judge_by_the_servers_clock_redis() {
+        let store = idempotency::store::RedisStore::builder()
+            .namespace(idempotency_tests::pg::unique_name("skew_wait"))
+            .connect(&idempotency_tests::redis_servers::shared_server().url())
+            .await
+            .expect("redis store");
+        waiters_read_the_store_alike(Arc::new(store)).await;
+    }
+}

@@ -199,7 +199,8 @@ async fn dropped_while_releasing_the_record_ends_released() {
 }
 
 /// The store freezes after the claim: the caller still hears "outcome unknown, ref X" within
-/// the timeout plus one second, and the body is not held up by a hung lease renewal.
+/// the timeout plus one second, and the body is not held up by a hung lease renewal (but it is
+/// stopped once its lease has passed unrenewed).
 #[tokio::test(start_paused = true)]
 async fn a_timeout_holds_when_the_store_hangs() {
     let w = world();
@@ -247,26 +248,46 @@ async fn a_timeout_holds_when_the_store_hangs() {
         }
         other => panic!("expected an unknown outcome, got {other:?}"),
     }
-    // A long body keeps running while every renewal hangs (renewals run beside it).
+    // Every renewal hangs (renewals run beside the body, never holding it up): a long body is
+    // stopped once the worker's own lease (30 s less a tenth) passes, long before its 120 s,
+    // and its caller hears "outcome unknown" within the store's grace even as the store hangs.
     let started = tokio::time::Instant::now();
     let generous = spec().with_timeout(Duration::from_secs(600));
+    let charges = w.charges.clone();
+    let before = w.charges.load(Ordering::SeqCst);
     let long = w.engine.execute_raw(
         prepared(&w, &generous, 7),
         ErrorPolicy::<ChargeError>::retryable(),
-        async {
+        async move {
             tokio::time::sleep(Duration::from_secs(120)).await;
+            charges.fetch_add(1, Ordering::SeqCst);
             Ok::<u64, ChargeError>(7)
         },
     );
-    w.store.script(Op::Complete, []);
     let out = long.await;
-    assert!(started.elapsed() >= Duration::from_secs(120));
+    let stopped = started.elapsed();
     assert!(
-        out.result.is_err(),
-        "the completion hangs too: outcome unknown"
+        stopped >= LEASE - LEASE / 10 && stopped <= LEASE - LEASE / 10 + Duration::from_secs(1),
+        "stopped after {stopped:?}"
     );
     assert!(
-        w.store.calls(Op::Renew) >= 3,
+        matches!(
+            out.result,
+            Err(Failure::Wrapper(Error::OutcomeUnknown {
+                reason: UnknownReason::LeaseExpired,
+                ..
+            }))
+        ),
+        "{:?}",
+        out.result
+    );
+    assert_eq!(
+        w.charges.load(Ordering::SeqCst),
+        before,
+        "the body never acted"
+    );
+    assert!(
+        w.store.calls(Op::Renew) >= 2,
         "renewals were attempted beside the body"
     );
 }
@@ -331,6 +352,11 @@ async fn a_lost_lease_is_acted_on() {
         out.result
     );
     assert_eq!(w.store.calls(Op::Renew), 1, "renewals stop once refused");
+    assert_eq!(
+        w.charges.load(Ordering::SeqCst),
+        0,
+        "the body is stopped at the refusal, before it acts"
+    );
     assert_eq!(
         w.store.calls(Op::Complete),
         0,

@@ -23,9 +23,14 @@ pub enum UnknownReason {
     /// The side effect ran but its answer could not be recorded (the store's error is the
     /// [`Error`]'s source).
     NotRecorded,
-    /// While this attempt ran, its record was settled by someone else (a reconciler that found
-    /// its lease passed), so its result could not be recorded.
+    /// While this attempt ran, its record was settled or taken over by someone else (a
+    /// reconciler that found its lease passed, an operator), so its result could not be
+    /// recorded.
     LeaseLost,
+    /// This attempt's lease passed before its handler finished, without a renewal the store
+    /// accepted (the store was unreachable, or the process was paused), so the handler was
+    /// stopped where it stood: it may have acted.
+    LeaseExpired,
     /// An identical call's lease ended at this time without a word from its worker (it crashed,
     /// was cut off, or could not record its outcome); it has not been reconciled yet.
     Unreported {
@@ -48,6 +53,9 @@ impl std::fmt::Display for UnknownReason {
             UnknownReason::NotRecorded => f.write_str("it ran but its answer could not be recorded"),
             UnknownReason::LeaseLost => f.write_str(
                 "its record was settled elsewhere while it ran (its lease had passed), so its result was not recorded",
+            ),
+            UnknownReason::LeaseExpired => f.write_str(
+                "it could not renew its claim in time (the store was unreachable or the server paused), so it was stopped where it stood",
             ),
             UnknownReason::Unreported { lease_ended } => write!(
                 f,

@@ -183,16 +183,24 @@ pub struct RecordStatus {
     pub expires_at: Option<Timestamp>,
     /// The stored answer, once completed.
     pub response: Option<StoredResponse>,
+    /// The store's own clock when it read the record, for a store whose times are its server's
+    /// (PostgreSQL, Redis: per shard on a cluster); `None` for a store on the engine's clock
+    /// (memory, SQLite, a store told to trust the engine's clock). [`RecordStatus::standing`]
+    /// judges the lease and the window by it, so a reader whose clock is off never reads a live
+    /// call as gone, or a live answer as expired.
+    pub read_at: Option<Timestamp>,
 }
 
 impl RecordStatus {
-    /// What this record means at `now` to someone who asked about `asked` (the reference they
-    /// hold): [`Standing::of`] on its state and times, or [`Standing::Superseded`] when the key
-    /// has moved on past `asked`'s operation.
+    /// What this record means to someone who asked about `asked` (the reference they hold):
+    /// [`Standing::of`] on its state and times, or [`Standing::Superseded`] when the key has
+    /// moved on past `asked`'s operation. Judged on the store's clock ([`RecordStatus::read_at`]);
+    /// `now`, the reader's clock, only for a store that has none of its own.
     pub fn standing(&self, asked: Reference, now: Timestamp) -> Standing {
         if self.reference.generation() > asked.generation() {
             return Standing::Superseded;
         }
+        let now = self.read_at.unwrap_or(now);
         Standing::of(
             self.state,
             self.response.as_ref().map(|r| r.ok),

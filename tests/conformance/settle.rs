@@ -55,7 +55,11 @@ pub(super) async fn settle_released_lets_a_repeat_run_under_the_same_reference(b
     );
 }
 
-pub(super) async fn settle_unknown_keeps_it_unknown_and_fences_the_worker(b: &Backend) {
+/// A round that cannot tell (no `Reconcile`, or it said unknown) marks the claim unknown and
+/// keeps its token: the worker, paused or cut off past its lease, may still report, and its
+/// answer is the truth the round lacked. Its release (a retryable error: nothing was done) lands
+/// too.
+pub(super) async fn settle_unknown_keeps_it_unknown_until_its_worker_reports(b: &Backend) {
     let k = key("unclear");
     let t = b.new_claim(k, None, 0).await;
     b.settle(k, t, &Settlement::Unknown, LEASE)
@@ -68,20 +72,55 @@ pub(super) async fn settle_unknown_keeps_it_unknown_and_fences_the_worker(b: &Ba
             since: at(0)
         }
     );
-    assert_fenced(b.complete(k, t, LEASE + S, "late").await, k.reference(1));
     let due = b.unsettled(LEASE + S, 10).await;
     assert_eq!(
         due.iter().map(|u| (u.state, u.token)).collect::<Vec<_>>(),
-        vec![(RecordState::Unknown, Token(t.0 + 1))]
+        vec![(RecordState::Unknown, t)],
+        "the token is kept"
     );
-    b.settle(
-        k,
-        Token(t.0 + 1),
-        &Settlement::Completed(answer("found")),
-        LEASE + 2 * S,
-    )
-    .await
-    .expect("settle");
+    b.complete(k, t, LEASE + 2 * S, "late")
+        .await
+        .expect("the worker's late answer lands");
+    assert_eq!(
+        b.claim(k, None, LEASE + 3 * S).await,
+        Claim::Completed {
+            reference: k.reference(1),
+            response: answer("late"),
+            completed_at: at(LEASE + 2 * S)
+        }
+    );
+    assert!(b.unsettled(LEASE + 3 * S, 10).await.is_empty());
+
+    let r = key("unclear-then-retryable");
+    let tr = b.new_claim(r, None, 0).await;
+    b.settle(r, tr, &Settlement::Unknown, LEASE)
+        .await
+        .expect("settle");
+    b.store
+        .release(r, tr, at(LEASE + S))
+        .await
+        .expect("the worker's release lands");
+    assert_eq!(
+        b.status(TENANT, r.reference(1)).await.map(|s| s.state),
+        Some(RecordState::Released)
+    );
+}
+
+/// A settlement that knows (completed, released) bumps the token: the worker's late answer after
+/// it is fenced, and the settled answer stands.
+pub(super) async fn a_settlement_after_unknown_fences_the_worker(b: &Backend) {
+    let k = key("unclear-found");
+    let t = b.new_claim(k, None, 0).await;
+    b.settle(k, t, &Settlement::Unknown, LEASE)
+        .await
+        .expect("settle unknown");
+    b.settle(k, t, &Settlement::Completed(answer("found")), LEASE + S)
+        .await
+        .expect("settle completed");
+    assert_fenced(
+        b.complete(k, t, LEASE + 2 * S, "late").await,
+        k.reference(1),
+    );
     assert!(
         matches!(b.claim(k, None, LEASE + 3 * S).await, Claim::Completed { response, .. } if response == answer("found"))
     );

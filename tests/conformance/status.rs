@@ -21,6 +21,7 @@ pub(super) async fn status_is_tenant_scoped_and_generation_exact(b: &Backend) {
             completed_at: Some(at(S)),
             expires_at: Some(at(S + WINDOW)),
             response: Some(answer("done")),
+            read_at: None, // the store trusts the engine's clock here
         })
     );
     assert_eq!(

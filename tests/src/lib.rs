@@ -4,6 +4,7 @@
 pub mod backends;
 pub mod charge;
 pub mod conformance;
+pub mod far;
 pub mod pg;
 pub mod processes;
 pub mod proxy;

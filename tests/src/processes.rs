@@ -258,6 +258,7 @@ pub fn say(marker: &str, value: impl Display) {
 /// stderr kept for the failure message.
 pub struct Victim {
     child: Child,
+    stdin: Option<ChildStdin>,
     lines: Lines<BufReader<ChildStdout>>,
     /// Lines read so far.
     seen: Vec<String>,
@@ -274,12 +275,13 @@ impl Victim {
         let mut child = Command::new(exe)
             .args(["--exact", test, "--nocapture", "--test-threads", "1"])
             .envs(env.iter().copied())
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .expect("spawn the victim");
+        let stdin = child.stdin.take();
         let lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
         let mut stderr_pipe = child.stderr.take().expect("piped stderr");
         // Drained from the start, so a chatty worker never blocks on a full pipe.
@@ -290,6 +292,7 @@ impl Victim {
         });
         Victim {
             child,
+            stdin,
             lines,
             seen: Vec::new(),
             stderr,
@@ -329,6 +332,33 @@ impl Victim {
         }
     }
 
+    /// Writes `line` to its stdin (a worker reads it with [`heard`]); taken in even while the
+    /// worker is paused, and read when it resumes.
+    ///
+    /// # Panics
+    /// If its stdin is closed.
+    pub async fn tell(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("the victim's stdin");
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .expect("write to the victim");
+        stdin.flush().await.expect("flush the victim's stdin");
+    }
+
+    /// Sends it `signal` (`STOP` pauses it, as a VM pause would; `CONT` resumes it).
+    ///
+    /// # Panics
+    /// If the signal cannot be sent.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("the victim runs");
+        let sent = std::process::Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -{signal} {pid}");
+    }
+
     /// Kills it with SIGKILL (no unwinding, no destructors, nothing it could still record) and
     /// reaps it.
     ///
@@ -338,6 +368,19 @@ impl Victim {
         self.child.kill().await.expect("kill -9 the victim");
         self.stderr.abort();
     }
+}
+
+/// In a victim: waits for a line from the parent ([`Victim::tell`]) and returns it, trimmed.
+///
+/// # Panics
+/// If stdin is closed first.
+pub async fn heard() -> String {
+    let mut line = String::new();
+    BufReader::new(tokio::io::stdin())
+        .read_line(&mut line)
+        .await
+        .expect("a line from the parent");
+    line.trim().to_owned()
 }
 
 /// What a replica's `charge_card` call answers: the reference it ran under.

@@ -23,6 +23,8 @@ pub struct Proxy {
     delay_ms: Arc<AtomicU64>,
     replication_only: Arc<AtomicBool>,
     cut: broadcast::Sender<()>,
+    /// `true` while frozen: nothing is passed on either way, nothing is dropped.
+    frozen: Arc<tokio::sync::watch::Sender<bool>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -35,12 +37,14 @@ impl Proxy {
         let delay_ms = Arc::new(AtomicU64::new(0));
         let replication_only = Arc::new(AtomicBool::new(false));
         let (cut, _) = broadcast::channel(4);
+        let frozen = Arc::new(tokio::sync::watch::Sender::new(false));
         let (up2, cut2, delay2, only2) = (
             up.clone(),
             cut.clone(),
             delay_ms.clone(),
             replication_only.clone(),
         );
+        let frozen2 = frozen.clone();
         let task = tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
                 if !up2.load(Ordering::SeqCst) {
@@ -52,6 +56,7 @@ impl Proxy {
                     ms: delay2.clone(),
                     replication_only: only2.clone(),
                     replication: Arc::new(AtomicBool::new(false)),
+                    frozen: frozen2.subscribe(),
                 };
                 tokio::spawn(async move {
                     let Ok(outbound) = TcpStream::connect(upstream).await else {
@@ -73,8 +78,21 @@ impl Proxy {
             delay_ms,
             replication_only,
             cut,
+            frozen,
             task,
         })
+    }
+
+    /// A partition that keeps the connections open: from now on nothing passes either way
+    /// (what was read is held, not dropped) until [`Proxy::thaw`]. The other side sees a peer
+    /// that went silent, as behind a failed network device.
+    pub fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+
+    /// Ends [`Proxy::freeze`]: what was held passes on, in order.
+    pub fn thaw(&self) {
+        self.frozen.send_replace(false);
     }
 
     /// Where clients connect.
@@ -120,6 +138,8 @@ struct Delay {
     replication_only: Arc<AtomicBool>,
     /// The client sent `REPLCONF` on this connection: a replica's stream.
     replication: Arc<AtomicBool>,
+    /// Whether the proxy is frozen ([`Proxy::freeze`]).
+    frozen: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Delay {
@@ -136,6 +156,7 @@ impl Delay {
 /// either side closes. `inbound`: `from` is the client's side (where `REPLCONF` is looked for).
 async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, (delay, inbound): (Delay, bool)) {
     let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let mut frozen = delay.frozen.clone();
     let read = async move {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
@@ -156,6 +177,9 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, (delay, inbound):
     let write = async move {
         while let Some((due, chunk)) = rx.recv().await {
             tokio::time::sleep_until(due).await;
+            if frozen.wait_for(|f| !*f).await.is_err() {
+                return;
+            }
             if to.write_all(&chunk).await.is_err() {
                 return;
             }

@@ -3,10 +3,6 @@
 //! before its record is settled.
 
 use std::future::Future;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -14,8 +10,10 @@ use serde::Serialize;
 
 use super::call::Call;
 use super::guard::{bounded, is_elapsed, Answer, Guard, Held, OnDrop};
+use super::lease::Lease;
 use crate::clock::Timestamp;
 use crate::error::{Error, UnknownReason};
+use crate::key::Caller;
 use crate::outcome::{Disposition, ErrorPolicy, Failure, Outcome};
 use crate::record::StoredResponse;
 use crate::store::StoreError;
@@ -32,16 +30,44 @@ pub(super) struct Attempt {
     /// When the claim was made (the engine's clock then). No time this attempt records is
     /// earlier: a clock stepped back while the body ran must not shorten the window.
     claimed_at: Timestamp,
+    /// This worker's own view of the claim's lease: past its end the body is not polled again.
+    held_until: Lease,
     guard: Guard,
     /// Where its answer is kept once recorded, if anywhere.
     keep: Option<super::cache::Keep>,
+    /// Whose call it is, to read the record's truth when someone else settled it.
+    caller: Option<Caller>,
+}
+
+/// When a claim (or takeover) was made: the engine's clock then, and this process's monotonic
+/// instant just before it was sent, from which the worker counts its lease ([`Lease`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Claimed {
+    pub(super) at: Timestamp,
+    pub(super) sent: tokio::time::Instant,
 }
 
 enum Finished<O> {
     Done(O),
     Panicked(String),
     TimedOut(Duration),
+    /// The body was stopped: the lease passed unrenewed, or the record was settled elsewhere.
+    Stopped(Stop),
 }
+
+/// Why a body was stopped before it finished.
+pub(super) enum Stop {
+    /// This worker's lease passed without a renewal the store accepted (the store unreachable,
+    /// or the process paused): the store's rounds may now settle the call, so it acts no more.
+    LeaseEnded,
+    /// A renewal found the record settled or taken over by someone else.
+    Settled(StoreError),
+}
+
+mod running;
+mod stopped;
+
+pub(super) use running::{panic_message, Halted, Running};
 
 /// How long the store may take to settle a record after the body, beyond the call's timeout.
 const SETTLE_GRACE: Duration = Duration::from_secs(1);
@@ -51,15 +77,23 @@ impl Attempt {
         engine: &super::Idempotency,
         spec: ToolSpec,
         held: Held,
-        claimed_at: Timestamp,
+        claimed: Claimed,
     ) -> Self {
         Attempt {
             lease: engine.lease,
             spec,
-            claimed_at,
+            claimed_at: claimed.at,
+            held_until: Lease::new(claimed.sent, engine.lease),
             guard: Guard::new(engine, held, spec.name),
             keep: None,
+            caller: None,
         }
+    }
+
+    /// Reads the record as `caller` when it was settled elsewhere, to answer with its truth.
+    pub(super) fn for_caller(mut self, caller: Caller) -> Self {
+        self.caller = Some(caller);
+        self
     }
 
     /// Keeps the answer, once recorded, in `keep`'s cache.
@@ -97,8 +131,9 @@ impl Attempt {
         let mut running = Running {
             body: Box::pin(call.clone().scope(body)),
             started: &self.guard.started,
+            lease: Some(&self.held_until),
         };
-        let (finished, lost) = self.drive(&mut running, deadline).await;
+        let finished = self.drive(&mut running, deadline).await;
         drop(running);
         let result = match finished {
             Finished::TimedOut(after) => {
@@ -111,19 +146,25 @@ impl Attempt {
                 self.mark_unknown(settle_by).await;
                 Err(self.unknown(UnknownReason::Panicked(message), None))
             }
-            Finished::Done(_) if lost.is_some() => {
-                // The record was settled by someone else while the body ran: whatever it
-                // returned cannot be recorded, and the settlement stands.
+            Finished::Stopped(Stop::LeaseEnded) => {
+                return self.lease_ended(&policy, settle_by).await
+            }
+            Finished::Stopped(Stop::Settled(e)) => {
+                // The record was settled (or taken over) by someone else while the body ran:
+                // the body acts no more, and its caller gets the record's truth.
                 self.guard.on_drop = OnDrop::Nothing;
-                tracing::warn!(tool = self.tool(), reference = %self.guard.reference, error = ?lost,
-                    "idempotency: the claim was settled elsewhere while the body ran; its result is not recorded");
-                Err(self.unknown(UnknownReason::LeaseLost, lost))
+                tracing::warn!(tool = self.tool(), reference = %self.guard.reference, error = %e,
+                    "idempotency: the claim was settled elsewhere while the body ran; the body was stopped");
+                return self.settled_elsewhere(e, &policy, settle_by).await;
             }
             Finished::Done(Ok(value)) => match serde_json::to_string(&value) {
                 Ok(body) => {
                     let response = StoredResponse { ok: true, body };
                     match self.record(response, &call, settle_by).await {
-                        Ok(()) => Ok(value),
+                        Ok(Recorded::Mine) => Ok(value),
+                        Ok(Recorded::Elsewhere(e)) => {
+                            return self.settled_elsewhere(e, &policy, settle_by).await
+                        }
                         Err(e) => Err(self.unknown(UnknownReason::NotRecorded, Some(e))),
                     }
                 }
@@ -149,7 +190,10 @@ impl Attempt {
                     Ok(body) => {
                         let response = StoredResponse { ok: false, body };
                         match self.record(response, &call, settle_by).await {
-                            Ok(()) => Err(Failure::Handler(err)),
+                            Ok(Recorded::Mine) => Err(Failure::Handler(err)),
+                            Ok(Recorded::Elsewhere(e)) => {
+                                return self.settled_elsewhere(e, &policy, settle_by).await
+                            }
                             Err(e) => Err(self.unknown(UnknownReason::NotRecorded, Some(e))),
                         }
                     }
@@ -173,7 +217,11 @@ impl Attempt {
         }
     }
 
-    fn unknown<E>(&self, reason: UnknownReason, source: Option<StoreError>) -> Failure<E> {
+    pub(super) fn unknown<E>(
+        &self,
+        reason: UnknownReason,
+        source: Option<StoreError>,
+    ) -> Failure<E> {
         Failure::Wrapper(Error::OutcomeUnknown {
             tool: self.tool().into(),
             reference: self.guard.reference,
@@ -190,71 +238,84 @@ impl Attempt {
         })
     }
 
-    /// Polls the body until it finishes, panics or runs past `deadline`, while renewing the
-    /// lease every third of it concurrently (a slow or hung renewal never delays the body or the
-    /// deadline). A renewal that finds the record settled by someone else stops the renewals:
-    /// the second value says so, and the body's result will not be recorded.
+    /// Polls the body until it finishes, panics, runs past `deadline` or is stopped, while
+    /// renewing the lease every third of it concurrently (a slow or hung renewal never delays the
+    /// body or the deadline). The body is stopped, not polled again, once this worker's lease
+    /// passes unrenewed ([`Lease`]) or a renewal finds the record settled by someone else.
     async fn drive<Fut: Future>(
         &self,
         running: &mut Running<'_, Fut>,
         deadline: Option<tokio::time::Instant>,
-    ) -> (Finished<Fut::Output>, Option<StoreError>) {
-        let mut lost = None;
-        let finished = {
-            let renewals = self.renew_until_lost();
-            tokio::pin!(renewals);
-            let timed_out = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::pin!(timed_out);
-            loop {
-                tokio::select! {
-                    biased;
-                    out = &mut *running => break match out {
-                        Ok(v) => Finished::Done(v),
-                        Err(p) => Finished::Panicked(panic_message(&*p)),
-                    },
-                    () = &mut timed_out => {
-                        break Finished::TimedOut(self.spec.timeout.unwrap_or_default());
-                    }
-                    e = &mut renewals, if lost.is_none() => lost = Some(e),
-                }
+    ) -> Finished<Fut::Output> {
+        let renewals = self.renew_until_lost();
+        tokio::pin!(renewals);
+        let timed_out = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
             }
         };
-        (finished, lost)
+        tokio::pin!(timed_out);
+        let lease_ends = tokio::time::sleep_until(self.held_until.ends());
+        tokio::pin!(lease_ends);
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut *running => break match out {
+                    Ok(v) => Finished::Done(v),
+                    Err(Halted::Panicked(p)) => Finished::Panicked(panic_message(&*p)),
+                    Err(Halted::LeaseEnded) => Finished::Stopped(Stop::LeaseEnded),
+                },
+                () = &mut timed_out => {
+                    break Finished::TimedOut(self.spec.timeout.unwrap_or_default());
+                }
+                () = &mut lease_ends => {
+                    if self.held_until.passed() {
+                        break Finished::Stopped(Stop::LeaseEnded);
+                    }
+                    // Renewed meanwhile: wait for the new end.
+                    lease_ends.as_mut().reset(self.held_until.ends());
+                }
+                e = &mut renewals => break Finished::Stopped(Stop::Settled(e)),
+            }
+        }
     }
 
-    /// Renews the lease every third of it; returns when a renewal finds the record no longer
-    /// this attempt's (fenced, settled, gone). Other failures are logged and retried.
+    /// Renews the lease every third of it (a failed renewal is tried again after a tenth);
+    /// returns when a renewal finds the record no longer this attempt's (fenced, settled, gone).
+    /// Each renewal the store accepts extends this worker's lease from when it was sent.
     async fn renew_until_lost(&self) -> StoreError {
         let every = self.lease / 3;
+        let mut pause = every;
         loop {
-            tokio::time::sleep(every).await;
+            tokio::time::sleep(pause).await;
             let now = self.now();
-            let by = tokio::time::Instant::now() + every;
-            match bounded(
-                Some(by),
-                self.guard
-                    .store
-                    .renew(self.guard.key, self.guard.token, now, self.lease),
-            )
-            .await
-            {
-                Ok(()) => {}
+            let sent = tokio::time::Instant::now();
+            let renewal = self
+                .guard
+                .store
+                .renew(self.guard.key, self.guard.token, now, self.lease);
+            // A renewal unanswered after a third of the lease is abandoned (it may still land:
+            // the store's lease only grows) and tried again; none is waited on past the lease.
+            match bounded(Some((sent + every).min(self.held_until.ends())), renewal).await {
+                Ok(()) => {
+                    self.held_until.renewed(sent);
+                    pause = every;
+                }
                 Err(
                     e @ (StoreError::Fenced { .. }
                     | StoreError::WrongState { .. }
                     | StoreError::NotFound),
                 ) => {
                     tracing::warn!(tool = self.tool(), reference = %self.guard.reference, error = %e,
-                        "idempotency lease renewal refused: the record was settled elsewhere; renewals stop");
+                        "idempotency lease renewal refused: the record was settled elsewhere");
                     return e;
                 }
                 Err(e) => {
-                    tracing::warn!(tool = self.tool(), reference = %self.guard.reference, error = %e, "idempotency lease renewal failed; retrying")
+                    tracing::warn!(tool = self.tool(), reference = %self.guard.reference, error = %e,
+                        lease_ends_in = ?self.held_until.ends().saturating_duration_since(tokio::time::Instant::now()),
+                        "idempotency lease renewal failed; retrying");
+                    pause = self.lease / Lease::MARGIN;
                 }
             }
         }
@@ -262,13 +323,14 @@ impl Attempt {
 
     /// Completes the record with `response` and the call's outbox. The guard stays armed (to
     /// complete it in the background) until the store has answered. `Err` only when the answer
-    /// could not be recorded.
+    /// could not be recorded; [`Recorded::Elsewhere`] when the record was settled by someone
+    /// else first (that settlement stands).
     async fn record(
         &mut self,
         response: StoredResponse,
         call: &Call,
         settle_by: Option<tokio::time::Instant>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Recorded, StoreError> {
         let now = self.now();
         self.guard.on_drop = OnDrop::Complete(Box::new(Answer {
             response,
@@ -296,7 +358,7 @@ impl Attempt {
                     keep.put(held, answer.response, (now, sent), kept);
                 }
                 tracing::debug!(tool = self.tool(), reference = %self.guard.reference, "idempotency complete");
-                Ok(())
+                Ok(Recorded::Mine)
             }
             Err(e @ (StoreError::Fenced { .. } | StoreError::WrongState { .. })) => {
                 // The settlement (the reconciler's, from the processor) stands; this worker's
@@ -306,7 +368,7 @@ impl Attempt {
                 tracing::warn!(tool = self.tool(), reference = %self.guard.reference, error = %e,
                     unsent_outbox = unsent.len(), unsent_topics = ?unsent,
                     "idempotency late completion rejected: the record was settled by someone else");
-                Ok(())
+                Ok(Recorded::Elsewhere(e))
             }
             Err(e) if is_elapsed(&e) => {
                 // The store did not answer in time: the guard completes it in the background.
@@ -326,7 +388,7 @@ impl Attempt {
 
     /// Marks the outcome unknown. A failure is logged (the lease will pass and the reconciler
     /// will see it); a store that does not answer by `settle_by` is left to the drop guard.
-    async fn mark_unknown(&mut self, settle_by: Option<tokio::time::Instant>) {
+    pub(super) async fn mark_unknown(&mut self, settle_by: Option<tokio::time::Instant>) {
         match bounded(
             settle_by,
             self.guard
@@ -350,7 +412,10 @@ impl Attempt {
 
     /// Gives the claim back: nothing was done. A failed release is tried once more; if that
     /// fails too, the error says so (a repeat would be told "in flight").
-    async fn release(&mut self, settle_by: Option<tokio::time::Instant>) -> Result<(), StoreError> {
+    pub(super) async fn release(
+        &mut self,
+        settle_by: Option<tokio::time::Instant>,
+    ) -> Result<(), StoreError> {
         self.guard.on_drop = OnDrop::Release;
         let mut attempt = 0;
         loop {
@@ -391,33 +456,10 @@ impl Attempt {
     }
 }
 
-/// A panic's message, when it has one.
-pub(super) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic without a message".to_owned()
-    }
-}
-
-/// The body, with panics caught and its first poll noted (a body that never started can be
-/// released; one that started cannot).
-pub(super) struct Running<'g, Fut> {
-    pub(super) body: Pin<Box<tokio::task::futures::TaskLocalFuture<Call, Fut>>>,
-    pub(super) started: &'g AtomicBool,
-}
-
-impl<Fut: Future> Future for Running<'_, Fut> {
-    type Output = Result<Fut::Output, Box<dyn std::any::Any + Send>>;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.started.store(true, Ordering::Relaxed);
-        let body = self.body.as_mut();
-        match catch_unwind(AssertUnwindSafe(|| body.poll(cx))) {
-            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(p) => Poll::Ready(Err(p)),
-        }
-    }
+/// How a completion ended, when it did not fail.
+pub(super) enum Recorded {
+    /// This attempt's answer is the record's.
+    Mine,
+    /// Someone else settled the record first (its error says how): that settlement stands.
+    Elsewhere(StoreError),
 }

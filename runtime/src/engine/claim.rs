@@ -14,7 +14,7 @@ use crate::record::{RecordState, Standing};
 use crate::store::{Claim, ClaimRequest, StoreError, Token};
 use crate::tool::Prepared;
 
-use super::attempt::Attempt;
+use super::attempt::{Attempt, Claimed};
 use super::guard::{bounded, Guard, Held, Landing};
 use super::{answered, noise, refused, Idempotency};
 
@@ -134,6 +134,7 @@ impl Idempotency {
         let token = attempt_token(now);
         let store = self.store.clone();
         let lease = self.lease;
+        let sent = tokio::time::Instant::now();
         let mut landing = Landing::new(
             self,
             (key, token),
@@ -155,8 +156,9 @@ impl Idempotency {
                         reference,
                         token,
                     },
-                    now,
+                    Claimed { at: now, sent },
                 )
+                .for_caller(prepared.caller.clone())
                 .run(policy, body)
                 .await
             }

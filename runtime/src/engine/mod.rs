@@ -23,13 +23,14 @@ mod claim;
 mod enqueue;
 pub(crate) mod expiry;
 mod guard;
+mod lease;
 mod secret;
 #[cfg(feature = "_sql")]
 mod transaction;
 mod transactional;
 mod wait;
 
-use attempt::Attempt;
+use attempt::{Attempt, Claimed};
 use claim::gone;
 use expiry::Background;
 use guard::Held;
@@ -333,8 +334,17 @@ impl Idempotency {
         // timeout. It claims again only once the record may have moved on.
         let (wait, wait_until) = self.wait_for(spec, started);
         let mut slot: Option<wait::Slot> = None;
+        // When the claim that answered was sent: a won claim's lease is counted from it.
+        let mut sent;
+        // Reads that found the call still in progress after a wake: each pauses longer.
+        let mut idle_reads = 0;
         let (claim, now) = loop {
             let now = self.clock.now();
+            if slot.is_some() {
+                // However the store answers, a waiting repeat reads it at most every few ms.
+                wait::pace(&mut idle_reads, wait_until).await;
+            }
+            sent = tokio::time::Instant::now();
             let claim = match &slot {
                 None => self.claim_any(&prepared, key, now, by).await,
                 Some(woken) => {
@@ -396,6 +406,7 @@ impl Idempotency {
         match claim {
             Claim::New { reference, token } => {
                 tracing::debug!(tool, %reference, "idempotency claim");
+                let keep = self.keep(&prepared);
                 Attempt::new(
                     self,
                     *spec,
@@ -404,9 +415,10 @@ impl Idempotency {
                         reference,
                         token,
                     },
-                    now,
+                    Claimed { at: now, sent },
                 )
-                .keeping(self.keep(&prepared))
+                .keeping(keep)
+                .for_caller(prepared.caller)
                 .run(policy, body)
                 .await
             }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::attempt::{panic_message, Running};
+use super::attempt::{panic_message, Halted, Running};
 use super::call::Call;
 use super::claim::{claim_failed, gone};
 use super::{answer_found, refused, Idempotency};
@@ -194,6 +194,8 @@ where
         let mut running = Running {
             body: Box::pin(call.scope(body)),
             started: &started,
+            // No lease: the database's transaction holds the call, not a lease.
+            lease: None,
         };
         let timed_out = async {
             match deadline {
@@ -205,7 +207,9 @@ where
             biased;
             out = &mut running => match out {
                 Ok(v) => Ended::Done(v),
-                Err(p) => Ended::Panicked(panic_message(&*p)),
+                Err(Halted::Panicked(p)) => Ended::Panicked(panic_message(&*p)),
+                // Never without a lease; said as what it would be, not a panic.
+                Err(Halted::LeaseEnded) => Ended::TimedOut(spec.timeout.unwrap_or_default()),
             },
             () = timed_out => Ended::TimedOut(spec.timeout.unwrap_or_default()),
         }

@@ -223,6 +223,24 @@ impl Slot {
     }
 }
 
+/// The first pause before a waiting repeat claims again after a wake or a read that said the
+/// record moved on; it doubles with each claim that found the call still in progress, up to
+/// [`LAST_POLL`].
+const FIRST_REREAD: Duration = Duration::from_millis(5);
+
+/// Before a waiting repeat claims again: a pause (jittered) that doubles with each claim that
+/// found the call still in progress (`idle_reads`), so that no path between the store and the
+/// wait loops without one, whatever the store answers (a record read as moved on that the claim
+/// finds in progress, a wake for nothing). Never past `until`.
+pub(super) async fn pace(idle_reads: &mut u32, until: Option<tokio::time::Instant>) {
+    let pause = FIRST_REREAD
+        .saturating_mul(1 << (*idle_reads).min(16))
+        .min(LAST_POLL);
+    *idle_reads = idle_reads.saturating_add(1);
+    let at = tokio::time::Instant::now() + jittered(pause);
+    tokio::time::sleep_until(until.map_or(at, |u| u.min(at))).await;
+}
+
 /// Between half `pause` and `pause`: waiters that began together do not read together (which
 /// would open store connections for them at once).
 fn jittered(pause: Duration) -> Duration {

@@ -285,6 +285,7 @@ mod tests {
             completed_at: None,
             expires_at: None,
             response,
+            read_at: None,
         }
     }
 

@@ -99,6 +99,7 @@ impl MemoryStore {
         &self,
         key: Key,
         token: Token,
+        allowed: &[RecordState],
         f: impl FnOnce(&mut Row, &mut Inner2<'_>) -> R,
     ) -> Result<R, StoreError> {
         let mut guard = self.lock();
@@ -108,7 +109,7 @@ impl MemoryStore {
         if row.token != token.0 {
             return Err(StoreError::Fenced { reference });
         }
-        if row.state != RecordState::InFlight {
+        if !allowed.contains(&row.state) {
             return Err(StoreError::WrongState {
                 reference,
                 state: row.state.as_str(),
@@ -226,7 +227,7 @@ impl RecordStore for MemoryStore {
     }
 
     fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
-        let out = self.fenced(c.key, c.token, |row, rest| {
+        let out = self.fenced(c.key, c.token, super::WORKER_SETTLES, |row, rest| {
             row.state = RecordState::Completed;
             row.response = Some(c.response.clone());
             row.completed_at = Some(c.now);
@@ -253,7 +254,7 @@ impl RecordStore for MemoryStore {
         token: Token,
         now: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        let out = self.fenced(key, token, |row, _| {
+        let out = self.fenced(key, token, super::WORKER_SETTLES, |row, _| {
             row.state = RecordState::Released;
             row.completed_at = Some(now);
             row.expires_at = Some(now);
@@ -262,7 +263,9 @@ impl RecordStore for MemoryStore {
     }
 
     fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
-        let out = self.fenced(key, token, |row, _| row.state = RecordState::Unknown);
+        let out = self.fenced(key, token, &[RecordState::InFlight], |row, _| {
+            row.state = RecordState::Unknown;
+        });
         Box::pin(async move { out })
     }
 
@@ -273,7 +276,9 @@ impl RecordStore for MemoryStore {
         now: Timestamp,
         lease: Duration,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        let out = self.fenced(key, token, |row, _| row.lease_expires_at = now + lease);
+        let out = self.fenced(key, token, &[RecordState::InFlight], |row, _| {
+            row.lease_expires_at = now + lease;
+        });
         Box::pin(async move { out })
     }
 
@@ -333,6 +338,7 @@ impl RecordStore for MemoryStore {
                     completed_at: r.completed_at,
                     expires_at: r.expires_at,
                     response: r.response.clone(),
+                    read_at: None,
                 })
         };
         Box::pin(async move { Ok(out) })
@@ -358,7 +364,10 @@ impl RecordStore for MemoryStore {
                     state: row.state.as_str(),
                 });
             }
-            row.token += 1;
+            // An unknown settlement keeps the token: the worker's late answer still lands.
+            if !matches!(settlement, Settlement::Unknown) {
+                row.token += 1;
+            }
             match settlement {
                 Settlement::Completed(resp) => {
                     row.state = RecordState::Completed;

@@ -95,12 +95,12 @@
 //! | method | allowed states | effect |
 //! |---|---|---|
 //! | [`RecordStore::claim`] | any | the table above; atomic: of concurrent claims of one key exactly one gets [`Claim::New`] |
-//! | [`RecordStore::complete`] | in flight | completed with the answer, replayed for the record's window from `now`; the outbox messages written in the same transaction |
-//! | [`RecordStore::release`] | in flight | released at `at` (a repeat takes it over under the same reference) |
+//! | [`RecordStore::complete`] | in flight, unknown | completed with the answer, replayed for the record's window from `now`; the outbox messages written in the same transaction (an unknown record takes its worker's late answer: same token, nobody took over) |
+//! | [`RecordStore::release`] | in flight, unknown | released at `at` (a repeat takes it over under the same reference) |
 //! | [`RecordStore::mark_unknown`] | in flight | unknown (never re-run; only a settlement ends it) |
 //! | [`RecordStore::renew`] | in flight | the lease ends `lease` after `now` |
 //! | [`RecordStore::take_over`] | in flight (lease ended at or before `now`), unknown | in flight under the new token, same generation (fenced by state and lease, not token) |
-//! | [`RecordStore::settle`] | in flight, unknown | the [`Settlement`] (completed: replayed for the record's window from `at`); the token goes up by one, so the original worker's late completion is fenced |
+//! | [`RecordStore::settle`] | in flight, unknown | the [`Settlement`] (completed: replayed for the record's window from `at`); a completed or released settlement bumps the token by one, so the original worker's late completion is fenced; an unknown one keeps it, so the worker's late answer (the truth) still lands |
 //! | [`RecordStore::status`] | any | the record of the reference's key, if the tenant (and, for a subject-scoped record, the subject) may see it (anyone else's is `None`, like one that does not exist); for a superseded generation, the key's current record, whose `reference` names the newer generation |
 //! | [`Maintenance::purge`] | completed, released | deletes up to `limit` records whose window ended before `older_than` |
 //! | [`Maintenance::unsettled`] | in flight (lease ended at or before `now`), unknown | up to `limit`, oldest claim first |
@@ -150,6 +150,12 @@ pub use redis::{RedisConnection, RedisStore, RedisStoreBuilder};
 pub use sqlite::SqliteStore;
 pub use transaction::{Begun, CommitError, OpenTransaction, TransactionalStore, TxOutcome};
 pub use wake::Wake;
+
+/// The states in which the claim's own worker may still settle its record with its token
+/// (complete, release): in flight, and unknown. An unknown record whose worker then reports
+/// (it was paused or cut off past its lease and a round marked it unknown, with nobody taking
+/// over since) takes the worker's answer: it is the truth the round could not know.
+pub(crate) const WORKER_SETTLES: &[RecordState] = &[RecordState::InFlight, RecordState::Unknown];
 
 /// A boxed, `Send` future: what the store methods return, so the traits stay object-safe
 /// (`Arc<dyn Store>`).

@@ -26,6 +26,7 @@ use super::sql::{
 };
 use super::{
     BoxFuture, Claim, ClaimRequest, Completion, RecordStore, Settlement, StoreError, Token, Wake,
+    WORKER_SETTLES,
 };
 use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
@@ -293,27 +294,22 @@ impl RecordStore for PostgresStore {
             let topics: Vec<&str> = c.outbox.iter().map(|m| m.topic.as_str()).collect();
             let payloads: Vec<&str> = c.outbox.iter().map(|m| m.payload.as_str()).collect();
             let state = state_code(RecordState::Completed, Some(c.response.ok));
-            self.fenced(
-                c.key,
-                c.token,
-                (&[RecordState::InFlight], "the completion"),
-                || {
-                    let head = |sql| {
-                        fenced_query(sql, &c.key, c.token)
-                            .bind(state)
-                            .bind(c.response.body.as_str())
-                    };
-                    match (c.outbox.is_empty(), self.clock_offset) {
-                        (true, Some(0)) => head(COMPLETE_ON_SERVER_CLOCK),
-                        (true, offset) => head(COMPLETE).bind(c.now.as_millis()).bind(offset),
-                        (false, offset) => head(COMPLETE_WITH_OUTBOX)
-                            .bind(c.now.as_millis())
-                            .bind(offset)
-                            .bind(&topics)
-                            .bind(&payloads),
-                    }
-                },
-            )
+            self.fenced(c.key, c.token, (WORKER_SETTLES, "the completion"), || {
+                let head = |sql| {
+                    fenced_query(sql, &c.key, c.token)
+                        .bind(state)
+                        .bind(c.response.body.as_str())
+                };
+                match (c.outbox.is_empty(), self.clock_offset) {
+                    (true, Some(0)) => head(COMPLETE_ON_SERVER_CLOCK),
+                    (true, offset) => head(COMPLETE).bind(c.now.as_millis()).bind(offset),
+                    (false, offset) => head(COMPLETE_WITH_OUTBOX)
+                        .bind(c.now.as_millis())
+                        .bind(offset)
+                        .bind(&topics)
+                        .bind(&payloads),
+                }
+            })
             .await
         })
     }
@@ -326,13 +322,13 @@ impl RecordStore for PostgresStore {
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(self.fenced(
             key,
-            token, (&[RecordState::InFlight], "the release"),
+            token, (WORKER_SETTLES, "the release"),
             move || {
                 fenced_query(
                     concat!(
                         "UPDATE idempotency_records SET state = 3, lease_or_settled_at = GREATEST(",
                         clock!("$4", "$5"),
-                        ", claimed_at), window_s = 0 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
+                        ", claimed_at), window_s = 0 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2)"
                     ),
                     &key,
                     token,
@@ -429,7 +425,9 @@ impl RecordStore for PostgresStore {
             let row = sqlx::query(concat!(
                 "SELECT tool, key_rest, generation, state, fingerprint, claimed_at, ",
                 ends_and_completed!(),
-                ", response FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND (generation >= $3 OR generation < 1) \
+                ", response, ",
+                server_clock!(),
+                " FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND (generation >= $3 OR generation < 1) \
                  AND (subject = '' OR subject = $4)"
             ))
             .bind(ref_value(&reference))
@@ -441,9 +439,15 @@ impl RecordStore for PostgresStore {
             .map_err(db_error)?;
             let Some(row) = row else { return Ok(None) };
             let tool: String = row.try_get(0).map_err(db_error)?;
+            let server: i64 = row.try_get(9).map_err(db_error)?;
+            // Judged on the server's clock (shifted as every statement of this store is), or
+            // the engine's for a store told to trust it.
+            let read_at = self
+                .clock_offset
+                .map(|off| Timestamp::from_millis(server.saturating_add(off)));
             RecordRow::read(&row, 1)
                 .map_err(db_error)?
-                .status(reference, tool)
+                .status(reference, tool, read_at)
                 .map(Some)
         })
     }
@@ -477,7 +481,7 @@ impl RecordStore for PostgresStore {
         Box::pin(self.fenced(key, token, (allowed, "the settlement"), move || {
             fenced_query(
                 concat!(
-                    "UPDATE idempotency_records SET token = token + 1, state = $4, response = $5, \
+                    "UPDATE idempotency_records SET token = CASE WHEN $4 = 2 THEN token ELSE token + 1 END, state = $4, response = $5, \
                      lease_or_settled_at = CASE WHEN $4 = 2 THEN lease_or_settled_at ELSE GREATEST(",
                     clock!("$6", "$7"),
                     ", claimed_at) END, \

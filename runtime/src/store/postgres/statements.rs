@@ -161,7 +161,7 @@ macro_rules! complete_sql {
         concat!(
             "UPDATE idempotency_records SET state = $4, response = $5, lease_or_settled_at = GREATEST(",
             $clock,
-            ", claimed_at) WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
+            ", claimed_at) WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2)"
         )
     };
 }
@@ -177,7 +177,7 @@ WITH done AS (
         lease_or_settled_at = GREATEST(",
     clock!("$6", "$7"),
     ", claimed_at)
-    WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0
+    WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2)
     RETURNING generation, lease_or_settled_at
 )
 INSERT INTO idempotency_outbox (visible_at, generation, key, topic, payload)

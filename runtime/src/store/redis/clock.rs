@@ -159,6 +159,22 @@ impl ServerClock {
         reading.filter(|r| r.fresh(at)).map(|r| r.now(at))
     }
 
+    /// The earliest the server's clock can read now for `shard`: from the followed reading, or
+    /// from a new one read now when there is none fresh.
+    pub(super) async fn early(
+        self: &Arc<Self>,
+        conn: &RedisConnection,
+        at: (usize, &str),
+    ) -> Result<i64, StoreError> {
+        if let Some(now) = self.now_or_read(conn, at) {
+            return Ok(now.early);
+        }
+        self.read(conn, at).await?;
+        self.now_or_read(conn, at)
+            .map(|now| now.early)
+            .ok_or_else(|| bad("the server's clock reading was not kept"))
+    }
+
     fn read_in_background(
         self: &Arc<Self>,
         conn: &RedisConnection,

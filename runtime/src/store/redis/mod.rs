@@ -485,6 +485,15 @@ impl RecordStore for RedisStore {
                 }),
                 None => None,
             };
+            // Judged on the shard's server clock, or the engine's when the store trusts it.
+            let read_at = match self.inner.trusted {
+                b"1" => None,
+                _ => {
+                    let at = (shard_of(reference.prefix()), k.index.as_str());
+                    let now = self.inner.clock.early(&self.inner.conn, at).await?;
+                    Some(Timestamp::from_millis(now))
+                }
+            };
             Ok(Some(RecordStatus {
                 reference: reference.with_generation(r.generation),
                 tool,
@@ -494,6 +503,7 @@ impl RecordStore for RedisStore {
                 completed_at: completed,
                 expires_at: settled.then_some(ends),
                 response,
+                read_at,
             }))
         })
     }

@@ -134,11 +134,13 @@ impl RecordRow {
     }
 
     /// The row as the status tool shows it, checked as a claim would read it: a row a claim
-    /// refuses as corrupt is corrupt here too.
+    /// refuses as corrupt is corrupt here too. `read_at`: the store's clock at the read, if it
+    /// has one of its own ([`RecordStatus::read_at`]).
     pub(in crate::store) fn status(
         &self,
         reference: Reference,
         tool: String,
+        read_at: Option<Timestamp>,
     ) -> Result<RecordStatus, StoreError> {
         let (state, ok) = split_state(self.state)?;
         let generation = generation_of(i64::from(self.generation))?;
@@ -173,6 +175,7 @@ impl RecordRow {
             completed_at: self.completed_at.map(Timestamp::from_millis),
             expires_at: settled.then_some(ends_at),
             response: self.response(ok),
+            read_at,
         })
     }
 }

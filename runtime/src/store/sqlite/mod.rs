@@ -24,6 +24,7 @@ use super::sql::{
 };
 use super::{
     BoxFuture, Claim, ClaimRequest, Completion, RecordStore, Settlement, StoreError, Token,
+    WORKER_SETTLES,
 };
 use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
@@ -355,33 +356,23 @@ impl RecordStore for SqliteStore {
             if c.outbox.is_empty() {
                 let state = state_code(RecordState::Completed, Some(c.response.ok));
                 return self
-                    .fenced(
-                        c.key,
-                        c.token,
-                        (&[RecordState::InFlight], "the completion"),
-                        || {
-                            sqlx::query(COMPLETE)
-                                .bind(state)
-                                .bind(c.response.body.as_str())
-                                .bind(c.now.as_millis())
-                                .bind(c.now.as_millis())
-                                .bind(ref_of(&c.key))
-                                .bind(rest_of(&c.key).to_vec())
-                                .bind(c.token.0)
-                        },
-                    )
+                    .fenced(c.key, c.token, (WORKER_SETTLES, "the completion"), || {
+                        sqlx::query(COMPLETE)
+                            .bind(state)
+                            .bind(c.response.body.as_str())
+                            .bind(c.now.as_millis())
+                            .bind(c.now.as_millis())
+                            .bind(ref_of(&c.key))
+                            .bind(rest_of(&c.key).to_vec())
+                            .bind(c.token.0)
+                    })
                     .await;
             }
             for _ in 0..FENCE_ATTEMPTS {
                 if self.complete_with_outbox(c).await? {
                     return Ok(());
                 }
-                why_fenced(
-                    &c.key,
-                    c.token,
-                    self.row_now(&c.key).await?,
-                    &[RecordState::InFlight],
-                )?;
+                why_fenced(&c.key, c.token, self.row_now(&c.key).await?, WORKER_SETTLES)?;
             }
             Err(raced("the completion", FENCE_ATTEMPTS))
         })
@@ -396,11 +387,11 @@ impl RecordStore for SqliteStore {
         Box::pin(self.fenced(
             key,
             token,
-            (&[RecordState::InFlight], "the release"),
+            (WORKER_SETTLES, "the release"),
             move || {
                 fenced_query(
                     "UPDATE idempotency_records SET state = 3, completed_at = $4, ends_at = $4, \
-                     window_ms = 0 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
+                     window_ms = 0 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2)",
                     &key,
                     token,
                 )
@@ -497,7 +488,7 @@ impl RecordStore for SqliteStore {
             let tool: String = row.try_get(0).map_err(db_error)?;
             RecordRow::read(&row, 1)
                 .map_err(db_error)?
-                .status(reference, tool)
+                .status(reference, tool, None)
                 .map(Some)
         })
     }
@@ -517,7 +508,7 @@ impl RecordStore for SqliteStore {
         Box::pin(
             self.fenced(key, token, (allowed, "the settlement"), move || {
                 fenced_query(
-                    "UPDATE idempotency_records SET token = token + 1, state = $4, response = $5, \
+                    "UPDATE idempotency_records SET token = CASE WHEN $4 = 2 THEN token ELSE token + 1 END, state = $4, response = $5, \
                  completed_at = $6, \
                  ends_at = CASE $4 WHEN 2 THEN ends_at WHEN 3 THEN $6 ELSE $6 + window_ms END, \
                  window_ms = CASE $4 WHEN 3 THEN 0 ELSE window_ms END \

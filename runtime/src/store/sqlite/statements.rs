@@ -57,12 +57,12 @@ pub(super) const CLAIM_WATCHED: &str = concat!(
 /// replayed for the record's own window (the claim's) from then.
 pub(super) const COMPLETE: &str = "\
 UPDATE idempotency_records SET state = ?, response = ?, completed_at = ?, ends_at = ? + window_ms
-WHERE ref = ? AND key_rest = ? AND token = ? AND state = 0";
+WHERE ref = ? AND key_rest = ? AND token = ? AND state IN (0, 2)";
 
 /// [`COMPLETE`], for a completion that writes outbox messages with the row's generation.
 pub(super) const COMPLETE_RETURNING: &str = "\
 UPDATE idempotency_records SET state = $4, response = $5, completed_at = $6, ends_at = $6 + window_ms
-WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0 RETURNING generation";
+WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2) RETURNING generation";
 
 pub(super) const ROW_NOW: &str =
     "SELECT generation, token, state, key_rest FROM idempotency_records WHERE ref = $1";

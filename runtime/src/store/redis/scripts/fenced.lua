@@ -11,7 +11,8 @@
 --   c: 7 state code (1 ok, 4 error), 8 body, 9 message count, then topic, payload...
 --   n: 7 lease end
 --   t: 7 lease end (3 is the new token; in flight with its lease ended, or unknown, only)
---   s: 7 new token (8 bytes), 8 state code (1, 4, 3 released, 2 unknown), 9 body
+--   s: 7 new token (8 bytes; unused for 2, which keeps the token), 8 state code (1, 4, 3
+--      released, 2 unknown), 9 body
 -- A completed answer is replayed for the record's own window (the claim's, in its head).
 -- Returns {0, gen} done | {-1} no record of this key | {-2, gen} fenced | {-3, gen, state}.
 --
@@ -31,7 +32,9 @@ end
 if op ~= 't' and string.sub(blob, 62, 69) ~= ARGV[3] then
   return {-2, g}
 end
-if not (s == 0 or ((op == 's' or op == 't') and s == 2)) then
+-- An unknown record is still its worker's to complete or release (same token: a round marked it
+-- unknown while the worker was paused or cut off, and nobody took over since).
+if not (s == 0 or (op ~= 'u' and op ~= 'n' and s == 2)) then
   return {-3, g, s}
 end
 -- An unsettled record's answer is empty: its tail is everything between head and that.
@@ -120,11 +123,13 @@ if op == 'c' then
   return {0, g}
 end
 if op == 's' then
-  mid = string.sub(mid, 1, 24) .. ARGV[7] .. string.sub(mid, 33)
   local code = tonumber(ARGV[8])
   if code == 2 then
+    -- An unknown settlement keeps the token: the worker's late answer still lands.
     return unknown()
-  elseif code == 3 then
+  end
+  mid = string.sub(mid, 1, 24) .. ARGV[7] .. string.sub(mid, 33)
+  if code == 3 then
     settled(3, '', at)
   else
     settled(code, ARGV[9], at + w)
