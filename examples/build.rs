@@ -6,6 +6,10 @@
 //! (cfg `no_inspector`): `$INSPECTOR_DIR/0.15` and `$INSPECTOR_DIR/2` (default
 //! `/work/inspector`), each an `npm install --prefix` of `@modelcontextprotocol/inspector` at that
 //! version, as `.ci/run` makes them. The directory found reaches the tests as `INSPECTOR_DIR`.
+//!
+//! And the skewed-clock tests without libfaketime (cfg `no_faketime`; Debian's `faketime`
+//! package, which `.ci/run` installs): its multi-threaded library reaches them as
+//! `FAKETIME_LIB`.
 
 use std::path::{Path, PathBuf};
 
@@ -30,5 +34,17 @@ fn main() {
         println!("cargo::rustc-env=INSPECTOR_DIR={}", dir.display());
     } else {
         println!("cargo::rustc-cfg=no_inspector");
+    }
+
+    println!("cargo::rustc-check-cfg=cfg(no_faketime)");
+    println!("cargo::rerun-if-env-changed=FAKETIME_LIB");
+    let lib = std::env::var_os("FAKETIME_LIB")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"));
+    println!("cargo::rerun-if-changed={}", lib.display());
+    if lib.exists() {
+        println!("cargo::rustc-env=FAKETIME_LIB={}", lib.display());
+    } else {
+        println!("cargo::rustc-cfg=no_faketime");
     }
 }

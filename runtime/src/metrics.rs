@@ -313,7 +313,7 @@ impl SecretStore for Metered {
 mod tests {
     use super::*;
 
-    /// The `answer` label of a rolled-back transactional call, as the README's metrics table
+    /// The `answer` label of a rolled-back transactional call, as docs/metrics.md
     /// lists it.
     #[test]
     fn a_rolled_back_call_is_counted_as_such() {
@@ -324,10 +324,10 @@ mod tests {
             source: None,
         };
         assert_eq!(wrapper_answer(&e), "rolled_back");
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../docs/metrics.md");
         assert!(
             readme.contains("`refused`, `rolled_back`"),
-            "the README's metrics table lists it"
+            "docs/metrics.md's metrics table lists it"
         );
     }
 }
