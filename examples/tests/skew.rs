@@ -163,7 +163,11 @@ async fn servers_with_skewed_clocks_tell_one_story() {
         while let Some(line) = right_log.recv().await {
             if line.contains("idempotency claim") {
                 if let Some((_, rest)) = line.split_once("reference=") {
-                    return rest.split_whitespace().next().unwrap_or_default().to_owned();
+                    return rest
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_owned();
                 }
             }
         }
