@@ -10,6 +10,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::pg::Schema;
 use common::{call, Client};
 use idempotency::mcp::{META_REF, META_REPLAYED, META_STATUS};
 use rmcp::model::CallToolResult;
@@ -94,55 +95,12 @@ async fn status_state(client: &Client, reference: &str) -> String {
         .to_owned()
 }
 
-/// A PostgreSQL schema of this test's own, dropped with the value.
-struct Schema {
-    url: String,
-    name: String,
-}
-
-impl Schema {
-    async fn create(url: &str) -> Schema {
-        use sqlx::Connection;
-        let name = format!("idem_ex_skew_{:x}", std::process::id());
-        let mut conn = sqlx::PgConnection::connect(url)
-            .await
-            .expect("connect to DATABASE_URL");
-        let create = format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE; CREATE SCHEMA \"{name}\"");
-        sqlx::raw_sql(sqlx::AssertSqlSafe(create))
-            .execute(&mut conn)
-            .await
-            .expect("create the test schema");
-        Schema {
-            url: url.to_owned(),
-            name,
-        }
-    }
-
-    /// `DATABASE_URL` with this schema as its `search_path`.
-    fn url(&self) -> String {
-        let sep = if self.url.contains('?') { '&' } else { '?' };
-        format!("{}{sep}options%5Bsearch_path%5D={}", self.url, self.name)
-    }
-
-    async fn drop_schema(self) {
-        use sqlx::Connection;
-        let mut conn = sqlx::PgConnection::connect(&self.url)
-            .await
-            .expect("connect to DATABASE_URL");
-        let drop = format!("DROP SCHEMA \"{}\" CASCADE", self.name);
-        sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
-            .execute(&mut conn)
-            .await
-            .expect("drop the test schema");
-    }
-}
-
 #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
 #[cfg_attr(no_faketime, ignore = "needs libfaketime (Debian package faketime)")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn servers_with_skewed_clocks_tell_one_story() {
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    let schema = Schema::create(&url).await;
+    let schema = Schema::create(&url, "skew").await;
     let db = schema.url();
     // The right one first: it creates the store's tables.
     let (_right_child, right_url, mut right_log) = spawn(&db, None).await;
@@ -210,5 +168,5 @@ async fn servers_with_skewed_clocks_tell_one_story() {
             "{skew}: the status tool reads it completed, not expired"
         );
     }
-    schema.drop_schema().await;
+    drop(schema);
 }

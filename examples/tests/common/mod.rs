@@ -1,4 +1,8 @@
-//! What the example tests share: an rmcp client, a tool call, a SQLite file of their own.
+//! What the example tests share: an rmcp client, a tool call, a SQLite file or a PostgreSQL
+//! schema of their own. Each test binary uses a part of it.
+#![allow(dead_code, reason = "each test binary uses a part of it")]
+
+pub mod pg;
 
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::RunningService;
