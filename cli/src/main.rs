@@ -105,7 +105,7 @@ enum Command {
 /// `90s`, `15m`, `2h`, `1d`, `500ms`: the attribute's grammar (`window = "15m"`), which the
 /// runtime owns, so a duration reads the same in code and on the command line.
 fn duration(s: &str) -> Result<Duration, String> {
-    idempotency::__private::parse_duration(s).map(Duration::from_millis)
+    idempotency_options::parse_duration(s).map(Duration::from_millis)
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

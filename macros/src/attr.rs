@@ -8,7 +8,8 @@ use syn::parse::{ParseStream, Parser};
 use syn::{Ident, LitStr, Token};
 
 use crate::ctxt::Ctxt;
-use crate::duration::parse_duration;
+use idempotency_options::{parse_duration, Choice};
+pub(crate) use idempotency_options::{ClientKey, MissingKey, OnError, Recover, Scope};
 
 mod kw {
     syn::custom_keyword!(window);
@@ -42,28 +43,6 @@ pub(crate) struct Opt<T> {
     pub span: Span,
 }
 
-/// Who shares a tool's records (`scope = "tenant" | "subject"`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Scope {
-    Tenant,
-    Subject,
-}
-
-/// What a missing business key means (`missing_key = "refuse" | "call_key"`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum MissingKey {
-    Refuse,
-    CallKey,
-}
-
-/// Whether an rmcp tool takes the client's own idempotency key (`client_key = "accept" |
-/// "require"`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ClientKey {
-    Accept,
-    Require,
-}
-
 /// Where `#[idempotent_tools]` found the function (its hidden `__in_impl` marker): an attribute
 /// on a function cannot see the block around it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,22 +52,6 @@ pub(crate) enum InImpl {
     /// An `impl Trait for X`: it can hold only the trait's items, so the descriptor stays in the
     /// body.
     Trait,
-}
-
-/// What a repeat does once the call's worker is gone (`recover = "unknown" | "rerun" |
-/// "reconcile"`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Recover {
-    Unknown,
-    Rerun,
-    Reconcile,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum OnError {
-    Retryable,
-    Definitive,
-    Unknown,
 }
 
 /// One business-key field path (`"order.id"` → `["order", "id"]`), spanned at its string.
@@ -283,122 +246,15 @@ impl Options {
             };
             set(cx, &mut self.seen, &mut self.name, "name", key.span, ok);
         } else if la.peek(kw::on_error) {
-            let key: kw::on_error = input.parse()?;
-            input.parse::<Token![=]>()?;
-            let lit = string(input, "on_error", "\"retryable\"")?;
-            let value = match lit.value().as_str() {
-                "retryable" => Some(OnError::Retryable),
-                "definitive" => Some(OnError::Definitive),
-                "unknown" => Some(OnError::Unknown),
-                other => {
-                    cx.error(
-                        lit.span(),
-                        format!("`{other}` is not a disposition: expected \"retryable\", \"definitive\" or \"unknown\""),
-                    );
-                    None
-                }
-            };
-            set(
-                cx,
-                &mut self.seen,
-                &mut self.on_error,
-                "on_error",
-                key.span,
-                value,
-            );
+            self.choice(cx, input, |o| &mut o.on_error)?;
         } else if la.peek(kw::scope) {
-            let key: kw::scope = input.parse()?;
-            input.parse::<Token![=]>()?;
-            let lit = string(input, "scope", "\"tenant\"")?;
-            let value = match lit.value().as_str() {
-                "tenant" => Some(Scope::Tenant),
-                "subject" => Some(Scope::Subject),
-                other => {
-                    cx.error(
-                        lit.span(),
-                        format!("`{other}` is not a scope: expected \"tenant\" (every subject of the caller's tenant shares the records) or \"subject\" (only the caller's subject)"),
-                    );
-                    None
-                }
-            };
-            set(
-                cx,
-                &mut self.seen,
-                &mut self.scope,
-                "scope",
-                key.span,
-                value,
-            );
+            self.choice(cx, input, |o| &mut o.scope)?;
         } else if la.peek(kw::recover) {
-            let key: kw::recover = input.parse()?;
-            input.parse::<Token![=]>()?;
-            let lit = string(input, "recover", "\"rerun\"")?;
-            let value = match lit.value().as_str() {
-                "unknown" => Some(Recover::Unknown),
-                "rerun" => Some(Recover::Rerun),
-                "reconcile" => Some(Recover::Reconcile),
-                other => {
-                    cx.error(
-                        lit.span(),
-                        format!("`{other}` is not a recovery: expected \"unknown\" (repeats are told the outcome is unknown until it is settled), \"rerun\" (the next repeat runs the body again under the same reference; for side effects that deduplicate on it) or \"reconcile\" (your Reconcile settles it)"),
-                    );
-                    None
-                }
-            };
-            set(
-                cx,
-                &mut self.seen,
-                &mut self.recover,
-                "recover",
-                key.span,
-                value,
-            );
+            self.choice(cx, input, |o| &mut o.recover)?;
         } else if la.peek(kw::missing_key) {
-            let key: kw::missing_key = input.parse()?;
-            input.parse::<Token![=]>()?;
-            let lit = string(input, "missing_key", "\"refuse\"")?;
-            let value = match lit.value().as_str() {
-                "refuse" => Some(MissingKey::Refuse),
-                "call_key" => Some(MissingKey::CallKey),
-                other => {
-                    cx.error(
-                        lit.span(),
-                        format!("`{other}` is not what a missing business key can mean: expected \"refuse\" (refuse the call) or \"call_key\" (key it by all its arguments)"),
-                    );
-                    None
-                }
-            };
-            set(
-                cx,
-                &mut self.seen,
-                &mut self.missing_key,
-                "missing_key",
-                key.span,
-                value,
-            );
+            self.choice(cx, input, |o| &mut o.missing_key)?;
         } else if la.peek(kw::client_key) {
-            let key: kw::client_key = input.parse()?;
-            input.parse::<Token![=]>()?;
-            let lit = string(input, "client_key", "\"accept\"")?;
-            let value = match lit.value().as_str() {
-                "accept" => Some(ClientKey::Accept),
-                "require" => Some(ClientKey::Require),
-                other => {
-                    cx.error(
-                        lit.span(),
-                        format!("`{other}` is not a client-key mode: expected \"accept\" (a key the client sends in `_meta` or the `Idempotency-Key` header scopes the call; without one, the server derives the key) or \"require\" (a call without one is refused)"),
-                    );
-                    None
-                }
-            };
-            set(
-                cx,
-                &mut self.seen,
-                &mut self.client_key,
-                "client_key",
-                key.span,
-                value,
-            );
+            self.choice(cx, input, |o| &mut o.client_key)?;
         } else if la.peek(kw::ignore) {
             let key: kw::ignore = input.parse()?;
             input.parse::<Token![=]>()?;
@@ -530,6 +386,30 @@ impl Options {
         } else {
             return Err(la.error());
         }
+        Ok(())
+    }
+
+    /// An enum option (`recover = "rerun"`): its spellings and their meanings come from
+    /// `idempotency-options`, shared with the runtime.
+    fn choice<T: Choice>(
+        &mut self,
+        cx: &mut Ctxt,
+        input: ParseStream,
+        slot: fn(&mut Options) -> &mut Option<Opt<T>>,
+    ) -> syn::Result<()> {
+        let key: Ident = input.call(Ident::parse_any)?;
+        input.parse::<Token![=]>()?;
+        let lit = string(input, T::OPTION, &format!("\"{}\"", T::EXAMPLE))?;
+        let value = match T::parse(&lit.value()) {
+            Ok(value) => Some(value),
+            Err(msg) => {
+                cx.error(lit.span(), msg);
+                None
+            }
+        };
+        let mut seen = std::mem::take(&mut self.seen);
+        set(cx, &mut seen, slot(self), T::OPTION, key.span(), value);
+        self.seen = seen;
         Ok(())
     }
 

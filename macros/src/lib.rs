@@ -13,8 +13,9 @@
 //! 3. generate: `expand` writes the wrapper, the descriptor and the merged `#[tool]`; `fallback`
 //!    the stand-in for an rmcp tool that could not be wrapped.
 //!
-//! `ctxt` (errors, collected and reported together), `emit` (the item beside the errors) and
-//! `duration` (the duration grammar, a copy of the runtime's) sit below all three. On error the
+//! `ctxt` (errors, collected and reported together) and `emit` (the item beside the errors) sit
+//! below all three; the option spellings and the duration grammar come from
+//! `idempotency-options`, which the runtime and the CLI share. On error the
 //! original item is emitted beside the errors (for an rmcp tool, with the signature rmcp's router
 //! expects, so rmcp adds no follow-on errors).
 
@@ -22,9 +23,6 @@ mod ast;
 mod attr;
 mod check;
 mod ctxt;
-// A byte-identical copy of the runtime's grammar, whose `pub` the runtime re-exports.
-#[allow(unreachable_pub)]
-mod duration;
 mod emit;
 mod expand;
 mod fallback;
@@ -144,7 +142,6 @@ mod layering {
     /// Each module, lowest layer first: a module may use only modules listed before it, so the
     /// modules form no cycle (parse → validate → generate).
     const LAYERS: &[(&str, &str)] = &[
-        ("duration", include_str!("duration.rs")),
         ("ctxt", include_str!("ctxt.rs")),
         ("emit", include_str!("emit.rs")),
         ("attr", include_str!("attr.rs")),

@@ -1,7 +1,6 @@
 //! What `#[idempotent]` generates code against. Not a public API: names here change without notice.
 
 pub use crate::context::IdempotencyContext;
-pub use crate::duration::parse_duration;
 pub use crate::engine::Idempotency;
 pub use crate::error::Error;
 pub use crate::key::Caller;

@@ -8,7 +8,7 @@ use std::path::Path;
 
 /// Each layer's modules. Names the crate root re-exports count as their module's.
 const LAYERS: &[&[&str]] = &[
-    &["canonical", "clock", "duration", "periodic", "origin"],
+    &["canonical", "clock", "periodic", "origin"],
     &["key"],
     &["record", "progress"],
     &["store"],

@@ -77,7 +77,6 @@ pub struct ReadmeDoctests;
 mod canonical;
 pub mod clock;
 mod context;
-mod duration;
 mod engine;
 pub mod error;
 pub mod key;

@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::error::Error;
 use crate::key::{Caller, ClientKey, FingerprintMaterial, KeyError, KeyMaterial, Owner, Scope};
 pub use crate::origin::Origin;
+pub use idempotency_options::Recover;
 
 /// What the engine needs to know of a tool: its name, window and timeout. `#[idempotent]` makes
 /// one for every tool it wraps (`charge_card::TOOL` for a free function, `Self::CHARGE_CARD_TOOL`
@@ -123,38 +124,6 @@ impl ToolSpec {
     /// After how long a running call is abandoned as "outcome unknown".
     pub const fn timeout(&self) -> Option<Duration> {
         self.timeout
-    }
-}
-
-/// What happens to a call whose worker is gone — it crashed, panicked, timed out or could not
-/// record its outcome, so its lease passed unrenewed or its outcome is unknown
-/// (`#[idempotent(recover = "...")]`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Recover {
-    /// Truthful and safe for any tool: repeats are told "outcome unknown — do not retry" until
-    /// something settles the record (a `Reconcile` of yours, `idempotency-admin settle`).
-    #[default]
-    Unknown,
-    /// The next repeat runs the body again **under the same reference** (one runner among
-    /// concurrent repeats and replicas, fenced). Right when the side effect deduplicates on the
-    /// reference downstream (the tool passes `Call::current().reference()` as the processor's
-    /// or carrier's idempotency key): the processor then returns the original result instead of
-    /// acting twice. Wrong for anything else.
-    Rerun,
-    /// Your [`Reconcile`](crate::tasks::Reconcile) settles it from the processor's record
-    /// (`IdempotencyBuilder::reconcile` or a `tasks::Reconciler`); until then repeats are told
-    /// "outcome unknown".
-    Reconcile,
-}
-
-impl Recover {
-    /// The attribute's spelling: `unknown`, `rerun`, `reconcile`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Recover::Unknown => "unknown",
-            Recover::Rerun => "rerun",
-            Recover::Reconcile => "reconcile",
-        }
     }
 }
 

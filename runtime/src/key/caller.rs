@@ -1,6 +1,7 @@
 //! Who is calling ([`Caller`]) and why a call could not be keyed ([`KeyError`]).
 
 use super::CanonicalError;
+pub use idempotency_options::Scope;
 
 /// Who is calling: the tenant (the account the data belongs to) and the subject (the user or
 /// service acting in it). Both come from the server's authentication, never from the model.
@@ -70,18 +71,4 @@ pub enum KeyError {
     /// The value cannot be written as canonical JSON (NaN, a non-string map key...).
     #[error("the value cannot be written as canonical JSON")]
     Canonical(#[from] CanonicalError),
-}
-
-/// Who shares a tool's records: every subject of the caller's tenant, or only the caller's
-/// subject. It decides whether the subject is part of the key, and who may look a record up by
-/// its reference.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Scope {
-    /// Any subject of the tenant: the same business key (or call) from two subjects of one
-    /// tenant is one operation, and either may ask its status. The default for business keys,
-    /// which name a tenant-wide thing (an order is the organisation's, whichever agent retries it).
-    Tenant,
-    /// Only the caller's subject: another subject of the tenant gets neither the replay nor the
-    /// status. The default for call keys.
-    Subject,
 }

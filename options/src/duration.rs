@@ -3,15 +3,8 @@
 //! attribute reads its `window`, `timeout` and `wait` with it, and `idempotency-admin` its
 //! `--older-than`, `--retention` and `--redis-retention`.
 //!
-//! The runtime owns it (`runtime/src/duration.rs`, reached as
-//! `idempotency::__private::parse_duration`); `macros/src/duration.rs` is a byte-identical copy.
-//! One file cannot serve both crates: the macro crate cannot depend on the runtime (the runtime
-//! depends on it), the runtime cannot call into the macro crate (a proc-macro crate exports
-//! nothing but its macros), and an `include!` or `#[path]` reaching into the other crate's
-//! directory builds in this workspace but not from a published package, which holds only its
-//! own files. So the file is copied, and the test `the_macro_crate_has_this_very_grammar`, in
-//! both crates, fails the moment the two copies differ by one byte: edit this one, then copy it
-//! over the other.
+//! It lives here, in the small crate the macro, the runtime and the CLI all depend on (as
+//! `serde_derive_internals` serves `serde_derive`), so there is one copy of it.
 
 const DURATION_FORMS: &str =
     "a positive whole number and a unit (`ms`, `s`, `m`, `h` or `d`), e.g. \"500ms\", \"90s\", \"15m\", \"2h\", \"1d\"";
@@ -62,16 +55,6 @@ pub fn parse_duration(s: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::parse_duration;
-
-    #[test]
-    fn the_macro_crate_has_this_very_grammar() {
-        assert!(
-            include_str!("../../runtime/src/duration.rs")
-                == include_str!("../../macros/src/duration.rs"),
-            "runtime/src/duration.rs and macros/src/duration.rs differ: copy the runtime's over the \
-             macro crate's"
-        );
-    }
 
     #[test]
     fn durations() {
