@@ -82,8 +82,8 @@ impl Call {
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     /// use idempotency::Call;
     /// let call = Call::current().ok_or("not inside an #[idempotent] body")?;
-    /// let mut tx = call.transaction::<sqlx::Postgres>()?;
-    /// sqlx::query("INSERT INTO orders (reference) VALUES ($1)")
+    /// let mut tx = call.transaction::<sqlx::Sqlite>()?;
+    /// sqlx::query("INSERT INTO orders (reference) VALUES (?1)")
     ///     .bind(call.reference().to_string())
     ///     .execute(&mut *tx)
     ///     .await?;
