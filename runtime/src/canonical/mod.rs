@@ -47,11 +47,12 @@ mod serializer;
 mod strings;
 #[cfg(test)]
 mod tests;
+mod writer;
 
 use serde::ser::{self, Serialize};
 
 pub(crate) use keys::KeySer;
-use serializer::{Mode, Ser, JCS};
+use writer::{Mode, Ser, JCS};
 
 /// How deep values may nest before the arguments are refused. Each array, object, enum variant
 /// with data, `Option::Some` and newtype wrapper counts one level. This bounds the recursion of

@@ -10,8 +10,8 @@ use serde::ser::{self, Serialize};
 use super::keys::KeySer;
 use super::numbers::{write_number_text, write_number_text_typed};
 use super::raw;
-use super::serializer::{Mode, Ser};
 use super::strings::write_str;
+use super::writer::{Mode, Ser};
 use super::CanonicalError;
 
 /// One buffered object member: its (unescaped) name and where its value's text lies in the

@@ -1,46 +1,16 @@
-//! The serializer: [`Ser`] writes one value of any [`Serialize`] type, scalars and arrays
-//! ([`Seq`]) straight to the output and objects through [`Object`](super::object::Object); its
-//! [`Mode`] says whether the text is RFC 8785 or a key.
+//! The serializer: `Ser` (its state is in `writer.rs`) writes one value of any [`Serialize`]
+//! type, scalars and arrays ([`Seq`]) straight to the output and objects through
+//! [`Object`](super::object::Object).
 
 use serde::ser::{self, Serialize};
 
 use super::numbers::{mark_float, write_f32, write_f64, write_int};
 use super::object::{Object, Struct};
 use super::strings::write_str;
-use super::{CanonicalError, MAX_DEPTH, SERDE_JSON_NUMBER_TOKEN, SERDE_JSON_RAW_TOKEN};
-
-/// What the text is for: RFC 8785 for [`canonical_json`], or a key (see [`typed_canonical`]).
-#[derive(Clone, Copy)]
-pub(super) struct Mode {
-    /// Keys: floats keep a mark that they are floats (`1.0`, `-0.0`), serde_json's private
-    /// number and raw-value tokens are read strictly.
-    pub(super) typed: bool,
-    /// Top-level object members left out (volatile fields).
-    pub(super) skip: &'static [&'static str],
-}
-
-pub(super) const JCS: Mode = Mode {
-    typed: false,
-    skip: &[],
-};
-
-/// Writes one value into `out`; `depth` is the number of levels around it.
-pub(super) struct Ser<'a> {
-    pub(super) out: &'a mut String,
-    pub(super) depth: usize,
-    pub(super) mode: Mode,
-}
+use super::writer::{Mode, Ser};
+use super::{CanonicalError, SERDE_JSON_NUMBER_TOKEN, SERDE_JSON_RAW_TOKEN};
 
 impl<'a> Ser<'a> {
-    /// The depth of something nested one level inside the current value.
-    fn inner_depth(&self) -> Result<usize, CanonicalError> {
-        if self.depth >= MAX_DEPTH {
-            Err(CanonicalError::TooDeep { limit: MAX_DEPTH })
-        } else {
-            Ok(self.depth + 1)
-        }
-    }
-
     fn object(self, len: usize, close: &'static str) -> Result<Object<'a>, CanonicalError> {
         let depth = self.inner_depth()?;
         Ok(Object::new(self.out, (depth, self.mode), len, close))
