@@ -11,12 +11,8 @@ use redis::cluster::ClusterClientBuilder;
 use super::acks::{AckMode, Acks, Connector, DEFAULT_ACK_TIMEOUT};
 use super::cas::Cas;
 use super::clock::ServerClock;
-use super::conn::{Conn, Replicas};
+use super::conn::{Conn, Replicas, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 use super::{notices, Inner, RedisConnection, RedisStore, Scripts, StoreError, DEFAULT_RETENTION};
-
-/// How long a command may take before the store gives up on it (a node that does not answer).
-pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
-pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Configures a [`RedisStore`]; [`connect`](RedisStoreBuilder::connect) or
 /// [`connect_cluster`](RedisStoreBuilder::connect_cluster) finishes it.

@@ -10,6 +10,11 @@ use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
 
 use crate::store::StoreError;
 
+/// How long a command may take before the store gives up on it (a node that does not answer).
+pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long connecting to a node may take.
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// A connection the store shares between all its calls: one multiplexed connection to a single
 /// Redis (reconnecting by itself), or the cluster client's connections (one per node, following
 /// MOVED and ASK redirections and refreshing its slot map).

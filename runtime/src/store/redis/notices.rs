@@ -26,8 +26,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
-use super::builder::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
-use super::conn::{redis_error, Script};
+use super::conn::{redis_error, Script, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 use super::RedisConnection;
 use crate::store::{StoreError, Wake};
 
