@@ -79,6 +79,8 @@ pub mod clock;
 mod context;
 mod engine;
 pub mod error;
+#[cfg(test)]
+mod files;
 pub mod key;
 #[cfg(test)]
 mod layering;
