@@ -8,7 +8,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use super::super::sql::{self, db_error, Bookkeeping, Migration};
 use super::{PostgresStore, StoreError};
 
-const MIGRATIONS: &[Migration] = &[Migration {
+pub(super) const MIGRATIONS: &[Migration] = &[Migration {
     version: 1,
     description: "records and outbox",
     sql: include_str!("../../../migrations/postgres/0001_records.sql"),
@@ -26,7 +26,7 @@ const MIGRATION_LOCK: &str =
     "SELECT pg_advisory_xact_lock(1768189296, hashtext(coalesce(current_schema(), '')))";
 
 /// The migration runner's statements for PostgreSQL: a transaction under [`MIGRATION_LOCK`].
-const BOOKKEEPING: Bookkeeping = Bookkeeping {
+pub(super) const BOOKKEEPING: Bookkeeping = Bookkeeping {
     begin: "BEGIN",
     lock: Some(MIGRATION_LOCK),
     exists: "SELECT to_regclass('idempotency_migrations')::TEXT",
@@ -63,6 +63,12 @@ impl PostgresStore {
     /// such database, authentication, TLS) and the target (`postgres://user@host:port/database`,
     /// never the password) in the error's sources; one that does not answer, after 10 s.
     pub async fn connect_with(options: PgConnectOptions) -> Result<Self, StoreError> {
+        Self::from_pool(Self::pool_for(options).await?).await
+    }
+
+    /// The store's pool on `options` (tuned), after one connection that says why when there is
+    /// none.
+    pub(super) async fn pool_for(options: PgConnectOptions) -> Result<PgPool, StoreError> {
         // One connection first, for the driver's own reason when there is none: the pool
         // would only say that it timed out, 5 s later.
         let target = format!(
@@ -100,13 +106,12 @@ impl PostgresStore {
             Ok(Err(e)) => return Err(unreachable(Box::new(e))),
             Err(elapsed) => return Err(unreachable(Box::new(elapsed))),
         }
-        let pool = PgPoolOptions::new()
+        PgPoolOptions::new()
             .max_connections(POOL_SIZE)
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(Self::tune(options))
             .await
-            .map_err(db_error)?;
-        Self::from_pool(pool).await
+            .map_err(db_error)
     }
 
     /// Adds the session settings this store's statements are planned for: `enable_seqscan = off`
@@ -133,14 +138,25 @@ impl PostgresStore {
     /// A store on an existing pool; runs the migrations. Build the pool's options with
     /// [`PostgresStore::tune`] (a warning is logged if its connections are not tuned).
     pub async fn from_pool(pool: PgPool) -> Result<Self, StoreError> {
-        let store = PostgresStore {
+        let store = Self::unmigrated(pool);
+        store.migrate().await?;
+        store.check_tuned().await?;
+        Ok(store)
+    }
+
+    /// A store on `pool` as it is, not migrated.
+    pub(super) fn unmigrated(pool: PgPool) -> Self {
+        PostgresStore {
             pool,
             clock_offset: Some(0),
             notices: std::sync::Arc::default(),
-        };
-        store.migrate().await?;
+        }
+    }
+
+    /// Logs a warning when the pool's connections are not [tuned](PostgresStore::tune).
+    pub(super) async fn check_tuned(&self) -> Result<(), StoreError> {
         let seqscan: String = sqlx::query_scalar("SELECT current_setting('enable_seqscan')")
-            .fetch_one(&store.pool)
+            .fetch_one(&self.pool)
             .await
             .map_err(db_error)?;
         if seqscan != "off" {
@@ -150,7 +166,7 @@ impl PostgresStore {
                  from PostgresStore::tune(options)."
             );
         }
-        Ok(store)
+        Ok(())
     }
 
     /// The connection pool.

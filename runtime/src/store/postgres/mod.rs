@@ -35,6 +35,7 @@ use crate::record::{RecordState, RecordStatus};
 mod admin;
 mod background;
 mod connect;
+mod existing;
 mod notices;
 mod secret;
 mod statements;

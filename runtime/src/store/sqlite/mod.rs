@@ -32,6 +32,7 @@ use crate::record::{RecordState, RecordStatus};
 
 mod admin;
 mod background;
+mod existing;
 mod secret;
 mod statements;
 mod transaction;
@@ -95,17 +96,31 @@ impl SqliteStore {
     /// database file`).
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref();
-        let pool = SqlitePoolOptions::new()
-            .max_connections(POOL_SIZE)
-            .connect_with(Self::connect_options(path))
+        // Servers starting together on a new file race to switch it to WAL, which takes a lock
+        // the busy timeout does not wait for: the loser retries (see `existing::retry_busy`).
+        existing::retry_busy(|| async {
+            let pool = Self::pool_at(path, Self::connect_options(path), POOL_SIZE).await?;
+            Self::from_pool(pool).await
+        })
+        .await
+    }
+
+    /// A pool of `size` connections to the file at `path`, its failure named by the path.
+    async fn pool_at(
+        path: &Path,
+        options: SqliteConnectOptions,
+        size: u32,
+    ) -> Result<SqlitePool, StoreError> {
+        SqlitePoolOptions::new()
+            .max_connections(size)
+            .connect_with(options)
             .await
             .map_err(|e| {
                 StoreError::Unavailable(Box::new(super::error::Unreachable {
                     target: format!("the SQLite file {}", path.display()),
                     source: Box::new(e),
                 }))
-            })?;
-        Self::from_pool(pool).await
+            })
     }
 
     /// The options [`SqliteStore::open`] uses: create the file if missing, WAL journal,
@@ -140,6 +155,13 @@ impl SqliteStore {
     /// when the connections are not in WAL mode or have no busy timeout (build the pool from
     /// [`SqliteStore::connect_options`]).
     pub async fn from_pool(pool: SqlitePool) -> Result<Self, StoreError> {
+        let store = Self::unmigrated(pool).await?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// A store on `pool` as it is (checked as [`SqliteStore::from_pool`] checks it), not migrated.
+    async fn unmigrated(pool: SqlitePool) -> Result<Self, StoreError> {
         let (file, journal, busy): (Option<String>, String, i64) = sqlx::query_as(
             "SELECT (SELECT file FROM pragma_database_list WHERE name = 'main'), \
                     (SELECT journal_mode FROM pragma_journal_mode), (SELECT timeout FROM pragma_busy_timeout)",
@@ -164,13 +186,11 @@ impl SqliteStore {
                  may fail with 'database is locked'. Build the pool from SqliteStore::connect_options(path)."
             );
         }
-        let store = SqliteStore {
+        Ok(SqliteStore {
             pool,
             busy: Default::default(),
             mark_lag_ms: busy.max(0).saturating_add(5_000),
-        };
-        store.migrate().await?;
-        Ok(store)
+        })
     }
 
     /// The connection pool.
