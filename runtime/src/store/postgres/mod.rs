@@ -35,7 +35,6 @@ use crate::record::{RecordState, RecordStatus};
 mod admin;
 mod background;
 mod connect;
-mod existing;
 mod notices;
 mod secret;
 mod statements;

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
-use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
 use super::super::sql;
 use super::{SqliteStore, BOOKKEEPING, MIGRATIONS, POOL_SIZE};
@@ -21,6 +21,24 @@ const BUSY_FIRST_WAIT: Duration = Duration::from_millis(10);
 const BUSY_MAX_WAIT: Duration = Duration::from_millis(320);
 
 impl SqliteStore {
+    /// A pool of `size` connections to the file at `path`, its failure named by the path.
+    pub(super) async fn pool_at(
+        path: &Path,
+        options: SqliteConnectOptions,
+        size: u32,
+    ) -> Result<SqlitePool, StoreError> {
+        SqlitePoolOptions::new()
+            .max_connections(size)
+            .connect_with(options)
+            .await
+            .map_err(|e| {
+                StoreError::Unavailable(Box::new(super::super::error::Unreachable {
+                    target: format!("the SQLite file {}", path.display()),
+                    source: Box::new(e),
+                }))
+            })
+    }
+
     /// Opens the store in the SQLite file at `path` only if there is one: never creates the file,
     /// a table or an index, never migrates, and never switches the file's journal mode. A missing
     /// file, or a file without this library's tables (an application's own database), is

@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use sqlx::query::Query;
 use sqlx::sqlite::{
-    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous,
 };
 use sqlx::{Row, Sqlite};
 
@@ -96,31 +95,12 @@ impl SqliteStore {
     /// database file`).
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref();
-        // Servers starting together on a new file race to switch it to WAL, which takes a lock
-        // the busy timeout does not wait for: the loser retries (see `existing::retry_busy`).
+        // Servers starting together on a new file race for its WAL switch: see `retry_busy`.
         existing::retry_busy(|| async {
             let pool = Self::pool_at(path, Self::connect_options(path), POOL_SIZE).await?;
             Self::from_pool(pool).await
         })
         .await
-    }
-
-    /// A pool of `size` connections to the file at `path`, its failure named by the path.
-    async fn pool_at(
-        path: &Path,
-        options: SqliteConnectOptions,
-        size: u32,
-    ) -> Result<SqlitePool, StoreError> {
-        SqlitePoolOptions::new()
-            .max_connections(size)
-            .connect_with(options)
-            .await
-            .map_err(|e| {
-                StoreError::Unavailable(Box::new(super::error::Unreachable {
-                    target: format!("the SQLite file {}", path.display()),
-                    source: Box::new(e),
-                }))
-            })
     }
 
     /// The options [`SqliteStore::open`] uses: create the file if missing, WAL journal,
