@@ -3,11 +3,12 @@
 //! reads for what an operator asks across tenants (one record, counts, what a purge would
 //! delete). The CLI holds no SQL, no state codes and no record format.
 
-use idempotency::clock::Timestamp;
 use std::time::Duration;
 
+use idempotency::clock::{Clock, SystemClock, Timestamp};
 use idempotency::store::{
-    Admin, AdminRecord, PostgresStore, RedisStore, SqliteStore, Store, StoreStats,
+    Access, Admin, AdminRecord, PostgresStore, RedisStore, SqliteStore, Store, StoreError,
+    StoreStats,
 };
 use idempotency::Reference;
 use serde_json::{json, Value};
@@ -26,17 +27,36 @@ pub(crate) struct RedisOptions<'a> {
     pub retention: Duration,
 }
 
+/// What a command may do to the store it opens.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Reads only: the store must exist and is left byte for byte as it was.
+    Read,
+    /// Writes records (settle, purge): the store must exist; nothing is created.
+    Write,
+    /// Creates and migrates the store (`migrate`, the only command that does).
+    Create,
+}
+
 impl Db {
-    /// Opens the store at `url`; `writes`: the command changes the store (it may then create a
-    /// SQLite file and migrate). A read-only command never creates a file: the SQLite file must
-    /// exist.
+    /// Opens the store at `url` as `mode` allows: only [`Mode::Create`] may create a SQLite file,
+    /// a table or a migration; the others refuse a place without a store
+    /// ([`StoreError::NoStore`], exit 3).
     pub(crate) async fn open(
         url: &str,
         redis: RedisOptions<'_>,
-        writes: bool,
+        mode: Mode,
     ) -> Result<Db, BoxError> {
-        // The error's sources name the server and say why; a file's path is said here.
-        let failed = |what: &str, e: idempotency::store::StoreError| -> BoxError {
+        let access = match mode {
+            Mode::Read => Access::ReadOnly,
+            Mode::Write | Mode::Create => Access::ReadWrite,
+        };
+        // The error's sources name the server and say why; a file's path is said here. A
+        // place without a store is said as the library says it (the CLI's exit 3).
+        let failed = |what: &str, e: StoreError| -> BoxError {
+            if matches!(e, StoreError::NoStore { .. }) {
+                return Box::new(e);
+            }
             let what = match url.strip_prefix("sqlite:") {
                 Some(path) => format!("cannot open the {what} store at {path}"),
                 None => format!("cannot open the {what} store"),
@@ -46,32 +66,20 @@ impl Db {
                 source: Box::new(e),
             })
         };
-        if let Some(path) = url.strip_prefix("sqlite:") {
-            let store = if writes {
+        let db = if let Some(path) = url.strip_prefix("sqlite:") {
+            let store = if mode == Mode::Create {
                 SqliteStore::open(path).await
             } else {
-                if !std::path::Path::new(path).is_file() {
-                    return Err(format!(
-                        "no SQLite store at {path}: no such file (read-only commands never create one; check the path)"
-                    )
-                    .into());
-                }
-                let options = SqliteStore::connect_options(path).create_if_missing(false);
-                match sqlx::sqlite::SqlitePoolOptions::new()
-                    .max_connections(1)
-                    .connect_with(options)
-                    .await
-                {
-                    Ok(pool) => SqliteStore::from_pool(pool).await,
-                    Err(e) => Err(idempotency::store::StoreError::Unavailable(Box::new(e))),
-                }
+                SqliteStore::open_existing(path, access).await
             };
-            Ok(Db::Sqlite(store.map_err(|e| failed("SQLite", e))?))
+            Db::Sqlite(store.map_err(|e| failed("SQLite", e))?)
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let store = PostgresStore::connect(url)
-                .await
-                .map_err(|e| failed("PostgreSQL", e))?;
-            Ok(Db::Postgres(store))
+            let store = if mode == Mode::Create {
+                PostgresStore::connect(url).await
+            } else {
+                PostgresStore::connect_existing(url, access).await
+            };
+            Db::Postgres(store.map_err(|e| failed("PostgreSQL", e))?)
         } else if url.starts_with("redis://") {
             let store = RedisStore::builder()
                 .namespace(redis.namespace)
@@ -81,7 +89,7 @@ impl Db {
                 .connect(url)
                 .await
                 .map_err(|e| failed("Redis", e))?;
-            Ok(Db::Redis(store))
+            Db::Redis(store)
         } else if let Some(nodes) = url.strip_prefix("redis+cluster://") {
             let seeds: Vec<String> = nodes
                 .split(',')
@@ -102,14 +110,57 @@ impl Db {
                 .connect_cluster(&seeds)
                 .await
                 .map_err(|e| failed("Redis Cluster", e))?;
-            Ok(Db::Redis(store))
+            Db::Redis(store)
         } else {
-            Err(format!(
+            return Err(format!(
                 "`{}` is not a store this tool opens: use sqlite:PATH, postgres://…, redis://HOST:PORT or redis+cluster://HOST:PORT,HOST:PORT",
                 redact(url)
             )
-            .into())
+            .into());
+        };
+        // Redis has no schema: a namespace exists once something of a store is in it.
+        if mode != Mode::Create && !db.admin().exists().await? {
+            return Err(Box::new(StoreError::NoStore {
+                place: format!(
+                    "the Redis namespace {:?} at {} holds no record index and no secret fingerprint \
+                     (check --namespace)",
+                    redis.namespace,
+                    redact(url)
+                ),
+            }));
         }
+        Ok(db)
+    }
+
+    /// The store's clock now, and the words saying whose it is: the server's where the store
+    /// has one (PostgreSQL `now()`, Redis `TIME`), else this machine's (SQLite).
+    pub(crate) async fn clock(&self) -> Result<(Timestamp, &'static str), BoxError> {
+        Ok(match self.admin().server_time().await? {
+            Some(now) => (
+                now,
+                match self {
+                    Db::Postgres(_) => "PostgreSQL server (now())",
+                    _ => "Redis server (TIME)",
+                },
+            ),
+            None => (
+                SystemClock.now(),
+                "this machine (SQLite has no server clock)",
+            ),
+        })
+    }
+
+    /// Whether the store has no clock of its own (SQLite): times are this machine's.
+    pub(crate) fn has_no_server_clock(&self) -> bool {
+        matches!(self, Db::Sqlite(_))
+    }
+
+    /// The record under `reference`'s key as the store has it (any tenant, any generation).
+    pub(crate) async fn record(
+        &self,
+        reference: Reference,
+    ) -> Result<Option<AdminRecord>, BoxError> {
+        Ok(self.admin().record(reference).await?)
     }
 
     pub(crate) fn name(&self) -> &'static str {
@@ -129,7 +180,7 @@ impl Db {
     }
 
     /// The store's reads for operators.
-    fn admin(&self) -> &dyn Admin {
+    pub(crate) fn admin(&self) -> &dyn Admin {
         match self {
             Db::Sqlite(s) => s,
             Db::Postgres(s) => s,
@@ -283,6 +334,12 @@ pub(crate) fn describe(record: &Value) -> String {
         field("completed_at"),
         field("answer"),
     );
+    if let Some(source) = record["clock"]["source"].as_str() {
+        out.push_str(&format!(
+            "\njudged by  {source}, now {}",
+            record["clock"]["now"].as_str().unwrap_or("-")
+        ));
+    }
     if let Some(old) = record["superseded"].as_str() {
         out.push_str(&format!(
             "\n(asked for {old}: that operation completed and the key moved on)"

@@ -7,14 +7,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use idempotency::clock::{Clock, SystemClock};
-use idempotency::store::{Settlement, StoredResponse};
+use idempotency::store::{RecordState, Settlement, StoreError, StoredResponse};
 use idempotency::Reference;
 use serde_json::{json, Value};
 
 mod db;
 
-use db::{Db, RedisOptions};
+use db::{Db, Mode, RedisOptions};
 
 /// Look inside an idempotency store, settle, purge and migrate it.
 #[derive(Parser)]
@@ -22,8 +21,10 @@ use db::{Db, RedisOptions};
     name = "idempotency-admin",
     version,
     after_help = "Exit status: 0 found or done; 1 an error (the store cannot be opened, a refusal); \
-                  2 a usage error (also a reference that does not parse); 3 not found (inspect, \
-                  settle of a reference with no record)."
+                  2 a usage error (also a reference that does not parse); 3 not found (no \
+                  idempotency store at the place given; inspect or settle of a reference with no \
+                  record). Only `migrate` creates a store. With --json, an error is also a JSON \
+                  object on stdout: {\"error\":{\"kind\":…,\"message\":…,\"exit\":N}}."
 )]
 struct Args {
     /// The store: `sqlite:PATH`, a PostgreSQL URL (`postgres://…`), one Redis
@@ -84,6 +85,11 @@ enum Command {
         /// Still cannot tell.
         #[arg(long, group = "how")]
         unknown: bool,
+        /// SQLite only: settle a claim whose lease ended less than 10 minutes ago by this
+        /// machine's clock (SQLite has no server clock to judge by; a worker on a machine whose
+        /// clock is behind may still be running it).
+        #[arg(long)]
+        force: bool,
     },
     /// Deletes completed and released records past their window plus the retention. On Redis
     /// they expire by themselves at window end + the store's retention: this deletes earlier
@@ -98,12 +104,13 @@ enum Command {
     },
     /// Records by state and tool, the oldest claim in flight, the table's size.
     Stats,
-    /// Applies the library's migrations (opening the store does; this says so).
+    /// Creates the store if there is none and applies the library's migrations (the only
+    /// command that creates or changes a schema).
     Migrate,
 }
 
 /// `90s`, `15m`, `2h`, `1d`, `500ms`: the attribute's grammar (`window = "15m"`), which the
-/// runtime owns, so a duration reads the same in code and on the command line.
+/// `idempotency-options` holds for both, so a duration reads the same in code and on the command line.
 fn duration(s: &str) -> Result<Duration, String> {
     idempotency_options::parse_duration(s).map(Duration::from_millis)
 }
@@ -112,12 +119,30 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Exit status for a usage error (clap's own too).
 const USAGE: u8 = 2;
-/// Exit status for "not found".
+/// Exit status for "not found": no such record, or no store at the place given.
 const NOT_FOUND: u8 = 3;
+
+/// How long after a claim's lease ended, by this machine's clock, `settle` on SQLite still
+/// refuses it without `--force`: SQLite has no server clock, and the worker's machine's clock may
+/// be behind this one's.
+const SQLITE_SETTLE_MARGIN: Duration = Duration::from_secs(10 * 60);
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(e) => {
+            // Help and version go to stdout as usual; a usage error, with --json, is also said
+            // in JSON (the flag is global, so it is looked for anywhere on the line).
+            if e.use_stderr() && std::env::args().any(|a| a == "--json") {
+                let rendered = e.render().to_string();
+                let first = rendered.lines().next().unwrap_or_default();
+                let message = first.strip_prefix("error: ").unwrap_or(first);
+                println!("{}", error_json("usage", message, USAGE));
+            }
+            e.exit();
+        }
+    };
     let print = |out: &Output| {
         if args.json {
             println!("{}", out.json);
@@ -125,35 +150,67 @@ async fn main() -> ExitCode {
             println!("{}", out.text.trim_end());
         }
     };
-    match run(&args).await {
+    let (kind, message, code) = match run(&args).await {
         Ok(Answer::Done(out)) => {
             print(&out);
-            ExitCode::SUCCESS
+            return ExitCode::SUCCESS;
         }
         Ok(Answer::NotFound(out)) => {
             print(&out);
-            ExitCode::from(NOT_FOUND)
+            return ExitCode::from(NOT_FOUND);
         }
-        Err(Failed::Usage(message)) => {
-            eprintln!("error: {message}");
-            ExitCode::from(USAGE)
-        }
+        Err(Failed::Usage(message)) => ("usage", message, USAGE),
+        Err(Failed::Refused(message)) => ("refused", message, 1),
         Err(Failed::Error(e)) => {
-            let mut message = e.to_string();
-            let mut source = e.source();
-            while let Some(cause) = source {
-                // Some drivers' messages already end with their source's: said once.
-                let cause_text = cause.to_string();
-                if !message.ends_with(&cause_text) {
-                    message.push_str(": ");
-                    message.push_str(&cause_text);
-                }
-                source = cause.source();
-            }
-            eprintln!("error: {message}");
-            ExitCode::FAILURE
+            let (kind, code) = classify(&*e);
+            (kind, chain(&*e), code)
         }
+    };
+    eprintln!("error: {message}");
+    if args.json {
+        println!("{}", error_json(kind, &message, code));
     }
+    ExitCode::from(code)
+}
+
+/// `{"error":{"kind":…,"message":…,"exit":N}}`.
+fn error_json(kind: &str, message: &str, exit: u8) -> Value {
+    json!({"error": {"kind": kind, "message": message, "exit": exit}})
+}
+
+/// An error's kind for scripts and its exit status: the store error in its sources, if any.
+fn classify(e: &(dyn std::error::Error + 'static)) -> (&'static str, u8) {
+    let mut source = Some(e);
+    while let Some(err) = source {
+        if let Some(store) = err.downcast_ref::<StoreError>() {
+            return match store {
+                StoreError::NoStore { .. } => ("no_store", NOT_FOUND),
+                StoreError::Unavailable(_) => ("unavailable", 1),
+                StoreError::Config { .. } => ("config", 1),
+                StoreError::Migration { .. } => ("migration", 1),
+                StoreError::Corrupt { .. } => ("corrupt", 1),
+                StoreError::Fenced { .. } | StoreError::WrongState { .. } => ("refused", 1),
+                _ => ("store", 1),
+            };
+        }
+        source = err.source();
+    }
+    ("error", 1)
+}
+
+/// `e` and its sources, joined by ": " (a source some driver's message already ends with, once).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !message.ends_with(&cause_text) {
+            message.push_str(": ");
+            message.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    message
 }
 
 /// A command's answer, for people and for scripts.
@@ -172,6 +229,8 @@ enum Answer {
 enum Failed {
     /// The command line is wrong (exit 2).
     Usage(String),
+    /// The command will not do this to this record, and says why (exit 1).
+    Refused(String),
     /// Anything else (exit 1).
     Error(BoxError),
 }
@@ -207,10 +266,14 @@ async fn run(args: &Args) -> Result<Answer, Failed> {
         }
         _ => None,
     };
-    let writes = match &args.command {
-        Command::Settle { .. } | Command::Migrate => true,
-        Command::Purge { dry_run, .. } => !dry_run,
-        Command::Inspect { .. } | Command::Unsettled { .. } | Command::Stats => false,
+    let mode = match &args.command {
+        Command::Migrate => Mode::Create,
+        Command::Settle { .. } => Mode::Write,
+        Command::Purge { dry_run, .. } if !dry_run => Mode::Write,
+        Command::Purge { .. }
+        | Command::Inspect { .. }
+        | Command::Unsettled { .. }
+        | Command::Stats => Mode::Read,
     };
     let db = Db::open(
         &args.store,
@@ -218,10 +281,11 @@ async fn run(args: &Args) -> Result<Answer, Failed> {
             namespace: &args.namespace,
             retention: args.redis_retention,
         },
-        writes,
+        mode,
     )
     .await?;
-    let now = SystemClock.now();
+    // Records are judged by the store's clock where it has one (PostgreSQL, Redis).
+    let (now, clock) = db.clock().await?;
     Ok(Answer::Done(match &args.command {
         Command::Migrate => Output {
             text: match db {
@@ -235,10 +299,13 @@ async fn run(args: &Args) -> Result<Answer, Failed> {
         Command::Inspect { tenant, .. } => {
             let reference = reference.ok_or("no reference")?;
             match db.inspect(reference, tenant.as_deref(), now).await? {
-                Some(record) => Output {
-                    text: db::describe(&record),
-                    json: record,
-                },
+                Some(mut record) => {
+                    record["clock"] = json!({"source": clock, "now": now.to_string()});
+                    Output {
+                        text: db::describe(&record),
+                        json: record,
+                    }
+                }
                 None => {
                     return Ok(Answer::NotFound(Output {
                         text: format!("{reference}: not found"),
@@ -249,7 +316,7 @@ async fn run(args: &Args) -> Result<Answer, Failed> {
         }
         Command::Unsettled { older_than, limit } => {
             let cutoff = older_than.map(|d| now - d);
-            let claims = db.store().unsettled(now, *limit).await?;
+            let claims = db.admin().unsettled_claims(now, *limit).await?;
             let rows: Vec<Value> = claims
                 .iter()
                 .filter(|c| cutoff.is_none_or(|t| c.claimed_at <= t))
@@ -290,6 +357,7 @@ async fn run(args: &Args) -> Result<Answer, Failed> {
             completed,
             released,
             unknown,
+            force,
             ..
         } => {
             let reference = reference.ok_or("no reference")?;
@@ -310,7 +378,7 @@ async fn run(args: &Args) -> Result<Answer, Failed> {
                 }
             };
             // The claim and the token to present, as the reconciler would see them.
-            let claims = db.store().unsettled(now, u32::MAX).await?;
+            let claims = db.admin().unsettled_claims(now, u32::MAX).await?;
             let Some(claim) = claims.iter().find(|c| c.reference == reference) else {
                 if db.inspect(reference, None, now).await?.is_none() {
                     return Ok(Answer::NotFound(Output {
@@ -320,6 +388,21 @@ async fn run(args: &Args) -> Result<Answer, Failed> {
                 }
                 return Err(format!("{reference} is not an unsettled claim (in flight past its lease, or unknown): nothing settled").into());
             };
+            if db.has_no_server_clock() && !force && claim.state == RecordState::InFlight {
+                if let Some(record) = db.record(reference).await? {
+                    let ended = now.since(record.ends_at);
+                    if ended < SQLITE_SETTLE_MARGIN {
+                        return Err(Failed::Refused(format!(
+                            "{reference}'s lease ended {}s ago by this machine's clock, less than the {} min \
+                             margin: SQLite has no server clock, so a worker whose clock is behind this \
+                             machine's may still be running it. Nothing settled; wait, or pass --force \
+                             if you know it stopped",
+                            ended.as_secs(),
+                            SQLITE_SETTLE_MARGIN.as_secs() / 60
+                        )));
+                    }
+                }
+            }
             db.store()
                 .settle(claim.key, claim.token, &settlement, now)
                 .await?;

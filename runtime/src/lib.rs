@@ -61,6 +61,8 @@
 //! - `postgres`: [`store::PostgresStore`], for many server replicas on one database;
 //! - `redis`: [`store::RedisStore`], on one Redis or a Redis Cluster;
 //! - `rmcp`: the MCP integration ([`mcp`]) for the official Rust SDK;
+//! - `tls`: the SQL stores reach a PostgreSQL that requires TLS (`sslmode=require`, as managed
+//!   databases do), through rustls with the webpki roots;
 //! - `test-util`: [`clock::ManualClock`], a clock tests move by hand.
 //!
 //! Runtime note: the engine uses Tokio's timers (leases, timeouts), so it runs inside a Tokio

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{BoxFuture, StoreError};
+use super::{BoxFuture, StoreError, Unsettled};
 use crate::clock::Timestamp;
 use crate::key::Reference;
 use crate::record::{RecordState, Standing};
@@ -108,4 +108,27 @@ pub trait Admin: Send + Sync + 'static {
         now: Timestamp,
         older_than: Timestamp,
     ) -> BoxFuture<'_, Result<u64, StoreError>>;
+
+    /// The claims [`unsettled`](super::Maintenance::unsettled) would hand the reconciler at
+    /// `now` (in flight with the lease ended, or unknown), at most `limit`, oldest claim first,
+    /// without its bookkeeping: the SQL stores read the table and write nothing (a scan, for
+    /// operators only); Redis runs the reconciler's read, which may drop index entries of records
+    /// that expired.
+    fn unsettled_claims(
+        &self,
+        now: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>>;
+
+    /// The store's own clock now (PostgreSQL's `now()`, Redis's `TIME`), or `None` for a store
+    /// on one machine, which has none (memory, SQLite): the time an operator's reads judge by.
+    fn server_time(&self) -> BoxFuture<'_, Result<Option<Timestamp>, StoreError>> {
+        Box::pin(async { Ok(None) })
+    }
+
+    /// Whether a store is here. Opening a SQL store already checks its tables; a Redis
+    /// namespace exists once it holds a record index or a secret fingerprint.
+    fn exists(&self) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async { Ok(true) })
+    }
 }

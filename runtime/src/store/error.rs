@@ -99,6 +99,14 @@ pub enum StoreError {
     /// There is no record for the key.
     #[error("no record for this key")]
     NotFound,
+    /// An operator's tool was pointed at a place holding no idempotency store (a missing SQLite
+    /// file, a file or schema without the library's tables, an empty Redis namespace). Nothing
+    /// was created there: check the path, URL or namespace; only a migration creates a store.
+    #[error("no idempotency store here: {place}")]
+    NoStore {
+        /// The place and what it lacks, e.g. `the SQLite file /srv/app.db has no idempotency_migrations table`.
+        place: String,
+    },
     /// An outbox receipt this store did not hand out.
     #[error("outbox receipt {receipt:?} was not issued by this store")]
     ForeignReceipt {

@@ -119,6 +119,7 @@ use std::time::Duration;
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, Key, Reference, SecretFingerprint};
 
+mod access;
 mod admin;
 mod error;
 mod memory;
@@ -135,6 +136,7 @@ mod transaction;
 mod wake;
 
 pub use crate::record::{RecordState, RecordStatus, Standing, StoredResponse};
+pub use access::Access;
 pub use admin::{Admin, AdminRecord, StoreStats};
 pub use error::{BoxError, StoreError};
 pub use memory::MemoryStore;

@@ -24,5 +24,13 @@ const PURGEABLE: &str = concat!(
     ends_at!(),
     " < $1"
 );
+/// The server's clock (`now()`), in ms, the time an operator's reads judge by.
+const NOW: Option<&str> = Some("SELECT CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT)");
+/// The claims to reconcile at `$1`, at most `$2`, in the reconciler's order, read only.
+const UNSETTLED_READ: &str =
+    "SELECT ref, key_rest, generation, tenant, subject, tool, state, token, \
+     claimed_at, 1000::BIGINT * window_s FROM idempotency_records \
+     WHERE state IN (0, 2) AND (state = 2 OR lease_or_settled_at <= $1) \
+     ORDER BY claimed_at, ref < 0, ref LIMIT $2";
 
 crate::store::sql::sql_admin!(PostgresStore);

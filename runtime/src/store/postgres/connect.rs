@@ -1,5 +1,6 @@
 //! Connecting the PostgreSQL store: the pool, the session settings its statements are planned
-//! for (`tune`), the test clocks, and the migrations.
+//! for (`tune`), the test clocks, the migrations, and connecting to a schema that must already
+//! hold a store (`connect_existing`, for operators' tools).
 
 use std::time::Duration;
 
@@ -7,6 +8,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use super::super::sql::{self, db_error, Bookkeeping, Migration};
 use super::{PostgresStore, StoreError};
+use crate::store::Access;
 
 const MIGRATIONS: &[Migration] = &[Migration {
     version: 1,
@@ -63,6 +65,12 @@ impl PostgresStore {
     /// such database, authentication, TLS) and the target (`postgres://user@host:port/database`,
     /// never the password) in the error's sources; one that does not answer, after 10 s.
     pub async fn connect_with(options: PgConnectOptions) -> Result<Self, StoreError> {
+        Self::from_pool(Self::pool_for(options).await?).await
+    }
+
+    /// The store's pool on `options` (tuned), after one connection that says why when there is
+    /// none.
+    async fn pool_for(options: PgConnectOptions) -> Result<PgPool, StoreError> {
         // One connection first, for the driver's own reason when there is none: the pool
         // would only say that it timed out, 5 s later.
         let target = format!(
@@ -100,13 +108,12 @@ impl PostgresStore {
             Ok(Err(e)) => return Err(unreachable(Box::new(e))),
             Err(elapsed) => return Err(unreachable(Box::new(elapsed))),
         }
-        let pool = PgPoolOptions::new()
+        PgPoolOptions::new()
             .max_connections(POOL_SIZE)
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(Self::tune(options))
             .await
-            .map_err(db_error)?;
-        Self::from_pool(pool).await
+            .map_err(db_error)
     }
 
     /// Adds the session settings this store's statements are planned for: `enable_seqscan = off`
@@ -133,14 +140,25 @@ impl PostgresStore {
     /// A store on an existing pool; runs the migrations. Build the pool's options with
     /// [`PostgresStore::tune`] (a warning is logged if its connections are not tuned).
     pub async fn from_pool(pool: PgPool) -> Result<Self, StoreError> {
-        let store = PostgresStore {
+        let store = Self::unmigrated(pool);
+        store.migrate().await?;
+        store.check_tuned().await?;
+        Ok(store)
+    }
+
+    /// A store on `pool` as it is, not migrated.
+    fn unmigrated(pool: PgPool) -> Self {
+        PostgresStore {
             pool,
             clock_offset: Some(0),
             notices: std::sync::Arc::default(),
-        };
-        store.migrate().await?;
+        }
+    }
+
+    /// Logs a warning when the pool's connections are not [tuned](PostgresStore::tune).
+    async fn check_tuned(&self) -> Result<(), StoreError> {
         let seqscan: String = sqlx::query_scalar("SELECT current_setting('enable_seqscan')")
-            .fetch_one(&store.pool)
+            .fetch_one(&self.pool)
             .await
             .map_err(db_error)?;
         if seqscan != "off" {
@@ -150,7 +168,7 @@ impl PostgresStore {
                  from PostgresStore::tune(options)."
             );
         }
-        Ok(store)
+        Ok(())
     }
 
     /// The connection pool.
@@ -182,5 +200,53 @@ impl PostgresStore {
     /// this build does not know. The constructors call it; running it again changes nothing.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         sql::migrate(&self.pool, MIGRATIONS, &BOOKKEEPING).await
+    }
+}
+
+impl PostgresStore {
+    /// Connects to `url` only if its schema (the first of the `search_path` that exists) already
+    /// holds a store: never creates a table, never migrates. A schema without this library's
+    /// `idempotency_migrations` table is refused with [`StoreError::NoStore`] naming the schema
+    /// and the database, a store at an older schema than this build's with
+    /// [`StoreError::Migration`]. With [`Access::ReadOnly`] every session runs with
+    /// `default_transaction_read_only = on`, so not even a stray statement could write.
+    ///
+    /// Connection failures say why, as [`PostgresStore::connect`]'s do.
+    pub async fn connect_existing(url: &str, access: Access) -> Result<Self, StoreError> {
+        let mut options: PgConnectOptions =
+            url.parse().map_err(|e: sqlx::Error| StoreError::Config {
+                problem: "the PostgreSQL connection URL is not usable".into(),
+                source: Some(Box::new(e)),
+            })?;
+        if access == Access::ReadOnly {
+            options = options.options([("default_transaction_read_only", "on")]);
+        }
+        let database = format!(
+            "postgres://{}@{}:{}/{}",
+            options.get_username(),
+            options.get_host(),
+            options.get_port(),
+            options.get_database().unwrap_or(options.get_username()),
+        );
+        let pool = Self::pool_for(options).await?;
+        if !sql::is_current(&pool, MIGRATIONS, &BOOKKEEPING).await? {
+            let schema: Option<String> = sqlx::query_scalar("SELECT current_schema()::TEXT")
+                .fetch_one(&pool)
+                .await
+                .map_err(sql::db_error)?;
+            pool.close().await;
+            let schema = schema.map_or_else(
+                || "no schema of the search_path".to_owned(),
+                |s| format!("the schema {s}"),
+            );
+            return Err(StoreError::NoStore {
+                place: format!(
+                    "{schema} of {database} has no idempotency tables (no idempotency_migrations table)"
+                ),
+            });
+        }
+        let store = Self::unmigrated(pool);
+        store.check_tuned().await?;
+        Ok(store)
     }
 }

@@ -144,7 +144,54 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// Whether the namespace holds anything of a store: its secret fingerprint or a shard's
+    /// record index (one `EXISTS` each, stopping at the first found; never a keyspace scan).
+    async fn holds_a_store(&self) -> Result<bool, StoreError> {
+        let inner = &*self.inner;
+        let secret = std::iter::once(format!("{}:secret", inner.namespace));
+        let indexes = (0..SHARDS).map(|shard| format!("{}:i", inner.shard_base(shard)));
+        for key in secret.chain(indexes) {
+            if int(&inner.conn.query(redis::cmd("EXISTS").arg(&key)).await?)? > 0 {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The server's `TIME`, in ms.
+    async fn time(&self) -> Result<Timestamp, StoreError> {
+        let reply = array(self.inner.conn.query(&redis::cmd("TIME")).await?)?;
+        let [seconds, micros] = reply.as_slice() else {
+            return Err(super::conn::bad(format!("TIME answered {reply:?}")));
+        };
+        let (seconds, micros) = (int(seconds)?, int(micros)?);
+        Ok(Timestamp::from_millis(
+            seconds.saturating_mul(1000).saturating_add(micros / 1000),
+        ))
+    }
+}
+
 impl Admin for RedisStore {
+    /// The reconciler's read ([`Maintenance::unsettled`](crate::store::Maintenance::unsettled)):
+    /// Redis keeps no bookkeeping for it.
+    fn unsettled_claims(
+        &self,
+        now: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<crate::store::Unsettled>, StoreError>> {
+        crate::store::Maintenance::unsettled(self, now, limit)
+    }
+
+    fn server_time(&self) -> BoxFuture<'_, Result<Option<Timestamp>, StoreError>> {
+        Box::pin(async move { self.time().await.map(Some) })
+    }
+
+    /// The namespace holds its secret fingerprint or a record index.
+    fn exists(&self) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(self.holds_a_store())
+    }
+
     fn record(
         &self,
         reference: Reference,

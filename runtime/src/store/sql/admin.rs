@@ -87,7 +87,7 @@ pub(crate) fn admin_stats(
 
 /// The [`Admin`](crate::store::Admin) reads of a SQL store, the same on both backends: each
 /// backend's `admin.rs` names its statements (`RECORD`, `BY_STATE`, `OLDEST_IN_FLIGHT`, `SIZE`,
-/// `PURGEABLE`: the columns [`AdminRow`] and [`admin_stats`] read) and invokes this.
+/// `PURGEABLE`, `UNSETTLED_READ`, and `NOW`, its server's clock in ms if it has one: the columns [`AdminRow`] and [`admin_stats`] read) and invokes this.
 macro_rules! sql_admin {
     ($store:ty) => {
         impl $crate::store::Admin for $store {
@@ -131,6 +131,46 @@ macro_rules! sql_admin {
                         .await
                         .map_err($crate::store::sql::db_error)?;
                     $crate::store::sql::admin_stats(groups, oldest, bytes)
+                })
+            }
+
+            fn unsettled_claims(
+                &self,
+                now: $crate::clock::Timestamp,
+                limit: u32,
+            ) -> $crate::store::BoxFuture<
+                '_,
+                Result<Vec<$crate::store::Unsettled>, $crate::store::StoreError>,
+            > {
+                Box::pin(async move {
+                    let rows: Vec<$crate::store::sql::UnsettledRow> =
+                        sqlx::query_as(UNSETTLED_READ)
+                            .bind(now.as_millis())
+                            .bind(i64::from(limit))
+                            .fetch_all(&self.pool)
+                            .await
+                            .map_err($crate::store::sql::db_error)?;
+                    rows.into_iter()
+                        .map($crate::store::sql::unsettled)
+                        .collect()
+                })
+            }
+
+            fn server_time(
+                &self,
+            ) -> $crate::store::BoxFuture<
+                '_,
+                Result<Option<$crate::clock::Timestamp>, $crate::store::StoreError>,
+            > {
+                Box::pin(async move {
+                    let Some(now) = NOW else {
+                        return Ok(None);
+                    };
+                    let ms: i64 = sqlx::query_scalar(now)
+                        .fetch_one(&self.pool)
+                        .await
+                        .map_err($crate::store::sql::db_error)?;
+                    Ok(Some($crate::clock::Timestamp::from_millis(ms)))
                 })
             }
 

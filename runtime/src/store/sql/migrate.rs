@@ -161,6 +161,51 @@ where
     tx.commit().await.map_err(mig)
 }
 
+/// Whether the database holds a store at this build's schema, without changing anything (no
+/// transaction, no lock, nothing created): `Ok(false)` when it has no migrations table; a
+/// [`StoreError::Migration`] when it records a migration this build does not know, or lacks one
+/// it embeds (an older schema: run the migrations first).
+pub(crate) async fn is_current<DB>(
+    pool: &Pool<DB>,
+    known: &[Migration],
+    b: &Bookkeeping,
+) -> Result<bool, StoreError>
+where
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c Pool<DB>: Executor<'c, Database = DB>,
+    for<'q> i64: Decode<'q, DB> + Type<DB>,
+    for<'q> Vec<u8>: Decode<'q, DB> + Type<DB>,
+    for<'q> String: Decode<'q, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let mig = migration_error;
+    let exists: Option<String> = sqlx::query_scalar(AssertSqlSafe(b.exists))
+        .fetch_one(pool)
+        .await
+        .map_err(mig)?;
+    if exists.is_none() {
+        return Ok(false);
+    }
+    let rows = sqlx::query("SELECT version, checksum FROM idempotency_migrations ORDER BY version")
+        .fetch_all(pool)
+        .await
+        .map_err(mig)?;
+    let applied = rows
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<Vec<(i64, Vec<u8>)>, sqlx::Error>>()
+        .map_err(mig)?;
+    match pending(known, &applied, b.place)?.first() {
+        None => Ok(true),
+        Some(m) => Err(StoreError::migration(format!(
+            "{} lacks migration {} ({}) of this build: apply the migrations first (start a server of \
+             this build on it, or `idempotency-admin migrate`)",
+            b.place, m.version, m.description
+        ))),
+    }
+}
+
 /// A migration statement failed: say which one.
 fn migration_failed(m: &Migration, e: sqlx::Error) -> StoreError {
     StoreError::Migration {

@@ -24,5 +24,12 @@ const PURGEABLE: &str = concat!(
      WHERE w.s IS NOT NULL AND r.window_ms = w.s AND r.claimed_at < $1 - w.s \
        AND r.state IN (1, 3, 4) AND r.ends_at < $1"
 );
+/// SQLite has no server clock: an operator's reads judge by the caller's.
+const NOW: Option<&str> = None;
+/// The claims to reconcile at `$1`, at most `$2`, in the reconciler's order, read only.
+const UNSETTLED_READ: &str =
+    "SELECT ref, key_rest, generation, tenant, subject, tool, state, token, claimed_at, window_ms \
+     FROM idempotency_records WHERE state IN (0, 2) AND (state = 2 OR ends_at <= $1) \
+     ORDER BY claimed_at, ref < 0, ref LIMIT $2";
 
 crate::store::sql::sql_admin!(SqliteStore);

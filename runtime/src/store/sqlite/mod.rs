@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use sqlx::query::Query;
 use sqlx::sqlite::{
-    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous,
 };
 use sqlx::{Row, Sqlite};
 
@@ -32,6 +31,7 @@ use crate::record::{RecordState, RecordStatus};
 
 mod admin;
 mod background;
+mod existing;
 mod secret;
 mod statements;
 mod transaction;
@@ -95,17 +95,12 @@ impl SqliteStore {
     /// database file`).
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref();
-        let pool = SqlitePoolOptions::new()
-            .max_connections(POOL_SIZE)
-            .connect_with(Self::connect_options(path))
-            .await
-            .map_err(|e| {
-                StoreError::Unavailable(Box::new(super::error::Unreachable {
-                    target: format!("the SQLite file {}", path.display()),
-                    source: Box::new(e),
-                }))
-            })?;
-        Self::from_pool(pool).await
+        // Servers starting together on a new file race for its WAL switch: see `retry_busy`.
+        existing::retry_busy(|| async {
+            let pool = Self::pool_at(path, Self::connect_options(path), POOL_SIZE).await?;
+            Self::from_pool(pool).await
+        })
+        .await
     }
 
     /// The options [`SqliteStore::open`] uses: create the file if missing, WAL journal,
@@ -140,6 +135,13 @@ impl SqliteStore {
     /// when the connections are not in WAL mode or have no busy timeout (build the pool from
     /// [`SqliteStore::connect_options`]).
     pub async fn from_pool(pool: SqlitePool) -> Result<Self, StoreError> {
+        let store = Self::unmigrated(pool).await?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// A store on `pool` as it is (checked as [`SqliteStore::from_pool`] checks it), not migrated.
+    async fn unmigrated(pool: SqlitePool) -> Result<Self, StoreError> {
         let (file, journal, busy): (Option<String>, String, i64) = sqlx::query_as(
             "SELECT (SELECT file FROM pragma_database_list WHERE name = 'main'), \
                     (SELECT journal_mode FROM pragma_journal_mode), (SELECT timeout FROM pragma_busy_timeout)",
@@ -164,13 +166,11 @@ impl SqliteStore {
                  may fail with 'database is locked'. Build the pool from SqliteStore::connect_options(path)."
             );
         }
-        let store = SqliteStore {
+        Ok(SqliteStore {
             pool,
             busy: Default::default(),
             mark_lag_ms: busy.max(0).saturating_add(5_000),
-        };
-        store.migrate().await?;
-        Ok(store)
+        })
     }
 
     /// The connection pool.
