@@ -137,6 +137,18 @@ impl Reports {
         Ok(Json(self.warehouse.export(&reference, args.rows).await?))
     }
 
+    /// The same export; the warehouse files it under the reference, so a call whose worker is
+    /// gone is run again (`recover = "rerun"`).
+    #[idempotent(window = "1h", on_error = "retryable", task, recover = "rerun")]
+    #[tool]
+    async fn export_rerun(
+        &self,
+        Parameters(args): Parameters<ExportArgs>,
+    ) -> Result<Json<Report>, Unavailable> {
+        let reference = Call::current().ok_or(Unavailable)?.reference().to_string();
+        Ok(Json(self.warehouse.export(&reference, args.rows).await?))
+    }
+
     /// The same export, keyed by the client's own idempotency key.
     #[idempotent(window = "1h", on_error = "retryable", task, client_key = "require")]
     #[tool]
@@ -228,8 +240,13 @@ async fn connect<S: ServerHandler>(server: S, tasks: bool) -> Client {
 }
 
 async fn export(client: &Client, rows: u64) -> CallToolResponse {
+    export_tool(client, "export_rows", rows).await
+}
+
+/// The export tool `tool` of `rows`.
+async fn export_tool(client: &Client, tool: &'static str, rows: u64) -> CallToolResponse {
     let args = json!({ "rows": rows });
-    let params = CallToolRequestParams::new("export_rows")
+    let params = CallToolRequestParams::new(tool)
         .with_arguments(args.as_object().cloned().unwrap_or_default());
     client.call_tool_once(params).await.expect("tools/call")
 }
@@ -551,6 +568,52 @@ async fn postgres_a_retry_after_a_retryable_error_is_a_new_task() {
         .build();
     a_retry_after_a_retryable_error_is_a_new_task(engine).await;
     schema.drop_schema().await;
+}
+
+/// `recover = "rerun"` on one memory store: replica A's task is running when replica B, whose
+/// clock reads 31 s later (past A's 30 s lease), gets the same call: B takes the call over and
+/// runs it again under the same reference, continuing the same claim, so B's handle is the same
+/// task id. A client polling it sees `working`, then `completed` (B's answer), nothing between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_a_rerun_completes_the_same_task() {
+    let store: Arc<dyn idempotency::store::Store> = Arc::new(MemoryStore::new());
+    let start = idempotency::clock::Clock::now(&idempotency::clock::SystemClock);
+    let engine = |ahead: Duration| {
+        Idempotency::builder_shared(store.clone())
+            .clock(idempotency::clock::ManualClock::new(start + ahead))
+            .secret(Secret::demo())
+            .without_reconciler()
+            .build()
+    };
+    let warehouse = Warehouse::new();
+    let alice = Caller::new("acme", "alice");
+    let a = connect(
+        reports(engine(Duration::ZERO), &warehouse, alice.clone()),
+        true,
+    )
+    .await;
+    let b = connect(
+        reports(engine(Duration::from_secs(31)), &warehouse, alice),
+        true,
+    )
+    .await;
+    let (id, status) = task_of(export_tool(&a, "export_rerun", 9).await);
+    assert_eq!(status, TaskStatus::Working);
+    soon("A's export to start", warehouse.entered(1)).await;
+    let mut seen = vec![get(&a, &id).await.task.status()];
+
+    // B: A's lease has passed by B's clock; B runs it again, as the same task.
+    let (again, status) = task_of(export_tool(&b, "export_rerun", 9).await);
+    assert_eq!((again.as_str(), status), (id.as_str(), TaskStatus::Working));
+    soon("B's export to start", warehouse.entered(2)).await;
+    seen.extend(polled(&b, &id, || warehouse.gate.add_permits(2)).await);
+    seen.dedup();
+    assert_eq!(seen, [TaskStatus::Working, TaskStatus::Completed]);
+    let done = get(&a, &id).await;
+    let result = completed_result(&done);
+    assert_eq!(result["structuredContent"]["rows"], json!(9));
+    assert_eq!(result["_meta"][META_REF], json!(reference_of(&id)));
+    assert_eq!(warehouse.exports.load(Ordering::SeqCst), 2, "A's, then B's");
 }
 
 /// Replica A's worker looks gone mid-task (here: replica B's clock reads 31 s later, past A's 30 s
