@@ -16,11 +16,16 @@ use std::time::{Duration, Instant};
 
 use idempotency::key::Secret;
 use idempotency::mcp::{status_router, task, Identity, META_REF};
+use idempotency::store::{
+    BoxError, MemoryStore, Settlement, SqliteStore, StoredResponse, Unsettled,
+};
+use idempotency::tasks::Reconciler;
 use idempotency::{
     idempotent, idempotent_tools, Call, Caller, Error, Idempotency, IdempotencyContext,
 };
 use idempotency_tests::pg::TestSchema;
 use idempotency_tests::processes::{say, Victim};
+use idempotency_tests::sqlite_file::SqliteFile;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::model::{
@@ -37,9 +42,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::{watch, Semaphore};
 
-/// The downstream system: counts the exports it makes; each waits for a permit.
+/// The downstream system: counts the exports it is asked for and those it makes; each waits for
+/// a permit, and the first `failing` of them fail (nothing is exported).
 struct Warehouse {
     exports: AtomicUsize,
+    made: AtomicUsize,
+    failing: AtomicUsize,
     entered: watch::Sender<usize>,
     gate: Semaphore,
 }
@@ -48,21 +56,30 @@ impl Warehouse {
     fn new() -> Arc<Self> {
         Arc::new(Warehouse {
             exports: AtomicUsize::new(0),
+            made: AtomicUsize::new(0),
+            failing: AtomicUsize::new(0),
             entered: watch::channel(0).0,
             gate: Semaphore::new(0),
         })
     }
 
-    async fn export(&self, reference: &str, rows: u64) -> Report {
+    async fn export(&self, reference: &str, rows: u64) -> Result<Report, Unavailable> {
         self.exports.fetch_add(1, Ordering::SeqCst);
         self.entered.send_modify(|n| *n += 1);
         if let Ok(permit) = self.gate.acquire().await {
             permit.forget();
         }
-        Report {
+        let fail = self
+            .failing
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if fail.is_ok() {
+            return Err(Unavailable);
+        }
+        self.made.fetch_add(1, Ordering::SeqCst);
+        Ok(Report {
             rows,
             url: format!("https://files.example/{reference}.csv"),
-        }
+        })
     }
 
     async fn entered(&self, n: usize) {
@@ -117,7 +134,19 @@ impl Reports {
         Parameters(args): Parameters<ExportArgs>,
     ) -> Result<Json<Report>, Unavailable> {
         let reference = Call::current().ok_or(Unavailable)?.reference().to_string();
-        Ok(Json(self.warehouse.export(&reference, args.rows).await))
+        Ok(Json(self.warehouse.export(&reference, args.rows).await?))
+    }
+
+    /// The same export; the warehouse files it under the reference, so a call whose worker is
+    /// gone is run again (`recover = "rerun"`).
+    #[idempotent(window = "1h", on_error = "retryable", task, recover = "rerun")]
+    #[tool]
+    async fn export_rerun(
+        &self,
+        Parameters(args): Parameters<ExportArgs>,
+    ) -> Result<Json<Report>, Unavailable> {
+        let reference = Call::current().ok_or(Unavailable)?.reference().to_string();
+        Ok(Json(self.warehouse.export(&reference, args.rows).await?))
     }
 
     /// The same export, keyed by the client's own idempotency key.
@@ -128,7 +157,7 @@ impl Reports {
         Parameters(args): Parameters<ExportArgs>,
     ) -> Result<Json<Report>, Unavailable> {
         let reference = Call::current().ok_or(Unavailable)?.reference().to_string();
-        Ok(Json(self.warehouse.export(&reference, args.rows).await))
+        Ok(Json(self.warehouse.export(&reference, args.rows).await?))
     }
 }
 
@@ -169,6 +198,11 @@ async fn server(schema: &TestSchema, warehouse: &Arc<Warehouse>, caller: Caller)
     let engine = Idempotency::builder(schema.server_clock_store().await)
         .secret(Secret::demo())
         .build();
+    reports(engine, warehouse, caller)
+}
+
+/// A replica of the reports server on `engine`.
+fn reports(engine: Idempotency, warehouse: &Arc<Warehouse>, caller: Caller) -> Reports {
     Reports {
         engine,
         identity: Identity::stdio(caller),
@@ -206,8 +240,13 @@ async fn connect<S: ServerHandler>(server: S, tasks: bool) -> Client {
 }
 
 async fn export(client: &Client, rows: u64) -> CallToolResponse {
+    export_tool(client, "export_rows", rows).await
+}
+
+/// The export tool `tool` of `rows`.
+async fn export_tool(client: &Client, tool: &'static str, rows: u64) -> CallToolResponse {
     let args = json!({ "rows": rows });
-    let params = CallToolRequestParams::new("export_rows")
+    let params = CallToolRequestParams::new(tool)
         .with_arguments(args.as_object().cloned().unwrap_or_default());
     client.call_tool_once(params).await.expect("tools/call")
 }
@@ -268,6 +307,37 @@ async fn until_terminal(client: &Client, id: &str) -> GetTaskResult {
     .await
 }
 
+/// The reference of task `id` (`{reference}@{claim time}`: one claim of the operation).
+fn reference_of(id: &str) -> &str {
+    id.split_once('@')
+        .map_or_else(|| panic!("a task id: {id}"), |(r, _)| r)
+}
+
+/// What a client polling `tasks/get` for `id` sees, repeats folded: the state now, then, after
+/// `then` (which lets the work go on), every answer until a terminal one, and a few more after
+/// it, which must be the same (a task never leaves a terminal state).
+async fn polled(client: &Client, id: &str, then: impl FnOnce()) -> Vec<TaskStatus> {
+    let mut seen = vec![get(client, id).await.task.status()];
+    then();
+    soon("the task to finish", async {
+        while !seen.last().is_some_and(|s| s.is_terminal()) {
+            seen.push(get(client, id).await.task.status());
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let last = seen[seen.len() - 1];
+    for _ in 0..3 {
+        assert_eq!(
+            get(client, id).await.task.status(),
+            last,
+            "{id} left {last:?}"
+        );
+    }
+    seen.dedup();
+    seen
+}
+
 fn completed_result(r: &GetTaskResult) -> serde_json::Map<String, Value> {
     match &r.task.payload {
         TaskPayload::Completed { result } => result.clone(),
@@ -306,11 +376,12 @@ async fn a_task_is_created_once_across_replicas_and_survives_a_restart() {
     let result = completed_result(&done);
     let report = &result["structuredContent"];
     assert_eq!(report["rows"], json!(500));
+    let reference = reference_of(&id);
     assert_eq!(
         report["url"],
-        json!(format!("https://files.example/{id}.csv"))
+        json!(format!("https://files.example/{reference}.csv"))
     );
-    assert_eq!(result["_meta"][META_REF], json!(id));
+    assert_eq!(result["_meta"][META_REF], json!(reference));
 
     // After completion, a repeat on either replica is the same (completed) task.
     for client in [&a, &b] {
@@ -348,7 +419,7 @@ async fn a_task_is_created_once_across_replicas_and_survives_a_restart() {
 
     // The status tool's answer is the stored CallToolResult.
     let status = CallToolRequestParams::new("idempotency_status").with_arguments(
-        json!({ "ref": id })
+        json!({ "ref": reference })
             .as_object()
             .cloned()
             .unwrap_or_default(),
@@ -398,7 +469,7 @@ async fn a_keyed_task_is_one_task_and_other_arguments_conflict() {
         json!("idempotency_key_conflict"),
         "{conflict:?}"
     );
-    assert_eq!(data["ref"], json!(id));
+    assert_eq!(data["ref"], json!(reference_of(&id)));
     let missing = export_keyed(&b, 500, None).await.unwrap_err();
     assert_eq!(
         missing.data.unwrap_or_default()["type"],
@@ -417,14 +488,143 @@ async fn a_keyed_task_is_one_task_and_other_arguments_conflict() {
     schema.drop_schema().await;
 }
 
-/// Replica A's worker is gone mid-task (here: replica B's clock reads 31 s later, past A's 30 s
-/// lease, and A's renewals do not reach B's view in time; with a killed process it is the same
-/// record). B's `tasks/get` reports the task as failed with the outcome unknown — terminal, never
-/// "working" forever with nobody working — and a retried `tools/call` on B returns that task, not
-/// an inline error. Nothing runs a second export.
+/// The first export fails with a retryable error (nothing was done): its task ends `failed` and
+/// stays so. The call sent again is a new claim, so a new task (same reference, later claim
+/// time), which completes; the old id keeps reporting `failed`. One export made.
+async fn a_retry_after_a_retryable_error_is_a_new_task(engine: Idempotency) {
+    let warehouse = Warehouse::new();
+    let a = connect(
+        reports(engine, &warehouse, Caller::new("acme", "alice")),
+        true,
+    )
+    .await;
+    warehouse.failing.store(1, Ordering::SeqCst);
+    let (first, status) = task_of(export(&a, 7).await);
+    assert_eq!(status, TaskStatus::Working);
+    soon("the first export to start", warehouse.entered(1)).await;
+    let seen = polled(&a, &first, || warehouse.gate.add_permits(1)).await;
+    assert_eq!(seen, [TaskStatus::Working, TaskStatus::Failed], "{first}");
+    let failed = get(&a, &first).await;
+    let message = failed.task.task.status_message.unwrap_or_default();
+    assert!(message.contains("safe to call"), "{message}");
+
+    let (second, status) = task_of(export(&a, 7).await);
+    assert_eq!(status, TaskStatus::Working);
+    assert_ne!(second, first, "the call sent again is a new task");
+    assert_eq!(reference_of(&second), reference_of(&first));
+    assert_eq!(get(&a, &first).await.task.status(), TaskStatus::Failed);
+    soon("the second export to start", warehouse.entered(2)).await;
+    let seen = polled(&a, &second, || warehouse.gate.add_permits(1)).await;
+    assert_eq!(
+        seen,
+        [TaskStatus::Working, TaskStatus::Completed],
+        "{second}"
+    );
+
+    // The first attempt's task is still failed, the second's completed; a repeat is the second.
+    assert_eq!(get(&a, &first).await.task.status(), TaskStatus::Failed);
+    let done = get(&a, &second).await;
+    assert_eq!(
+        completed_result(&done)["structuredContent"]["rows"],
+        json!(7)
+    );
+    let (again, status) = task_of(export(&a, 7).await);
+    assert_eq!(
+        (again.as_str(), status),
+        (second.as_str(), TaskStatus::Completed)
+    );
+    assert_eq!(warehouse.exports.load(Ordering::SeqCst), 2);
+    assert_eq!(warehouse.made.load(Ordering::SeqCst), 1);
+    a.cancel().await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_a_retry_after_a_retryable_error_is_a_new_task() {
+    let engine = Idempotency::builder(MemoryStore::new())
+        .secret(Secret::demo())
+        .build();
+    a_retry_after_a_retryable_error_is_a_new_task(engine).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_retry_after_a_retryable_error_is_a_new_task() {
+    let file = SqliteFile::new("retrytask");
+    let store = SqliteStore::open(&file.0).await.expect("open SQLite");
+    let engine = Idempotency::builder(store.clone())
+        .secret(Secret::demo())
+        .build();
+    a_retry_after_a_retryable_error_is_a_new_task(engine).await;
+    store.pool().close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
-async fn a_task_whose_worker_is_gone_is_failed_and_a_retry_returns_it() {
+async fn postgres_a_retry_after_a_retryable_error_is_a_new_task() {
+    let Some(schema) = TestSchema::create("retrytask").await else {
+        return;
+    };
+    let engine = Idempotency::builder(schema.server_clock_store().await)
+        .secret(Secret::demo())
+        .build();
+    a_retry_after_a_retryable_error_is_a_new_task(engine).await;
+    schema.drop_schema().await;
+}
+
+/// `recover = "rerun"` on one memory store: replica A's task is running when replica B, whose
+/// clock reads 31 s later (past A's 30 s lease), gets the same call: B takes the call over and
+/// runs it again under the same reference, continuing the same claim, so B's handle is the same
+/// task id. A client polling it sees `working`, then `completed` (B's answer), nothing between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_a_rerun_completes_the_same_task() {
+    let store: Arc<dyn idempotency::store::Store> = Arc::new(MemoryStore::new());
+    let start = idempotency::clock::Clock::now(&idempotency::clock::SystemClock);
+    let engine = |ahead: Duration| {
+        Idempotency::builder_shared(store.clone())
+            .clock(idempotency::clock::ManualClock::new(start + ahead))
+            .secret(Secret::demo())
+            .without_reconciler()
+            .build()
+    };
+    let warehouse = Warehouse::new();
+    let alice = Caller::new("acme", "alice");
+    let a = connect(
+        reports(engine(Duration::ZERO), &warehouse, alice.clone()),
+        true,
+    )
+    .await;
+    let b = connect(
+        reports(engine(Duration::from_secs(31)), &warehouse, alice),
+        true,
+    )
+    .await;
+    let (id, status) = task_of(export_tool(&a, "export_rerun", 9).await);
+    assert_eq!(status, TaskStatus::Working);
+    soon("A's export to start", warehouse.entered(1)).await;
+    let mut seen = vec![get(&a, &id).await.task.status()];
+
+    // B: A's lease has passed by B's clock; B runs it again, as the same task.
+    let (again, status) = task_of(export_tool(&b, "export_rerun", 9).await);
+    assert_eq!((again.as_str(), status), (id.as_str(), TaskStatus::Working));
+    soon("B's export to start", warehouse.entered(2)).await;
+    seen.extend(polled(&b, &id, || warehouse.gate.add_permits(2)).await);
+    seen.dedup();
+    assert_eq!(seen, [TaskStatus::Working, TaskStatus::Completed]);
+    let done = get(&a, &id).await;
+    let result = completed_result(&done);
+    assert_eq!(result["structuredContent"]["rows"], json!(9));
+    assert_eq!(result["_meta"][META_REF], json!(reference_of(&id)));
+    assert_eq!(warehouse.exports.load(Ordering::SeqCst), 2, "A's, then B's");
+}
+
+/// Replica A's worker looks gone mid-task (here: replica B's clock reads 31 s later, past A's 30 s
+/// lease, and A's renewals do not reach B's view in time; with a killed process it is the same
+/// record). B's `tasks/get` reports the task `working` with its outcome not known yet (polled
+/// every 10 s), never `failed` for work that may still complete, and a retried `tools/call` on B
+/// returns that task, not an inline error. A then reports: the same task completes. Nothing runs
+/// a second export.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+async fn a_task_whose_worker_looks_gone_stays_working_until_it_reports() {
     let Some(schema) = TestSchema::create("gonetask").await else {
         return;
     };
@@ -450,13 +650,23 @@ async fn a_task_whose_worker_is_gone_is_failed_and_a_retry_returns_it() {
     .build();
     let b = connect(later, true).await;
     let seen = get(&b, &id).await;
-    assert_eq!(seen.task.status(), TaskStatus::Failed, "{seen:?}");
+    assert_eq!(seen.task.status(), TaskStatus::Working, "{seen:?}");
+    assert_eq!(
+        seen.task.task.poll_interval_ms,
+        Some(task::UNSETTLED_POLL_INTERVAL_MS)
+    );
     let message = seen.task.task.status_message.clone().unwrap_or_default();
-    assert!(message.contains("unknown"), "{message}");
+    assert!(message.contains("not known yet"), "{message}");
     let (again, status) = task_of(export(&b, 700).await);
-    assert_eq!((again.as_str(), status), (id.as_str(), TaskStatus::Failed));
+    assert_eq!((again.as_str(), status), (id.as_str(), TaskStatus::Working));
 
-    warehouse.gate.add_permits(1);
+    let seen = polled(&b, &id, || warehouse.gate.add_permits(1)).await;
+    assert_eq!(seen, [TaskStatus::Working, TaskStatus::Completed]);
+    let done = get(&b, &id).await;
+    assert_eq!(
+        completed_result(&done)["structuredContent"]["rows"],
+        json!(700)
+    );
     assert_eq!(warehouse.exports.load(Ordering::SeqCst), 1);
     a.cancel().await.ok();
     b.cancel().await.ok();
@@ -664,8 +874,11 @@ async fn far_side(far: &sqlx::PgPool) -> (Vec<String>, Vec<(String, i64)>) {
 /// Sets up the schema (store and far side), starts replica A as a process of its own calling
 /// `tool`, and kills it (`kill -9`) once its body has posted, its client holds the task, and its
 /// first lease has passed (A renews it: replica B sees the task `working` all along). Returns the
-/// task id, replica B's client and when A was killed.
-async fn kill_replica_a_mid_task(schema: &TestSchema, tool: &str) -> (String, Client, Instant) {
+/// task id, replica B's client and engine, and when A was killed.
+async fn kill_replica_a_mid_task(
+    schema: &TestSchema,
+    tool: &str,
+) -> (String, Client, Idempotency, Instant) {
     // Migrated once here, so the processes do not race to create the store's tables.
     schema.server_clock_store().await;
     let far = schema.pool(1).await;
@@ -691,7 +904,11 @@ async fn kill_replica_a_mid_task(schema: &TestSchema, tool: &str) -> (String, Cl
     );
     let posted = a.said(POSTED).await;
     let id = a.said(HANDLE).await;
-    assert_eq!(posted, id, "the task id is the body's reference");
+    assert_eq!(
+        posted,
+        reference_of(&id),
+        "the task names the body's reference"
+    );
 
     // Replica B: while A is alive the task is working, also once A's first lease has passed (A
     // renews it), and a repeat there is the same task.
@@ -701,12 +918,13 @@ async fn kill_replica_a_mid_task(schema: &TestSchema, tool: &str) -> (String, Cl
         .engine
         .status(
             &Caller::new("acme", "alice"),
-            id.parse().expect("a reference"),
+            reference_of(&id).parse().expect("a reference"),
         )
         .await
         .expect("the status")
         .expect("the record")
         .lease_expires_at;
+    let engine = b.engine.clone();
     let b = connect(b, true).await;
     let (again, status) = task_of(post(&b, tool).await);
     assert_eq!((again.as_str(), status), (id.as_str(), TaskStatus::Working));
@@ -723,24 +941,32 @@ async fn kill_replica_a_mid_task(schema: &TestSchema, tool: &str) -> (String, Cl
     .await;
 
     a.kill().await;
-    (id, b, Instant::now())
+    (id, b, engine, Instant::now())
 }
 
-/// Polls `tasks/get` on `client` every 100 ms (a client's poll, sooner than the 1 s it is told)
-/// until the task is no longer `working`; fails the test if it still is `AFTER_LEASE` after the
-/// lease. Returns the answer and how many `working` answers came first.
-async fn until_not_working(client: &Client, id: &str) -> (GetTaskResult, usize) {
+/// Polls `tasks/get` on `client` every 100 ms (a client's poll, sooner than it is told) until
+/// the task's message says `needle` (its worker's lease has passed); every answer meanwhile is
+/// `working`. Fails the test if that takes more than `AFTER_LEASE` after the lease. Returns the
+/// answer and how many answers came first.
+async fn until_said(client: &Client, id: &str, needle: &str) -> (GetTaskResult, usize) {
     let deadline = Instant::now() + LEASE + AFTER_LEASE;
-    let mut working = 0;
+    let mut before = 0;
     loop {
         let r = get(client, id).await;
-        if r.task.status() != TaskStatus::Working {
-            return (r, working);
+        assert_eq!(r.task.status(), TaskStatus::Working, "{r:?}");
+        if r.task
+            .task
+            .status_message
+            .as_deref()
+            .unwrap_or_default()
+            .contains(needle)
+        {
+            return (r, before);
         }
-        working += 1;
+        before += 1;
         assert!(
             Instant::now() < deadline,
-            "the task of a killed worker is still working {:?} after the kill",
+            "the task of a killed worker does not say {needle:?} {:?} after the kill",
             LEASE + AFTER_LEASE
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -748,33 +974,62 @@ async fn until_not_working(client: &Client, id: &str) -> (GetTaskResult, usize) 
 }
 
 /// Replica A, a process of its own, is killed (`kill -9`) in the middle of a task (default
-/// recovery). Once A's lease has passed, replica B's `tasks/get` reports the task failed with
-/// its outcome unknown, naming the reference — terminal, not `working` forever — and a retried
-/// `tools/call` on B returns that task (same id), not an inline error. The body started once.
+/// recovery). Once A's lease has passed, replica B's `tasks/get` reports the task still
+/// `working`, its outcome not known yet (polled every 10 s), naming the reference — never
+/// `failed` for work that may have taken effect — and a retried `tools/call` on B returns that
+/// task (same id), not an inline error. A reconciler asking the ledger by the reference settles
+/// it: the task completes with the entry A posted. The body started once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
-async fn a_killed_replicas_task_fails_with_its_outcome_unknown() {
+async fn a_killed_replicas_task_stays_working_until_it_is_settled() {
     let Some(schema) = TestSchema::create("killedtask").await else {
         return;
     };
-    let (id, b, killed) = kill_replica_a_mid_task(&schema, "post_entry").await;
+    let (id, b, engine, killed) = kill_replica_a_mid_task(&schema, "post_entry").await;
+    let reference = reference_of(&id).to_owned();
 
-    let (seen, working) = until_not_working(&b, &id).await;
+    let (seen, before) = until_said(&b, &id, "not known yet").await;
     let after = killed.elapsed();
-    assert_eq!(seen.task.status(), TaskStatus::Failed, "{seen:?}");
     let message = seen.task.task.status_message.clone().unwrap_or_default();
-    assert!(message.contains("unknown"), "{message}");
-    assert!(message.contains(&format!("ref {id}")), "{message}");
-    match &seen.task.payload {
-        TaskPayload::Failed { error } => assert_eq!(error["message"], json!(message)),
-        other => panic!("expected a failed task, got {other:?}"),
-    }
+    assert!(message.contains(&format!("ref {reference}")), "{message}");
+    assert!(message.contains("Do not submit"), "{message}");
+    assert_eq!(
+        seen.task.task.poll_interval_ms,
+        Some(task::UNSETTLED_POLL_INTERVAL_MS)
+    );
     // It stays so (nothing runs it again), and a retried tools/call is that task.
     let (again, status) = task_of(post(&b, "post_entry").await);
-    assert_eq!((again.as_str(), status), (id.as_str(), TaskStatus::Failed));
-    assert_eq!(get(&b, &id).await.task.status(), TaskStatus::Failed);
+    assert_eq!((again.as_str(), status), (id.as_str(), TaskStatus::Working));
+    assert_eq!(get(&b, &id).await.task.status(), TaskStatus::Working);
 
+    // Settled by asking the ledger: the entry was posted, so the call completed with it.
     let far = schema.pool(1).await;
+    let ledger = far.clone();
+    let reconciler = Reconciler::new(&engine, move |claim: Unsettled| {
+        let ledger = ledger.clone();
+        async move {
+            let entry: Option<i64> =
+                sqlx::query_scalar("SELECT entry FROM far_entries WHERE reference = $1")
+                    .bind(claim.reference.to_string())
+                    .fetch_optional(&ledger)
+                    .await?;
+            let posted = |entry| Posted {
+                entry,
+                reference: claim.reference.to_string(),
+            };
+            Ok::<_, BoxError>(match entry {
+                Some(entry) => Settlement::Completed(StoredResponse {
+                    ok: true,
+                    body: serde_json::to_string(&posted(entry))?,
+                }),
+                None => Settlement::Released,
+            })
+        }
+    });
+    let report = reconciler.run_once().await.expect("a reconcile round");
+    let seen_after = polled(&b, &id, || ()).await;
+    assert_eq!(seen_after, [TaskStatus::Completed], "{report:?}");
+
     let (starts, entries) = far_side(&far).await;
     assert_eq!(
         starts,
@@ -782,18 +1037,24 @@ async fn a_killed_replicas_task_fails_with_its_outcome_unknown() {
         "the body started once, on the killed replica"
     );
     assert_eq!(entries.len(), 1, "{entries:?}");
-    assert_eq!(entries[0].0, id);
-    println!("failed {after:?} after the kill ({working} working answers first)");
+    assert_eq!(entries[0].0, reference);
+    let done = get(&b, &id).await;
+    assert_eq!(
+        completed_result(&done)["structuredContent"],
+        json!({ "entry": entries[0].1, "reference": reference })
+    );
+    println!("not known yet {after:?} after the kill ({before} working answers first); settled: {report:?}");
     far.close().await;
     b.cancel().await.ok();
     schema.drop_schema().await;
 }
 
 /// As above with `recover = "rerun"` (the ledger deduplicates on the reference): after the kill,
-/// once A's lease has passed, `tasks/get` tells a polling client to send the call again; then
-/// replica B's client retries `tools/call` (each answer the same task) and polls `tasks/get`;
-/// once A's lease has passed a retry runs the body again under the same reference, and the task
-/// ends `completed` with the entry A posted. Two body starts (A, then B), one entry.
+/// once A's lease has passed, `tasks/get` keeps the task `working` and tells a polling client to
+/// send the call again; then replica B's client retries `tools/call` (each answer the same task)
+/// and polls `tasks/get`; a retry runs the body again under the same reference, continuing the
+/// same claim, and the same task id ends `completed` with the entry A posted: the whole sequence
+/// B's client saw is `working`, then `completed`. Two body starts (A, then B), one entry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
 async fn a_killed_replicas_task_is_rerun_once_and_completes() {
@@ -801,21 +1062,21 @@ async fn a_killed_replicas_task_is_rerun_once_and_completes() {
         return;
     };
     let tool = "post_entry_rerun";
-    let (id, b, killed) = kill_replica_a_mid_task(&schema, tool).await;
+    let (id, b, _engine, killed) = kill_replica_a_mid_task(&schema, tool).await;
+    let reference = reference_of(&id).to_owned();
 
     // A client that only polls is told, once A's lease has passed, to send the call again (not
-    // "do not submit it again": this tool reruns it under the same reference).
-    let (stopped, _) = until_not_working(&b, &id).await;
-    assert_eq!(stopped.task.status(), TaskStatus::Failed, "{stopped:?}");
+    // "do not submit it again": this tool reruns it under the same reference); still working.
+    let (stopped, _) = until_said(&b, &id, "Send the same call again").await;
     let message = stopped.task.task.status_message.clone().unwrap_or_default();
-    assert!(message.contains("Send the same call again"), "{message}");
     assert!(!message.contains("Do not submit"), "{message}");
-    assert!(message.contains(&format!("ref {id}")), "{message}");
+    assert!(message.contains(&format!("ref {reference}")), "{message}");
 
     let deadline = Instant::now() + LEASE + AFTER_LEASE;
     // What the retries were answered, and what tasks/get said after each (in order, repeats
-    // folded).
+    // folded), and every state tasks/get gave (folded).
     let mut seen: Vec<String> = Vec::new();
+    let mut states = vec![TaskStatus::Working];
     let done = loop {
         let (again, status) = task_of(post(&b, tool).await);
         assert_eq!(again, id, "a retry is the same task");
@@ -824,6 +1085,7 @@ async fn a_killed_replicas_task_is_rerun_once_and_completes() {
         if seen.last() != Some(&step) {
             seen.push(step);
         }
+        states.push(r.task.status());
         if r.task.status() == TaskStatus::Completed {
             break r;
         }
@@ -833,25 +1095,32 @@ async fn a_killed_replicas_task_is_rerun_once_and_completes() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    states.dedup();
+    assert_eq!(
+        states,
+        [TaskStatus::Working, TaskStatus::Completed],
+        "{seen:?}"
+    );
     let after = killed.elapsed();
     let far = schema.pool(1).await;
     let (starts, entries) = far_side(&far).await;
     assert_eq!(starts, ["A", "B"], "the body ran again once, on B");
     assert_eq!(entries.len(), 1, "the ledger posted once: {entries:?}");
-    let (reference, entry) = entries[0].clone();
-    assert_eq!(reference, id);
+    let (posted, entry) = entries[0].clone();
+    assert_eq!(posted, reference);
     let result = completed_result(&done);
     assert_eq!(
         result["structuredContent"],
-        json!({ "entry": entry, "reference": id })
+        json!({ "entry": entry, "reference": reference })
     );
-    assert_eq!(result["_meta"][META_REF], json!(id));
-    // A repeat now is the completed task.
+    assert_eq!(result["_meta"][META_REF], json!(reference));
+    // A repeat now is the completed task, and it stays completed.
     let (again, status) = task_of(post(&b, tool).await);
     assert_eq!(
         (again.as_str(), status),
         (id.as_str(), TaskStatus::Completed)
     );
+    assert_eq!(polled(&b, &id, || ()).await, [TaskStatus::Completed]);
     println!("completed {after:?} after the kill: {seen:?}");
     far.close().await;
     b.cancel().await.ok();

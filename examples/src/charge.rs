@@ -191,7 +191,8 @@ impl Payments {
     }
 
     /// Pay out to the merchant's bank: a long job, so a client that declares the tasks extension
-    /// gets a task (its id is the reference) and polls `tasks/get`; a repeat gets the same task.
+    /// gets a task (its id names the claim: `{reference}@{claim time}`) and polls `tasks/get`; a
+    /// repeat gets the same task.
     #[idempotent(window = "1h", task)]
     #[tool(
         description = "Pay out an amount to the merchant's bank account. A long job: clients that support tasks get a task to poll. Repeating the same call within an hour returns the same payout (or task) instead of paying again."

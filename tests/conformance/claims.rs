@@ -212,3 +212,45 @@ pub(super) async fn fingerprint_mismatch(b: &Backend) {
         }
     );
 }
+
+/// Each claim of a record has a later claim time than the claim before it: in the same
+/// millisecond, with the clock stepped back, and after the window passed. A takeover of a call
+/// whose worker is gone (`recover = "rerun"`) continues that claim and keeps its time. (An MCP
+/// task id names one claim by its time.)
+pub(super) async fn each_claim_of_a_record_has_a_later_claim_time(b: &Backend) {
+    let k = key("claims");
+    let claimed_at = |s: Option<RecordStatus>| s.expect("the record").claimed_at;
+    let new = |c: Claim| match c {
+        Claim::New { token, .. } => token,
+        other => panic!("expected a new claim, got {other:?}"),
+    };
+    let t1 = b.new_claim(k, None, 10 * S).await;
+    let first = claimed_at(b.status(TENANT, k.reference(1)).await);
+    assert_eq!(first, at(10 * S));
+
+    // Released, and claimed again in the same millisecond.
+    b.store.release(k, t1, at(10 * S)).await.expect("release");
+    let t2 = new(b.claim(k, None, 10 * S).await);
+    let second = claimed_at(b.status(TENANT, k.reference(1)).await);
+    assert!(second > first, "{second} after {first}");
+
+    // Released, and claimed again by a clock 10 s behind.
+    b.store.release(k, t2, at(10 * S)).await.expect("release");
+    new(b.claim(k, None, 0).await);
+    let third = claimed_at(b.status(TENANT, k.reference(1)).await);
+    assert!(third > second, "{third} after {second}");
+
+    // Its worker is gone: the takeover continues the claim, with its time.
+    let t4 = Token(first_token(LEASE).0 + 7);
+    b.store
+        .take_over(k, t4, at(LEASE), dur(LEASE))
+        .await
+        .expect("take over");
+    assert_eq!(claimed_at(b.status(TENANT, k.reference(1)).await), third);
+
+    // Completed; once its window has passed, the next claim (a new operation) is later too.
+    b.complete(k, t4, LEASE, "done").await.expect("complete");
+    new(b.claim(k, None, LEASE + WINDOW).await);
+    let fifth = claimed_at(b.status(TENANT, k.reference(2)).await);
+    assert!(fifth > third, "{fifth} after {third}");
+}

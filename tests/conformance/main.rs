@@ -148,6 +148,7 @@ suite!(
     window_edges,
     slow_completion_counts_the_window_from_completion,
     fingerprint_mismatch,
+    each_claim_of_a_record_has_a_later_claim_time,
     released_is_taken_over_under_the_same_reference,
     unknown_answers_unknown_until_settled,
     stale_tokens_are_fenced,

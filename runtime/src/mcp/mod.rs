@@ -44,6 +44,7 @@ pub(crate) mod origin;
 pub(crate) mod progress;
 mod session;
 mod status;
+mod task_id;
 pub(crate) mod task_impl;
 
 pub(crate) use answer::answer_verbatim;
@@ -59,17 +60,21 @@ pub use identity::Identity;
 /// A tool wrapped with `#[idempotent(task)]` answers a client that declared the tasks extension
 /// with a task handle instead of waiting for the body:
 ///
-/// - the task id is the operation's reference: the key is claimed (durably, in the store)
-///   before the body starts and before the handle is returned, so `tasks/get` finds it on any
-///   replica sharing the store, and after a restart;
+/// - a task id names one claim of the operation: `{reference}@{claim time in ms}`, the store's
+///   claim time (every new claim of a record is later than the one before). The key is claimed
+///   (durably, in the store) before the body starts and before the handle is returned, so
+///   `tasks/get` finds it on any replica sharing the store, and after a restart;
 /// - a repeat of the call (same key) gets the same task id: running → the handle (`working`)
 ///   instead of an "in flight" error; completed → the handle, whose `tasks/get` gives the stored
 ///   result; nothing runs twice;
-/// - the task's state is the record's: in flight → `working`; completed → `completed` with the
-///   stored `CallToolResult` (a definitive error is a completed `isError` result, as for any
+/// - a task never leaves a terminal state. In flight → `working`; completed → `completed` with
+///   the stored `CallToolResult` (a definitive error is a completed `isError` result, as for any
 ///   tool); released (a retryable error: nothing was done) → `failed`, saying it is safe to call
-///   again; outcome unknown, or its worker gone (the lease passed) → `failed`, saying the outcome
-///   is unknown and naming the reference (a retried `tools/call` returns the same task);
+///   again — the call sent again is a new claim and a new task id, and the old id stays
+///   `failed`; outcome not known yet (its worker gone, the lease passed, or the outcome lost) →
+///   `working`, polled every [`UNSETTLED_POLL_INTERVAL_MS`](crate::mcp::task::UNSETTLED_POLL_INTERVAL_MS),
+///   until it is settled, then the outcome that stands. With `recover = "rerun"`, the call sent
+///   again continues the same claim under the same id, which then completes;
 /// - `tasks/cancel` is acknowledged for a task the caller owns and does not interrupt the work:
 ///   a side effect stopped halfway is worse than one finished, and cancellation is cooperative
 ///   (the status may lag); `tasks/get` keeps telling the truth;
@@ -81,7 +86,9 @@ pub use identity::Identity;
 /// `tasks/get` and `tasks/cancel` to [`get_task`](crate::mcp::task::get_task) and
 /// [`cancel_task`](crate::mcp::task::cancel_task).
 pub mod task {
-    pub use super::task_impl::{cancel_task, get_task, POLL_INTERVAL_MS};
+    pub use super::task_impl::{
+        cancel_task, get_task, POLL_INTERVAL_MS, UNSETTLED_POLL_INTERVAL_MS,
+    };
 }
 pub use session::CallerBoundSessions;
 pub use status::{status_router, status_tool};

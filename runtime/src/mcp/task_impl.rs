@@ -18,14 +18,21 @@ use crate::error::STATUS_TOOL;
 use crate::outcome::{Disposition, ErrorPolicy, Failure, Outcome};
 use crate::record::{RecordStatus, Standing};
 use crate::tool::Prepared;
-use crate::{Call, Error, Idempotency, IdempotencyContext, Reference};
+use crate::{Call, Error, Idempotency, IdempotencyContext};
 
 use super::answer::META_REF;
+use super::task_id::{Attempt, TaskId};
 
 type Request = rmcp::service::RequestContext<rmcp::RoleServer>;
 
-/// How often a client should poll `tasks/get`, in milliseconds.
+/// How often a client should poll `tasks/get` for a task being worked on, in milliseconds.
 pub const POLL_INTERVAL_MS: u64 = 1_000;
+
+/// How often a client should poll `tasks/get` for a task whose outcome is not known yet (its
+/// worker stopped reporting, or lost the outcome), in milliseconds: it stays `working` until it
+/// is settled (by a reconciler asking the downstream system, an operator, or its own worker
+/// reporting late), which takes longer than a running call.
+pub const UNSETTLED_POLL_INTERVAL_MS: u64 = 10_000;
 
 /// What a task tool's body gives, rendered as the `CallToolResult` that is stored: `T` as
 /// structured content, a definitive error as an `isError` result; other errors (retryable,
@@ -80,22 +87,41 @@ where
             .await;
         return super::answer_verbatim(outcome).map(CallToolResponse::Complete);
     }
-    let now = engine.clock().now();
-    let (started, claimed) = tokio::sync::oneshot::channel::<Reference>();
+    let caller = prepared.caller.clone();
+    let (started, claimed) = tokio::sync::oneshot::channel::<RecordStatus>();
+    let reader = engine.clone();
+    let (engine, at_start) = (engine.clone(), engine);
     let body = async move {
+        // The task id names this claim by its time in the store, read before the body acts: the
+        // record is this attempt's meanwhile (nobody else claims a call in flight, and a rerun
+        // keeps the claim's time). Unread, the call is answered inline once it is done.
         if let Some(call) = Call::current() {
-            let _ = started.send(call.reference());
+            let reference = call.reference();
+            match at_start.status(&caller, reference).await {
+                Ok(Some(status)) if status.reference == reference => {
+                    let _ = started.send(status);
+                }
+                Ok(_) => {
+                    tracing::warn!(%reference, "idempotency: the task's claim was not found; answering inline");
+                }
+                Err(e) => {
+                    tracing::warn!(%reference, error = %e, "idempotency: the task's claim time could not be read; answering inline");
+                }
+            }
         }
         body.await
     };
+    let caller = prepared.caller.clone();
     let run = tokio::spawn(async move {
         engine
             .execute_raw::<CallToolResult, E, _>(prepared, policy, body)
             .await
     });
-    // The body starts only once the claim is stored: its reference is the task id.
-    if let Ok(reference) = claimed.await {
-        return Ok(handle(reference, TaskStatus::Working, now));
+    // The body starts only once the claim is stored: the claim is the task.
+    if let Ok(status) = claimed.await {
+        let now = reader.clock().now();
+        let state = detailed(&status, Attempt::Current, now);
+        return Ok(handle(TaskId::of(&status), &state.task));
     }
     // The body did not run: a repeat (the same task), or the wrapper's own answer.
     let outcome: Outcome<CallToolResult, Failure<E>> = match run.await {
@@ -107,38 +133,43 @@ where
             ))
         }
     };
-    // A repeat of a task is that task, in the state `tasks/get` reports for it: completed (its
-    // stored answer, Ok or a final error), working, or failed with the outcome unknown (its worker
-    // is gone) — never an inline error in place of the task.
-    match (&outcome.result, outcome.reference) {
-        (_, Some(r)) if outcome.replayed => Ok(handle(r, TaskStatus::Completed, now)),
-        (Err(Failure::Wrapper(Error::InFlight { reference, .. })), _) => {
-            Ok(handle(*reference, TaskStatus::Working, now))
+    // A repeat of a task is that task (the record's current claim), in the state `tasks/get`
+    // reports for it: completed (its stored answer, Ok or a final error), or working (running,
+    // or its outcome not known yet) — never an inline error in place of the task.
+    let repeat = match (&outcome.result, outcome.reference) {
+        (_, Some(r)) if outcome.replayed => Some(r),
+        (Err(Failure::Wrapper(Error::InFlight { reference, .. })), _)
+        | (Err(Failure::Wrapper(Error::OutcomeUnknown { reference, .. })), _) => Some(*reference),
+        _ => None,
+    };
+    if let Some(reference) = repeat {
+        if let Ok(Some(status)) = reader.status(&caller, reference).await {
+            if status.reference == reference {
+                let state = detailed(&status, Attempt::Current, reader.clock().now());
+                return Ok(handle(TaskId::of(&status), &state.task));
+            }
         }
-        (Err(Failure::Wrapper(Error::OutcomeUnknown { reference, .. })), _) => {
-            Ok(handle(*reference, TaskStatus::Failed, now))
-        }
-        _ => super::answer_verbatim(outcome).map(CallToolResponse::Complete),
     }
+    super::answer_verbatim(outcome).map(CallToolResponse::Complete)
 }
 
-/// The task handle of operation `reference`.
-fn handle(reference: Reference, status: TaskStatus, now: Timestamp) -> CallToolResponse {
-    let task = Task::new(
-        reference.to_string(),
-        status,
-        now.to_string(),
-        now.to_string(),
-    )
-    .with_poll_interval_ms(POLL_INTERVAL_MS);
+/// The task handle of the claim `id`, as `tasks/get` shows it now (`task`).
+fn handle(id: TaskId, task: &Task) -> CallToolResponse {
+    let mut created = task.clone();
+    created.task_id = id.to_string();
     let mut meta = serde_json::Map::new();
-    meta.insert(META_REF.into(), Value::String(reference.to_string()));
-    CallToolResponse::Task(CreateTaskResult::new(task).with_meta(MetaObject(meta)))
+    meta.insert(META_REF.into(), Value::String(id.reference.to_string()));
+    CallToolResponse::Task(CreateTaskResult::new(created).with_meta(MetaObject(meta)))
 }
 
-/// The record behind task `task_id`, for the caller of `request` (another tenant's task is not
-/// found, like one that never existed).
-async fn find<S>(server: &S, task_id: &str, request: &Request) -> Result<RecordStatus, ErrorData>
+/// The record behind task `task_id`, for the caller of `request`, and what became of the claim
+/// the id names (another tenant's task is not found, like one that never existed, and so is a
+/// task of an operation the key has moved on from: its answer is no longer kept).
+async fn find<S>(
+    server: &S,
+    task_id: &str,
+    request: &Request,
+) -> Result<(RecordStatus, Attempt), ErrorData>
 where
     S: IdempotencyContext<Request>,
 {
@@ -151,10 +182,13 @@ where
             None,
         )
     };
-    let reference: Reference = task_id.parse().map_err(|_| not_found())?;
-    match server.idempotency().status(&caller, reference).await {
-        Ok(Some(status)) if status.reference == reference => Ok(status),
-        Ok(_) => Err(not_found()),
+    let id = TaskId::parse(task_id).ok_or_else(not_found)?;
+    match server.idempotency().status(&caller, id.reference).await {
+        Ok(Some(status)) => match id.attempt(&status) {
+            Some(attempt) => Ok((status, attempt)),
+            None => Err(not_found()),
+        },
+        Ok(None) => Err(not_found()),
         Err(e) => Err(ErrorData::internal_error(
             format!(
                 "the state of task {task_id} could not be read right now ({e}); ask again shortly"
@@ -164,7 +198,7 @@ where
     }
 }
 
-/// `tasks/get`: the state of the operation the task id names, from the store.
+/// `tasks/get`: the state of the claim the task id names, from the store.
 pub async fn get_task<S>(
     server: &S,
     params: GetTaskParams,
@@ -173,9 +207,11 @@ pub async fn get_task<S>(
 where
     S: IdempotencyContext<Request>,
 {
-    let status = find(server, &params.task_id, request).await?;
+    let (status, attempt) = find(server, &params.task_id, request).await?;
     let now = server.idempotency().clock().now();
-    Ok(GetTaskResult::new(detailed(&status, now)))
+    let mut task = detailed(&status, attempt, now);
+    task.task.task_id = params.task_id;
+    Ok(GetTaskResult::new(task))
 }
 
 /// `tasks/cancel`: acknowledged for a task the caller owns; the work is not interrupted (see the
@@ -191,7 +227,11 @@ where
     find(server, &params.task_id, request).await.map(|_| ())
 }
 
-fn detailed(s: &RecordStatus, now: Timestamp) -> DetailedTask {
+/// The task of `attempt`, a claim of the record `s` (the caller sets its id). A task never leaves
+/// a terminal state: `completed` (the answer stands) and `failed` (nothing was done under this
+/// claim: it was released) are final for the claim; a claim whose outcome is not known yet stays
+/// `working` until it is settled, polled less often.
+fn detailed(s: &RecordStatus, attempt: Attempt, now: Timestamp) -> DetailedTask {
     let r = s.reference;
     let tool = &s.tool;
     let updated = s.completed_at.unwrap_or(s.claimed_at);
@@ -199,37 +239,45 @@ fn detailed(s: &RecordStatus, now: Timestamp) -> DetailedTask {
         let mut error = JsonObject::new();
         error.insert("code".into(), json!(-32603));
         error.insert("message".into(), Value::String(message.clone()));
-        (TaskPayload::Failed { error }, message)
+        (TaskPayload::Failed { error }, message, POLL_INTERVAL_MS)
     };
-    // What the record means now, as a repeat and the status tool read it. A claim whose lease
-    // passed unrenewed, or whose outcome was lost, is a terminal answer for the task: failed,
-    // outcome unknown (never "working" forever while nobody works on it).
+    let working = |message: String, poll: u64| (TaskPayload::Working, message, poll);
     // A tool that reruns a call whose worker is gone (`recover = "rerun"`) runs it again when the
-    // call is sent again: say so, instead of "do not submit it again".
+    // call is sent again, under the same claim: say so, instead of "do not submit it again".
     let reruns = crate::tool::task_recovery(tool) == Some(crate::tool::Recover::Rerun);
-    let (payload, message) = match s.standing(r, now) {
-        Standing::LeasePassed | Standing::Unknown if reruns => failed(format!(
+    let standing = match attempt {
+        Attempt::Current => s.standing(r, now),
+        Attempt::Superseded => Standing::Superseded,
+    };
+    let (payload, message, poll) = match standing {
+        Standing::LeasePassed | Standing::Unknown if reruns => working(format!(
             "{tool} (ref {r}) stopped before it reported: its worker is gone. Send the same call again: it runs again under the same reference, which the downstream system deduplicates on, and this task then completes with its answer."
-        )),
-        Standing::InFlight => (
-            TaskPayload::Working,
+        ), UNSETTLED_POLL_INTERVAL_MS),
+        Standing::InFlight => working(
             format!("{tool} (ref {r}) is in progress. Do not submit it again."),
+            POLL_INTERVAL_MS,
         ),
-        Standing::LeasePassed => failed(format!(
-            "The outcome of {tool} (ref {r}) is unknown: its worker has not reported since its lease ended at {}, so it may or may not have taken effect. Do not submit it again; ask {STATUS_TOOL} about ref {r} later, once it has been reconciled.",
+        Standing::LeasePassed => working(format!(
+            "The outcome of {tool} (ref {r}) is not known yet: its worker has not reported since its lease ended at {}, so it may or may not have taken effect. Do not submit it again: this task stays working until the call is settled (reconciled by its reference), then ends with the outcome that stands; {STATUS_TOOL} tells the same about ref {r}.",
             s.lease_expires_at
-        )),
-        Standing::Unknown => failed(format!(
-            "The outcome of {tool} (ref {r}) is unknown: it may or may not have taken effect. Do not submit it again; ask {STATUS_TOOL} about ref {r} later, once it has been reconciled."
-        )),
-        Standing::Completed | Standing::Failed | Standing::Expired | Standing::Superseded => (
-            TaskPayload::Completed {
-                result: stored_result(s),
-            },
-            format!("{tool} (ref {r}) completed."),
-        ),
+        ), UNSETTLED_POLL_INTERVAL_MS),
+        Standing::Unknown => working(format!(
+            "The outcome of {tool} (ref {r}) is not known yet: it may or may not have taken effect. Do not submit it again: this task stays working until the call is settled (reconciled by its reference), then ends with the outcome that stands; {STATUS_TOOL} tells the same about ref {r}."
+        ), UNSETTLED_POLL_INTERVAL_MS),
+        Standing::Completed | Standing::Failed | Standing::Expired => {
+            let result = stored_result(s);
+            (
+                TaskPayload::Completed { result },
+                format!("{tool} (ref {r}) completed."),
+                POLL_INTERVAL_MS,
+            )
+        }
         Standing::Released => failed(format!(
-            "{tool} (ref {r}) did not take effect. It is safe to call {tool} again with the same arguments."
+            "{tool} (ref {r}) did not take effect. It is safe to call {tool} again with the same arguments (a new task)."
+        )),
+        // Claimed again since: this attempt was given back, and a new task holds the call.
+        Standing::Superseded => failed(format!(
+            "This attempt at {tool} (ref {r}) did not take effect, and the call was sent again since: that is a new task (the same call returns its id)."
         )),
     };
     let mut task = Task::new(
@@ -239,8 +287,8 @@ fn detailed(s: &RecordStatus, now: Timestamp) -> DetailedTask {
         updated.to_string(),
     )
     .with_status_message(message)
-    .with_poll_interval_ms(POLL_INTERVAL_MS);
-    if let Some(until) = s.expires_at {
+    .with_poll_interval_ms(poll);
+    if let (Attempt::Current, Some(until)) = (attempt, s.expires_at) {
         let ttl = until.as_millis().saturating_sub(s.claimed_at.as_millis());
         task = task.with_ttl_ms(u64::try_from(ttl).unwrap_or(0));
     }
@@ -315,23 +363,50 @@ mod tests {
 
     #[test]
     fn every_record_state_is_a_truthful_task_state() {
-        let working = detailed(&record(RecordState::InFlight, None), NOW);
+        let current = Attempt::Current;
+        let working = detailed(&record(RecordState::InFlight, None), current, NOW);
         assert_eq!(working.status(), TaskStatus::Working);
+        assert_eq!(working.task.poll_interval_ms, Some(POLL_INTERVAL_MS));
         let stale = detailed(
             &record(RecordState::InFlight, None),
+            current,
             Timestamp::from_millis(2_000_000),
         );
-        // Its lease passed unrenewed: nobody works on it, so it is not "working" forever.
-        assert_eq!(stale.status(), TaskStatus::Failed);
-        assert!(stale.task.status_message.unwrap().contains("unknown"));
+        // Its lease passed unrenewed: the outcome is not known yet, and the task stays working
+        // (polled less often) until it is settled, then ends with the outcome that stands.
+        assert_eq!(stale.status(), TaskStatus::Working);
+        assert_eq!(
+            stale.task.poll_interval_ms,
+            Some(UNSETTLED_POLL_INTERVAL_MS)
+        );
+        assert!(stale.task.status_message.unwrap().contains("not known yet"));
 
-        // Outcome unknown: a terminal answer that says so (ask the status tool later).
-        let unknown = detailed(&record(RecordState::Unknown, None), NOW);
-        assert_eq!(unknown.status(), TaskStatus::Failed);
-        assert!(unknown.task.status_message.unwrap().contains("unknown"));
+        let unknown = detailed(&record(RecordState::Unknown, None), current, NOW);
+        assert_eq!(unknown.status(), TaskStatus::Working);
+        assert_eq!(
+            unknown.task.poll_interval_ms,
+            Some(UNSETTLED_POLL_INTERVAL_MS)
+        );
+        assert!(unknown
+            .task
+            .status_message
+            .unwrap()
+            .contains("not known yet"));
+
+        // A claim of the record made since this one: this attempt was released, for good.
+        for state in [
+            RecordState::InFlight,
+            RecordState::Completed,
+            RecordState::Unknown,
+            RecordState::Released,
+        ] {
+            let later = detailed(&record(state, None), Attempt::Superseded, NOW);
+            assert_eq!(later.status(), TaskStatus::Failed, "{state:?}");
+            assert!(later.task.status_message.unwrap().contains("a new task"));
+        }
 
         // Released: nothing was done, and the task says it is safe to call again.
-        let released = detailed(&record(RecordState::Released, None), NOW);
+        let released = detailed(&record(RecordState::Released, None), current, NOW);
         assert_eq!(released.status(), TaskStatus::Failed);
         match released.payload {
             TaskPayload::Failed { error } => {
@@ -351,7 +426,7 @@ mod tests {
         );
         done.completed_at = Some(Timestamp::from_millis(1_002_000));
         done.expires_at = Some(Timestamp::from_millis(4_602_000));
-        let completed = detailed(&done, NOW);
+        let completed = detailed(&done, current, NOW);
         assert_eq!(completed.status(), TaskStatus::Completed);
         assert_eq!(completed.task.ttl_ms, Some(3_602_000));
         match completed.payload {

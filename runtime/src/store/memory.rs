@@ -186,7 +186,11 @@ impl RecordStore for MemoryStore {
                         } else {
                             row.generation
                         };
+                        // Each claim of a record is later than the one before it, whatever
+                        // the clock did: the claim time names the claim (MCP task ids).
+                        let after = row.claimed_at.as_millis().saturating_add(1);
                         *row = fresh(generation, req.token.0);
+                        row.claimed_at = Timestamp::from_millis(req.now.as_millis().max(after));
                         Claim::New {
                             reference: req.key.reference(generation),
                             token: Token(row.token),

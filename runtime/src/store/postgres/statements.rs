@@ -118,15 +118,16 @@ WHERE NOT EXISTS (SELECT 1 FROM ins)"
 use claim_sql;
 
 /// The rare second statement of a claim that found a released or window-expired record of its
-/// own key: take it over (the request's token; generation + 1 only for an expired window), if it still
-/// qualifies. Same parameters as [`CLAIM`].
+/// own key: take it over (the request's token; generation + 1 only for an expired window; a claim
+/// time later than the record's last, whatever the clock did), if it still qualifies. Same
+/// parameters as [`CLAIM`].
 pub(super) const TAKEOVER: &str = concat!(
     "\
 UPDATE idempotency_records SET
     token = $8,
-    claimed_at = ",
+    claimed_at = GREATEST(",
     clock!("$6", "$10"),
-    ",
+    ", claimed_at + 1),
     window_s = $11,
     lease_or_settled_at = ",
     clock!("$6", "$10"),

@@ -60,7 +60,8 @@ SELECT $1, $2, $3, $4, GREATEST(COALESCE(",
             server_clock!(),
             " + $15::BIGINT, $14::BIGINT), $3), $5, $6, $7, $8, $9, $10, $11, $12
 WHERE (date_part('epoch', transaction_timestamp()) * 1000000)::BIGINT = $13
-ON CONFLICT (ref) DO UPDATE SET token = EXCLUDED.token, claimed_at = EXCLUDED.claimed_at,
+ON CONFLICT (ref) DO UPDATE SET token = EXCLUDED.token,
+    claimed_at = GREATEST(EXCLUDED.claimed_at, r.claimed_at + 1),
     window_s = EXCLUDED.window_s, lease_or_settled_at = EXCLUDED.lease_or_settled_at,
     generation = EXCLUDED.generation, state = EXCLUDED.state, watched = false,
     tenant = EXCLUDED.tenant, subject = EXCLUDED.subject, tool = EXCLUDED.tool,

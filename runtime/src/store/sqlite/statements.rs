@@ -10,7 +10,7 @@ INSERT INTO idempotency_records
 VALUES (?, ?, ?, ?, ?, 1, 0, ?, ?, ?, ?, ?)
 ON CONFLICT (ref) DO UPDATE SET
     token = excluded.token,
-    claimed_at = excluded.claimed_at,
+    claimed_at = MAX(excluded.claimed_at, claimed_at + 1),
     ends_at = excluded.ends_at,
     window_ms = excluded.window_ms,
     generation = CASE WHEN state = 3 THEN generation ELSE generation + 1 END,
@@ -29,8 +29,8 @@ FROM idempotency_records WHERE ref = ? AND changes() = 0"
 }
 
 /// The claim, in one call to sqlx's SQLite worker, two statements. First an upsert: insert, or take
-/// over a released / window-expired record of this key (same `key_rest`), returning a row only when
-/// this claim won. Then, only when the upsert changed nothing (`changes() = 0`), the row it found
+/// over a released / window-expired record of this key (same `key_rest`; its claim time later than
+/// the record's last, whatever the clock did), returning a row only when this claim won. Then, only when the upsert changed nothing (`changes() = 0`), the row it found
 /// under the reference. The first column says which: `1` a won claim (`generation, token`), `0` the
 /// existing record (a [`RecordRow`](super::super::sql::RecordRow) from column 1 on; another key's
 /// when its `key_rest` differs).

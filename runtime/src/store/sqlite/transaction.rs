@@ -84,7 +84,8 @@ const RECORD: &str = "\
 INSERT INTO idempotency_records
     (ref, token, claimed_at, ends_at, window_ms, completed_at, generation, state, key_rest, tenant, subject, tool, fingerprint, response)
 VALUES ($1, $2, $3, $4 + $5, $5, $4, $6, $7, $8, $9, $10, $11, $12, $13)
-ON CONFLICT (ref) DO UPDATE SET token = excluded.token, claimed_at = excluded.claimed_at,
+ON CONFLICT (ref) DO UPDATE SET token = excluded.token,
+    claimed_at = MAX(excluded.claimed_at, claimed_at + 1),
     ends_at = excluded.ends_at, window_ms = excluded.window_ms, completed_at = excluded.completed_at,
     generation = excluded.generation, state = excluded.state, tenant = excluded.tenant,
     subject = excluded.subject, tool = excluded.tool, fingerprint = excluded.fingerprint,

@@ -26,15 +26,17 @@ local blob = redis.call('GET', rec)
 
 -- A plain SET also ends the expiry of a settled record it takes over; ZADD moves its index
 -- entry from the settled band into the unsettled one (scored by lease end).
-local function take(g)
-  local head = struct.pack('>BI4dddd', 0, g, now, lease, 0, tonumber(ARGV[5]))
+-- Each claim of a record is later than the one before it (`after`: the record's last claim
+-- time + 1 ms), whatever the clocks did: the claim time names the claim (MCP task ids).
+local function take(g, after)
+  local head = struct.pack('>BI4dddd', 0, g, math.max(now, after), lease, 0, tonumber(ARGV[5]))
   redis.call('SET', rec, head .. tail)
   redis.call('ZADD', KEYS[2], lease, string.sub(rec, -16))
   return {0, g, head}
 end
 
 if not blob then
-  return take(1)
+  return take(1, now)
 end
 -- A record the store did not write this way is refused (CORRUPT: see conn.rs), never taken
 -- over or answered from: a repeat would get the same answer, so the caller is told so.
@@ -61,10 +63,10 @@ if string.sub(blob, 38, 61) ~= string.sub(tail, 1, 24) then
   return {5, g}
 end
 if s == 3 then
-  return take(g)
+  return take(g, c + 1)
 end
 if (s == 1 or s == 4) and now >= e then
-  return take(g + 1)
+  return take(g + 1, c + 1)
 end
 local ok, f, tn, sb, tl, r, after = pcall(struct.unpack, '>I1c0I2c0I2c0I2c0I4c0', blob, 70)
 if not ok or after ~= #blob + 1 then
