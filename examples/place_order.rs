@@ -1,6 +1,7 @@
 //! The place_order MCP server: `place_order` writes a row of the `orders` table in the store's own
-//! database, wrapped with `#[idempotent(window = "1h", business_key = "order_id", transactional)]`:
-//! the claim, the order and the call's answer are one commit. A worker that dies leaves nothing
+//! database, wrapped with `#[idempotent(window = "1h", business_key = "order_id", transactional,
+//! timeout = "10s")]`: the claim, the order and the call's answer are one commit, bounded by the
+//! timeout (the database ends a transaction still open a second after it). A worker that dies leaves nothing
 //! (the database rolls the transaction back) and the next repeat places the order once; a repeat
 //! after the commit is replayed. Also `idempotency_status`.
 //!
@@ -29,18 +30,23 @@ use serde::{Deserialize, Serialize};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The `orders` table, beside the store's records.
+/// The `orders` table, beside the store's records: an order id is the caller's tenant's own (as
+/// the call's key is), so two tenants' `cart-1` are two orders.
 const CREATE_ORDERS: &str = "CREATE TABLE IF NOT EXISTS orders (
-    order_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    order_id TEXT NOT NULL,
     reference TEXT NOT NULL,
     items TEXT NOT NULL,
     amount_cents BIGINT NOT NULL,
-    currency TEXT NOT NULL
+    currency TEXT NOT NULL,
+    PRIMARY KEY (tenant, order_id)
 )";
 
-/// An order of its own (`ON CONFLICT`): an `order_id` another call placed is not overwritten.
-const INSERT_ORDER: &str = "INSERT INTO orders (order_id, reference, items, amount_cents, currency)
-    VALUES ($1, $2, $3, $4, $5) ON CONFLICT (order_id) DO NOTHING";
+/// An order of its own (`ON CONFLICT`): an `order_id` another call of the tenant placed is not
+/// overwritten.
+const INSERT_ORDER: &str =
+    "INSERT INTO orders (tenant, order_id, reference, items, amount_cents, currency)
+    VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant, order_id) DO NOTHING";
 
 /// The arguments of `place_order`.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
@@ -179,16 +185,28 @@ impl IdempotencyContext<RequestContext<RoleServer>> for Orders {
 #[tool_router]
 impl Orders {
     /// Place an order. Safe to repeat: the order and the call's answer commit together.
-    #[idempotent(window = "1h", business_key = "order_id", transactional)]
+    #[idempotent(
+        window = "1h",
+        business_key = "order_id",
+        transactional,
+        timeout = "10s"
+    )]
     #[tool(
         description = "Place an order. Repeating the call for the same order_id within an hour returns the first order instead of placing another."
     )]
     async fn place_order(
         &self,
         Parameters(args): Parameters<OrderArgs>,
+        request: RequestContext<RoleServer>,
     ) -> Result<Json<Order>, OrderError> {
         // First, before any write: a refusal here is rolled back and not stored (see Classify).
         let amount_cents = args.validate()?;
+        // The call's key is the tenant's: so is the order id.
+        let tenant = self
+            .identity
+            .resolve(&request)
+            .map_err(|e| OrderError::Database(e.to_string()))?
+            .tenant;
         let call = Call::current()
             .ok_or_else(|| OrderError::Database("not inside an idempotent call".into()))?;
         let reference = call.reference().to_string();
@@ -200,6 +218,7 @@ impl Orders {
             Database::Postgres(_) => {
                 let mut tx = call.transaction::<sqlx::Postgres>()?;
                 sqlx::query(INSERT_ORDER)
+                    .bind(&tenant)
                     .bind(&args.order_id)
                     .bind(&reference)
                     .bind(&items)
@@ -212,6 +231,7 @@ impl Orders {
             Database::Sqlite(_) => {
                 let mut tx = call.transaction::<sqlx::Sqlite>()?;
                 sqlx::query(INSERT_ORDER)
+                    .bind(&tenant)
                     .bind(&args.order_id)
                     .bind(&reference)
                     .bind(&items)

@@ -1,5 +1,5 @@
-//! The `charge_card` server: `charge_card` wrapped with `#[idempotent(window = "15m", recover = "rerun", client_key = "accept")]` (the processor deduplicates on the reference; a client may send its own key), `payout`
-//! as a task (`#[idempotent(window = "1h", task)]`), `refund` left unwrapped (so `tools/list`
+//! The `charge_card` server: `charge_card` wrapped with `#[idempotent(window = "15m", recover = "rerun", client_key = "accept", timeout = "30s")]` (the processor deduplicates on the reference; a client may send its own key), `payout`
+//! as a task (`#[idempotent(window = "1h", task, timeout = "10m")]`), `refund` left unwrapped (so `tools/list`
 //! shows the difference), and `idempotency_status`.
 //!
 //! Arguments are checked first and their refusal is [`Disposition::Retryable`] (released, not
@@ -166,7 +166,12 @@ impl Payments {
     /// Charge a card. Safe to repeat: a repeat within 15 minutes returns the first receipt. A
     /// client that sends its own idempotency key (`_meta` "idempotency/key" or the
     /// `Idempotency-Key` header) scopes the call with it.
-    #[idempotent(window = "15m", recover = "rerun", client_key = "accept")]
+    #[idempotent(
+        window = "15m",
+        recover = "rerun",
+        client_key = "accept",
+        timeout = "30s"
+    )]
     #[tool(
         description = "Charge a card. Repeating the same call within 15 minutes returns the first receipt instead of charging again."
     )]
@@ -193,7 +198,7 @@ impl Payments {
     /// Pay out to the merchant's bank: a long job, so a client that declares the tasks extension
     /// gets a task (its id names the claim: `{reference}@{claim time}`) and polls `tasks/get`; a
     /// repeat gets the same task.
-    #[idempotent(window = "1h", task)]
+    #[idempotent(window = "1h", task, timeout = "10m")]
     #[tool(
         description = "Pay out an amount to the merchant's bank account. A long job: clients that support tasks get a task to poll. Repeating the same call within an hour returns the same payout (or task) instead of paying again."
     )]

@@ -126,7 +126,12 @@ impl IdempotencyContext<RequestContext<RoleServer>> for Shipping {
 #[tool_router]
 impl Shipping {
     /// Create a shipment for an order, once per order.
-    #[idempotent(business_key = "order_id", window = "24h", recover = "rerun")]
+    #[idempotent(
+        business_key = "order_id",
+        window = "24h",
+        recover = "rerun",
+        timeout = "30s"
+    )]
     #[tool(
         description = "Create the shipment of an order. One shipment per order id: repeating it returns the same tracking number; the same order with different details is refused."
     )]

@@ -72,12 +72,24 @@ enum Far {
 }
 
 impl Far {
-    /// The rows of `order_id`: (reference, amount_cents).
-    async fn rows(&self, order_id: &str) -> Vec<(String, i64)> {
-        let sql = "SELECT reference, amount_cents FROM orders WHERE order_id = $1";
+    /// The rows of `tenant`'s `order_id`: (reference, amount_cents).
+    async fn rows(&self, tenant: &str, order_id: &str) -> Vec<(String, i64)> {
+        let sql = "SELECT reference, amount_cents FROM orders WHERE tenant = $1 AND order_id = $2";
         match self {
-            Far::Sqlite(p) => sqlx::query_as(sql).bind(order_id).fetch_all(p).await,
-            Far::Postgres(p) => sqlx::query_as(sql).bind(order_id).fetch_all(p).await,
+            Far::Sqlite(p) => {
+                sqlx::query_as(sql)
+                    .bind(tenant)
+                    .bind(order_id)
+                    .fetch_all(p)
+                    .await
+            }
+            Far::Postgres(p) => {
+                sqlx::query_as(sql)
+                    .bind(tenant)
+                    .bind(order_id)
+                    .fetch_all(p)
+                    .await
+            }
         }
         .expect("read the orders table")
     }
@@ -154,7 +166,10 @@ async fn places_once_and_replays(place: Place) {
     let refused_again = call(&client, "place_order", bad).await;
     assert_eq!(refused_again.is_error, Some(true));
     assert!(!replayed(&refused_again), "a refusal is not replayed");
-    assert!(far.rows("o-1001").await.is_empty(), "nothing was written");
+    assert!(
+        far.rows("acme", "o-1001").await.is_empty(),
+        "nothing was written"
+    );
 
     // The order: placed once, under the call's reference.
     let first = call(&client, "place_order", order()).await;
@@ -177,7 +192,7 @@ async fn places_once_and_replays(place: Place) {
     assert_eq!(repeat.content, first.content);
     assert_eq!(structured(&repeat), placed);
     assert_eq!(
-        far.rows("o-1001").await,
+        far.rows("acme", "o-1001").await,
         vec![(reference.clone(), 3300)],
         "exactly one row, written by the call"
     );
@@ -207,19 +222,21 @@ async fn places_once_and_replays(place: Place) {
     assert_eq!(structured(&later), placed);
     client.cancel().await.expect("the client closes");
 
-    // Another tenant's call for the same order id is a call of its own: it runs, and finds the
-    // order placed (nothing is overwritten).
+    // Another tenant's call for the same order id is a call and an order of its own: it runs
+    // and places globex's order, leaving acme's as it was.
     let client = place.connect("globex").await;
     let theirs = call(&client, "place_order", order()).await;
-    assert_eq!(theirs.is_error, Some(true), "{}", text(&theirs));
-    assert!(
-        text(&theirs).contains("already exists"),
-        "{}",
-        text(&theirs)
-    );
+    assert_eq!(theirs.is_error, Some(false), "{}", text(&theirs));
+    assert!(!replayed(&theirs), "{}", text(&theirs));
+    let their_ref = structured(&theirs)["reference"]
+        .as_str()
+        .expect("globex's order names its reference")
+        .to_owned();
+    assert_ne!(their_ref, reference);
     client.cancel().await.expect("the client closes");
 
-    assert_eq!(far.rows("o-1001").await, vec![(reference, 3300)]);
+    assert_eq!(far.rows("acme", "o-1001").await, vec![(reference, 3300)]);
+    assert_eq!(far.rows("globex", "o-1001").await, vec![(their_ref, 3300)]);
     far.close().await;
 }
 

@@ -7,7 +7,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,6 +25,8 @@ pub struct Proxy {
     cut: broadcast::Sender<()>,
     /// `true` while frozen: nothing is passed on either way, nothing is dropped.
     frozen: Arc<tokio::sync::watch::Sender<bool>>,
+    /// What a client sends that stops the replies on its connection ([`Proxy::withhold_reply_to`]).
+    withhold: Arc<Mutex<Option<Vec<u8>>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -45,6 +47,8 @@ impl Proxy {
             replication_only.clone(),
         );
         let frozen2 = frozen.clone();
+        let withhold: Arc<Mutex<Option<Vec<u8>>>> = Arc::default();
+        let withhold2 = withhold.clone();
         let task = tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
                 if !up2.load(Ordering::SeqCst) {
@@ -57,6 +61,8 @@ impl Proxy {
                     replication_only: only2.clone(),
                     replication: Arc::new(AtomicBool::new(false)),
                     frozen: frozen2.subscribe(),
+                    withhold: withhold2.clone(),
+                    withheld: Arc::new(AtomicBool::new(false)),
                 };
                 tokio::spawn(async move {
                     let Ok(outbound) = TcpStream::connect(upstream).await else {
@@ -79,8 +85,15 @@ impl Proxy {
             replication_only,
             cut,
             frozen,
+            withhold,
             task,
         })
+    }
+
+    /// From now on, a connection on which the client sends `pattern` (say, `COMMIT`) passes it
+    /// on but gets no reply any more, ever: the server did it, the client never hears.
+    pub fn withhold_reply_to(&self, pattern: &[u8]) {
+        *self.withhold.lock().unwrap_or_else(PoisonError::into_inner) = Some(pattern.to_vec());
     }
 
     /// A partition that keeps the connections open: from now on nothing passes either way
@@ -140,6 +153,10 @@ struct Delay {
     replication: Arc<AtomicBool>,
     /// Whether the proxy is frozen ([`Proxy::freeze`]).
     frozen: tokio::sync::watch::Receiver<bool>,
+    /// The proxy's [`Proxy::withhold_reply_to`] pattern.
+    withhold: Arc<Mutex<Option<Vec<u8>>>>,
+    /// The client sent that pattern on this connection: no more replies.
+    withheld: Arc<AtomicBool>,
 }
 
 impl Delay {
@@ -157,6 +174,7 @@ impl Delay {
 async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, (delay, inbound): (Delay, bool)) {
     let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
     let mut frozen = delay.frozen.clone();
+    let withheld = delay.withheld.clone();
     let read = async move {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
@@ -165,6 +183,18 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, (delay, inbound):
                 Ok(n) => {
                     if inbound && buf[..n].windows(8).any(|w| w == b"REPLCONF") {
                         delay.replication.store(true, Ordering::SeqCst);
+                    }
+                    if inbound {
+                        let pattern = delay
+                            .withhold
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .clone();
+                        if let Some(p) = pattern.filter(|p| !p.is_empty()) {
+                            if buf[..n].windows(p.len()).any(|w| w == p.as_slice()) {
+                                delay.withheld.store(true, Ordering::SeqCst);
+                            }
+                        }
                     }
                     let due = Instant::now() + delay.now();
                     if tx.send((due, buf[..n].to_vec())).is_err() {
@@ -179,6 +209,10 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, (delay, inbound):
             tokio::time::sleep_until(due).await;
             if frozen.wait_for(|f| !*f).await.is_err() {
                 return;
+            }
+            if !inbound && withheld.load(Ordering::SeqCst) {
+                // Held for good: the connection stays open, its replies never arrive.
+                std::future::pending::<()>().await;
             }
             if to.write_all(&chunk).await.is_err() {
                 return;

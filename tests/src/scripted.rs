@@ -307,9 +307,13 @@ impl RecordStore for Scripted {
 }
 
 impl TransactionalStore for Scripted {
-    fn running(&self, reference: Reference) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn running<'a>(
+        &'a self,
+        tenant: &'a str,
+        reference: Reference,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
         match self.inner.transactions() {
-            Some(inner) => inner.running(reference),
+            Some(inner) => inner.running(tenant, reference),
             None => Box::pin(std::future::ready(Ok(false))),
         }
     }

@@ -150,15 +150,15 @@ impl Idempotency {
             .await
     }
 
-    /// Whether a transactional call under `reference` is running now: its record appears only
-    /// at its commit. Not scoped to a caller (the store's lock knows only the reference), so it
-    /// answers only whether *a* call holds it, nothing of that call.
+    /// Whether a transactional call of `caller`'s tenant is running now under `reference`: its
+    /// record appears only at its commit. Another tenant's call is `false`.
     pub(crate) async fn running_in_transaction(
         &self,
+        caller: &Caller,
         reference: Reference,
     ) -> Result<bool, StoreError> {
         match self.store.transactions() {
-            Some(store) => store.running(reference).await,
+            Some(store) => store.running(&caller.tenant, reference).await,
             None => Ok(false),
         }
     }

@@ -6,7 +6,10 @@
 //!   done; no key is held;
 //! - while the body runs: a repeat is told "in flight" (the database holds the key); if the
 //!   future is dropped, the worker is killed or the body panics or times out, the database rolls
-//!   everything back and the next repeat runs as a fresh call;
+//!   everything back and the next repeat runs as a fresh call. The body is bounded by the tool's
+//!   timeout, or the engine's lease when it has none; the store's transaction carries that bound
+//!   (plus [`SETTLE_GRACE`] for the commit), so a worker whose host is gone while its connection
+//!   stays half-open holds the key no longer than that either;
 //! - at the commit: committed, a repeat replays; refused, nothing stays and a repeat runs once;
 //!   the answer lost, the caller is told so and a repeat finds out which it was.
 
@@ -25,11 +28,9 @@ use crate::clock::Timestamp;
 use crate::error::{Error, UnknownReason};
 use crate::outcome::{Disposition, ErrorPolicy, Failure, Outcome};
 use crate::record::StoredResponse;
+use crate::store::transaction::SETTLE_GRACE;
 use crate::store::{Begun, Claim, CommitError, OpenTransaction, StoreError, TxOutcome};
 use crate::tool::{Prepared, ToolSpec};
-
-/// How long the commit or rollback may take after the body, beyond the call's timeout.
-const SETTLE_GRACE: Duration = Duration::from_secs(1);
 
 /// The first and the longest pause between looks of a repeat that waits (`wait`) for a
 /// transactional call in flight: its record appears only at the commit, so the repeat looks
@@ -72,6 +73,8 @@ impl Idempotency {
         };
         let started = tokio::time::Instant::now();
         let by = spec.timeout.map(|t| started + t);
+        // How long the body may run: the tool's timeout, else the engine's lease.
+        let bound = spec.timeout.unwrap_or(self.lease);
         if let Err(out) = self.check_secret(tool, by).await {
             return out;
         }
@@ -82,7 +85,9 @@ impl Idempotency {
         let mut slot = None;
         loop {
             let now = self.clock.now();
-            let req = self.request(&prepared, &self.secret, now);
+            let mut req = self.request(&prepared, &self.secret, now);
+            // The transaction holds the key at most this long (its store bounds it so).
+            req.lease = bound;
             let key = req.key;
             // Before the transaction begins: no time the database gives the record is earlier.
             let sent = tokio::time::Instant::now();
@@ -111,7 +116,7 @@ impl Idempotency {
                     }
                     tracing::debug!(tool, reference = %tx.reference(), "idempotency transaction open");
                     let keep = self.keep(&prepared).map(|k| Kept { keep: k, key, sent });
-                    return run_in(tx, spec, (now, keep), (policy, body)).await;
+                    return run_in(tx, (spec, bound), (now, keep), (policy, body)).await;
                 }
                 Ok(Begun::Answered(claim)) => claim,
             };
@@ -169,11 +174,11 @@ impl Kept {
     }
 }
 
-/// Runs `body` inside the open transaction `tx` and commits its outcome, or rolls back; a
-/// committed answer is kept in `keep`'s cache.
+/// Runs `body` inside the open transaction `tx`, for at most `bound`, and commits its outcome
+/// (by `bound` + [`SETTLE_GRACE`]), or rolls back; a committed answer is kept in `keep`'s cache.
 async fn run_in<T, E, Fut>(
     tx: Box<dyn OpenTransaction>,
-    spec: ToolSpec,
+    (spec, bound): (ToolSpec, Duration),
     (claimed_at, keep): (Timestamp, Option<Kept>),
     (policy, body): (ErrorPolicy<E>, Fut),
 ) -> Outcome<T, Failure<E>>
@@ -184,7 +189,7 @@ where
     let tool = spec.name;
     let reference = tx.reference();
     let begun = tokio::time::Instant::now();
-    let deadline = spec.timeout.map(|t| begun + t);
+    let deadline = Some(begun + bound);
     let settle_by = deadline.map(|d| d + SETTLE_GRACE);
     let mut call = Call::new(reference, tool);
     call.transaction = Some(tx.connection());
@@ -209,9 +214,9 @@ where
                 Ok(v) => Ended::Done(v),
                 Err(Halted::Panicked(p)) => Ended::Panicked(panic_message(&*p)),
                 // Never without a lease; said as what it would be, not a panic.
-                Err(Halted::LeaseEnded) => Ended::TimedOut(spec.timeout.unwrap_or_default()),
+                Err(Halted::LeaseEnded) => Ended::TimedOut(bound),
             },
-            () = timed_out => Ended::TimedOut(spec.timeout.unwrap_or_default()),
+            () = timed_out => Ended::TimedOut(bound),
         }
     };
     let messages = outbox.take();

@@ -91,30 +91,54 @@ where
         Err(e) => return text_error(e.to_string()),
     };
     let engine = ctx.service.idempotency();
-    match engine.status(&caller, reference).await {
-        Ok(Some(status)) => match status.standing(reference, engine.clock().now()) {
+    match look_up(engine, &caller, reference).await {
+        Ok(Found::Record(status)) => match status.standing(reference, engine.clock().now()) {
             Standing::Superseded => superseded(reference, &status),
             standing => describe(&status, standing),
         },
-        Ok(None)
-            if engine
-                .running_in_transaction(reference)
-                .await
-                .unwrap_or(false) =>
-        {
-            CallToolResult::structured(json!({
-                "ref": reference.to_string(),
-                "state": "in_flight",
-                "message": format!("ref {reference} is running now as one transaction: when it ends it has either taken effect as a whole (this tool then shows its answer) or not at all. Ask again shortly; do not repeat the call meanwhile."),
-            }))
-        }
-        Ok(None) => CallToolResult::structured(json!({
+        Ok(Found::Running) => CallToolResult::structured(json!({
+            "ref": reference.to_string(),
+            "state": "in_flight",
+            "message": format!("ref {reference} is running now as one transaction: when it ends it has either taken effect as a whole (this tool then shows its answer) or not at all. Ask again shortly; do not repeat the call meanwhile."),
+        })),
+        Ok(Found::Nothing) => CallToolResult::structured(json!({
             "ref": reference.to_string(),
             "state": "not_found",
             "message": format!("No operation with ref {reference} exists for you. Check the reference; if the call was never answered, it may not have reached this server."),
         })),
         Err(e) => text_error(unreadable(reference, &e)),
     }
+}
+
+/// What the status tool found of a reference.
+enum Found {
+    /// Its record.
+    Record(RecordStatus),
+    /// No record: a transactional call of the caller's tenant runs under it now.
+    Running,
+    /// Nothing the caller may see.
+    Nothing,
+}
+
+/// The record of `reference` the caller may see; without one, whether a transactional call of
+/// the caller's tenant runs under it now. In that order, then the record once more: a call whose
+/// transaction commits between the first read and the lock's check has its record by the second
+/// read, so no order of events answers "not found" for a call that ran.
+async fn look_up(
+    engine: &crate::Idempotency,
+    caller: &crate::Caller,
+    reference: Reference,
+) -> Result<Found, StoreError> {
+    if let Some(status) = engine.status(caller, reference).await? {
+        return Ok(Found::Record(status));
+    }
+    if engine.running_in_transaction(caller, reference).await? {
+        return Ok(Found::Running);
+    }
+    Ok(match engine.status(caller, reference).await? {
+        Some(status) => Found::Record(status),
+        None => Found::Nothing,
+    })
 }
 
 /// Why the status of `reference` could not be read, and what to do: ask again shortly only when

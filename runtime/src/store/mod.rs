@@ -132,7 +132,7 @@ mod redis;
 pub(crate) mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
-mod transaction;
+pub(crate) mod transaction;
 mod wake;
 
 pub use crate::record::{RecordState, RecordStatus, Standing, StoredResponse};

@@ -8,13 +8,24 @@
 //! repeat is answered "in flight" at once. The record is written once, completed, in the same
 //! commit as the handler's writes; a worker that dies leaves nothing (the database rolls the
 //! transaction back), so the next repeat runs as a fresh call. No lease, no reconciler.
+//!
+//! The transaction is bounded: the request's `lease` is how long the call may run (the tool's
+//! timeout, else the engine's lease), and the store makes the database end the transaction by
+//! then plus [`SETTLE_GRACE`] for the commit (PostgreSQL: `statement_timeout` and
+//! `idle_in_transaction_session_timeout` set with `BEGIN`), so a worker whose host is gone while
+//! its connection stays half-open does not hold the key until TCP gives up.
 
 use std::any::Any;
+use std::time::Duration;
 
 use super::{BoxFuture, Claim, ClaimRequest, OutboxMessage, StoreError};
 use crate::clock::Timestamp;
 use crate::key::Reference;
 use crate::record::StoredResponse;
+
+/// How long a transactional call's commit or rollback may take after its body's bound: the
+/// engine waits that long for the answer, and the store's database ends the transaction then.
+pub(crate) const SETTLE_GRACE: Duration = Duration::from_secs(1);
 
 /// A store that can run a call in one transaction of its database.
 pub trait TransactionalStore: Send + Sync + 'static {
@@ -25,12 +36,21 @@ pub trait TransactionalStore: Send + Sync + 'static {
     /// reference it names. [`Begun::Answered`] otherwise: the record's answer as
     /// [`RecordStore::claim`](super::RecordStore::claim) would give it (completed, unknown,
     /// mismatch, in flight), or [`Claim::InFlight`] when another transaction holds the key.
+    ///
+    /// `req.lease` is how long the call may run: the database should end the transaction (and
+    /// free the key) if it is still open that long, plus a second for the commit, after `BEGIN`.
     fn begin<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Begun, StoreError>>;
 
-    /// Whether a transactional call under `reference` is running now (its key held by an open
-    /// transaction): its record appears only at its commit, so the status tool asks this when it
-    /// finds none. A store that can only see its own process's transactions answers for those.
-    fn running(&self, reference: Reference) -> BoxFuture<'_, Result<bool, StoreError>>;
+    /// Whether a transactional call of `tenant` is running now under exactly `reference` (its key
+    /// held by an open transaction, with that generation): its record appears only at its commit,
+    /// so the status tool asks this when it finds none. Another tenant's call, or another
+    /// generation of the key, is `false`. A store that can only see its own process's
+    /// transactions answers for those.
+    fn running<'a>(
+        &'a self,
+        tenant: &'a str,
+        reference: Reference,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
 }
 
 /// What [`TransactionalStore::begin`] found.

@@ -14,7 +14,13 @@
 //! schema per tenant, staging beside production) holding the same key would answer this one's
 //! calls "in flight". It is taken in a statement of its own, before the statement that reads the
 //! row, so the read's snapshot is taken after the lock: a transaction that held the key and
-//! committed is seen.
+//! committed is seen. With it, the call takes a shared one-`bigint` lock naming its tenant and
+//! key ([`tenant_lock`]): the status tool's [`RUNNING`] check answers only the caller's tenant.
+//!
+//! The transaction is bounded by the call's: `BEGIN` is sent with `SET LOCAL statement_timeout`
+//! and `idle_in_transaction_session_timeout` at the call's bound plus [`SETTLE_GRACE`], so the
+//! server ends a transaction whose worker is gone (its host down, the connection half-open, the
+//! `COMMIT` never arriving) and frees the key then, not when TCP gives up hours later.
 //!
 //! The read is a statement prepared on the connection ([`PREPARE_READ`], run by `EXECUTE` in
 //! the same simple query as `BEGIN` and the lock): planned once per connection instead of at
@@ -27,6 +33,7 @@
 
 use std::any::Any;
 use std::sync::Arc;
+use std::time::Duration;
 
 use sqlx::{Postgres, Row};
 
@@ -39,6 +46,7 @@ use crate::store::sql::{
     db_error, kept, ref_of, ref_value, rest_of, roll_back, state_code, take_back, RecordRow,
     SharedConnection, TxConnection,
 };
+use crate::store::transaction::SETTLE_GRACE;
 use crate::store::{
     Begun, BoxFuture, Claim, ClaimRequest, CommitError, OpenTransaction, StoreError,
     TransactionalStore, TxOutcome,
@@ -122,23 +130,59 @@ box AS (
 SELECT count(*) FROM rec"
 );
 
-/// Whether a session of this database holds the advisory lock a transactional call of this
-/// store takes for a reference: `$1` its high half (an `int4`, scoped by the records table's oid
-/// as `begin` scopes it), `$2` its low half as an unsigned `bigint`. In `pg_locks` the two-`int4`
-/// form's keys are `classid` and `objid`, as `oid`s, with `objsubid` 2.
+/// Whether a session of this database holds both advisory locks a transactional call of this
+/// store takes for a reference: the key's (`$1` its high half, an `int4` scoped by the records
+/// table's oid as `begin` scopes it, `$2` its low half as an unsigned `bigint`) and the tenant's
+/// ([`tenant_lock`], `$3`), and that the call it runs is generation `$4` (the key's record, `$5`
+/// its `ref`, would be taken over by that generation). In `pg_locks` the two-`int4` form's keys
+/// are `classid` and `objid`, as `oid`s, with `objsubid` 2; the one-`bigint` form's are its high
+/// and low halves there, with `objsubid` 1.
 const RUNNING: &str = "\
-SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2
-    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-    AND classid = ((($1::INT4 # 'idempotency_records'::REGCLASS::OID::INT4)::BIGINT) & 4294967295)::OID
-    AND objid = $2::BIGINT::OID)";
+SELECT EXISTS (SELECT 1 FROM pg_locks k JOIN pg_locks t ON t.pid = k.pid
+    WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 2
+    AND k.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND k.classid = ((($1::INT4 # 'idempotency_records'::REGCLASS::OID::INT4)::BIGINT) & 4294967295)::OID
+    AND k.objid = $2::BIGINT::OID
+    AND t.locktype = 'advisory' AND t.granted AND t.objsubid = 1 AND t.database = k.database
+    AND t.classid = ((($3::BIGINT # 'idempotency_records'::REGCLASS::OID::BIGINT) >> 32) & 4294967295)::OID
+    AND t.objid = (($3::BIGINT # 'idempotency_records'::REGCLASS::OID::BIGINT) & 4294967295)::OID)
+AND $4::INT4 = COALESCE((SELECT CASE WHEN state = 3 THEN generation ELSE generation + 1 END
+    FROM idempotency_records WHERE ref = $5), 1)";
+
+/// The one-`bigint` advisory lock a call of `tenant` holds (shared) while its transaction runs
+/// for the key whose `ref` is `r` (XORed with the records table's oid, as the key's lock):
+/// FNV-1a of the tenant, mixed with the key.
+fn tenant_lock(tenant: &str, r: i64) -> i64 {
+    let fnv = tenant.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    (fnv ^ (r as u64).rotate_left(29)) as i64
+}
+
+/// The database's bound on the call's transaction: `lease` (the body's) and the commit's grace,
+/// in ms, as `statement_timeout` and `idle_in_transaction_session_timeout` take it (at most
+/// `i32::MAX`).
+fn bound_ms(lease: Duration) -> i64 {
+    let ms = (lease + SETTLE_GRACE).as_millis();
+    i64::try_from(ms)
+        .unwrap_or(i64::MAX)
+        .min(i64::from(i32::MAX))
+}
 
 impl TransactionalStore for PostgresStore {
-    fn running(&self, reference: Reference) -> BoxFuture<'_, Result<bool, StoreError>> {
+    fn running<'a>(
+        &'a self,
+        tenant: &'a str,
+        reference: Reference,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
             let r = ref_value(&reference);
             sqlx::query_scalar(RUNNING)
                 .bind((r >> 32) as i32)
                 .bind(i64::from(r as i32 as u32))
+                .bind(tenant_lock(tenant, r))
+                .bind(i32::try_from(reference.generation()).unwrap_or(i32::MAX))
+                .bind(r)
                 .fetch_one(&self.pool)
                 .await
                 .map_err(db_error)
@@ -155,10 +199,16 @@ impl TransactionalStore for PostgresStore {
             let offset = self
                 .clock_offset
                 .map_or_else(|| "NULL".to_owned(), |off| off.to_string());
+            // The key's lock, and only if this call got it, its tenant's.
             let lock = format!(
-                "BEGIN; SELECT pg_try_advisory_xact_lock({hi} # 'idempotency_records'::REGCLASS::OID::INT4, {lo})",
+                "BEGIN; SET LOCAL statement_timeout = {ms}; SET LOCAL idle_in_transaction_session_timeout = {ms}; \
+                 SELECT CASE WHEN pg_try_advisory_xact_lock({hi} # 'idempotency_records'::REGCLASS::OID::INT4, {lo}) \
+                 THEN pg_try_advisory_xact_lock_shared({t}::BIGINT # 'idempotency_records'::REGCLASS::OID::BIGINT) \
+                 IS NOT NULL ELSE false END",
+                ms = bound_ms(req.lease),
                 hi = (r >> 32) as i32,
                 lo = r as i32,
+                t = tenant_lock(req.tenant, r),
             );
             let sql = format!(
                 "{lock}; EXECUTE {READ_NAME}({r}, {offset}, {now})",

@@ -27,28 +27,38 @@ use crate::store::{
 };
 
 /// The keys (by `ref`) this store has a transaction open for, with the reference each runs
-/// under.
+/// under and its caller's tenant.
 #[derive(Debug, Default)]
-pub(super) struct Busy(Mutex<HashMap<i64, Reference>>);
+pub(super) struct Busy(Mutex<HashMap<i64, (Reference, String)>>);
 
 impl Busy {
     /// The map; a panic while it was locked left it consistent (every change is one insert or
     /// one remove).
-    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Reference>> {
+    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<i64, (Reference, String)>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn held(&self, r: i64) -> Option<Reference> {
-        self.keys().get(&r).copied()
+        self.keys().get(&r).map(|(reference, _)| *reference)
     }
 
-    /// Holds `r` for this call unless another already does (its reference then).
-    fn hold(self: &Arc<Self>, r: i64, reference: Reference) -> Result<Holding, Reference> {
+    /// Whether a call of `tenant` holds the key of `reference` under that very reference.
+    fn runs(&self, tenant: &str, reference: Reference) -> bool {
+        matches!(self.keys().get(&ref_value(&reference)), Some((r, t)) if *r == reference && t == tenant)
+    }
+
+    /// Holds `r` for a call of `tenant` unless another already does (its reference then).
+    fn hold(
+        self: &Arc<Self>,
+        r: i64,
+        reference: Reference,
+        tenant: &str,
+    ) -> Result<Holding, Reference> {
         let mut held = self.keys();
-        if let Some(other) = held.get(&r) {
+        if let Some((other, _)) = held.get(&r) {
             return Err(*other);
         }
-        held.insert(r, reference);
+        held.insert(r, (reference, tenant.to_owned()));
         Ok(Holding {
             busy: Arc::clone(self),
             r,
@@ -66,7 +76,9 @@ struct Holding {
 impl Holding {
     /// The call runs under `reference` (its generation known once the row was read).
     fn runs_under(&self, reference: Reference) {
-        self.busy.keys().insert(self.r, reference);
+        if let Some(held) = self.busy.keys().get_mut(&self.r) {
+            held.0 = reference;
+        }
     }
 }
 
@@ -93,9 +105,12 @@ ON CONFLICT (ref) DO UPDATE SET token = excluded.token,
 WHERE key_rest = excluded.key_rest";
 
 impl TransactionalStore for SqliteStore {
-    fn running(&self, reference: Reference) -> BoxFuture<'_, Result<bool, StoreError>> {
-        let held = self.busy.held(ref_value(&reference)) == Some(reference);
-        Box::pin(std::future::ready(Ok(held)))
+    fn running<'a>(
+        &'a self,
+        tenant: &'a str,
+        reference: Reference,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(Ok(self.busy.runs(tenant, reference))))
     }
 
     fn begin<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Begun, StoreError>> {
@@ -115,7 +130,7 @@ impl TransactionalStore for SqliteStore {
                     return Ok(Begun::Answered(found));
                 }
             }
-            let holding = match self.busy.hold(r, req.key.reference(1)) {
+            let holding = match self.busy.hold(r, req.key.reference(1), req.tenant) {
                 Ok(holding) => holding,
                 Err(other) => return in_flight(other),
             };
