@@ -18,10 +18,11 @@ use idempotency::outcome::ErrorPolicy;
 use idempotency::store::{MemoryStore, RedisStore, SqliteStore, Store, StoreError};
 use idempotency::tool::Prepared;
 use idempotency::{Caller, Error, Idempotency, IdempotencyBuilder};
+use idempotency_tests::far::FarSide;
 use idempotency_tests::pg::{unique_name, TestSchema};
 use idempotency_tests::redis_servers::{shared_cluster, shared_server};
 use idempotency_tests::scripted::{Act, Op, Scripted};
-use idempotency_tests::sqlite_file::SqliteFile;
+use idempotency_tests::sqlite_file::{remove_sqlite_files, SqliteFile};
 use idempotency_tests::CHARGE_CARD;
 use serde_json::json;
 
@@ -214,6 +215,87 @@ async fn the_swap_is_a_compare_and_set(open: Open<'_>) {
     assert_eq!(swap(&store, None, c()).await, b());
 }
 
+/// What one call of the rotation race ended with at each replica.
+#[derive(Debug, Default)]
+struct Race {
+    /// Calls no replica ran: each was told "in progress" (or another error) for nothing.
+    stranded: usize,
+    /// Calls whose side effect landed more than once at the far side.
+    twice: usize,
+    /// Answers other than the run's (an error, or another value).
+    not_the_runs_answer: usize,
+}
+
+/// The same call arriving at once at a replica of each step of a rolling rotation (step 1:
+/// `secret(old).previous_secrets([new])`, step 2: `secret(new).previous_secrets([old])`), both
+/// with a wait, 300 times: each call runs exactly once (one charge at the far side), and both
+/// replicas answer with that run's answer, the loser having waited for it. Before the keys were
+/// claimed in one shared order, each replica claimed its own key, found the other's claim under
+/// its previous key, gave its own back and answered "in progress": nobody ran the call.
+async fn a_call_at_both_steps_of_a_rotation_runs_once(open: Open<'_>) {
+    const CALLS: u64 = 300;
+    let wait = std::time::Duration::from_secs(20);
+    let step1 = replica(open().await, old(), &[new()])
+        .wait(wait)
+        .start()
+        .await
+        .expect("step 1 starts");
+    let step2 = replica(open().await, new(), &[old()])
+        .wait(wait)
+        .start()
+        .await
+        .expect("step 2 starts");
+    let far_file = std::env::temp_dir().join(format!("{}.db", unique_name("rotation-far")));
+    let far = FarSide::open(&far_file.to_string_lossy()).await;
+    let mut race = Race::default();
+    for call in 0..CALLS {
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        let at = |engine: &Idempotency| {
+            let (engine, barrier, far) = (engine.clone(), barrier.clone(), far.clone());
+            tokio::spawn(async move {
+                let caller = Caller::new("acme", "alice");
+                let prepared =
+                    Prepared::call(&caller, &CHARGE_CARD, &json!({ "amount": call })).expect("key");
+                barrier.wait().await;
+                engine
+                    .execute(prepared, ErrorPolicy::retryable(), async move {
+                        Ok::<_, Error>(far.charge(&format!("call {call}")).await)
+                    })
+                    .await
+                    .result
+            })
+        };
+        let (one, two) = (at(&step1), at(&step2));
+        let answers = [
+            one.await.expect("the call's task"),
+            two.await.expect("the call's task"),
+        ];
+        let charges = far.charges(&format!("call {call}")).await;
+        match charges.as_slice() {
+            [] => race.stranded += 1,
+            [_] => {}
+            _ => race.twice += 1,
+        }
+        race.not_the_runs_answer += answers
+            .iter()
+            .filter(|a| !matches!(a, Ok(id) if charges.first() == Some(id)))
+            .count();
+        if let Some(e) = answers.iter().find_map(|a| a.as_ref().err()) {
+            tracing::info!(call, error = %e, "an answer other than the run's");
+        }
+    }
+    let effects = far.effects().await;
+    eprintln!("rotation race, {CALLS} calls: {race:?}, {effects} charges at the far side");
+    drop(far);
+    remove_sqlite_files(&far_file);
+    assert_eq!(
+        (race.stranded, race.twice, race.not_the_runs_answer),
+        (0, 0, 0),
+        "{race:?}"
+    );
+    assert_eq!(effects, i64::try_from(CALLS).expect("small"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // The backends
 // ---------------------------------------------------------------------------------------------
@@ -232,7 +314,7 @@ macro_rules! on_every_backend {
         mod $case {
             use super::*;
 
-            #[tokio::test]
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn memory() {
                 let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
                 let open = move || {
@@ -242,14 +324,14 @@ macro_rules! on_every_backend {
                 super::$case(&open).await;
             }
 
-            #[tokio::test]
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite_file() {
                 let file = SqliteFile::new("secrets");
                 super::$case(&|| super::open_sqlite(&file)).await;
             }
 
             #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
-            #[tokio::test]
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
                 let Some(schema) = TestSchema::create("secrets").await else {
                     return;
@@ -274,7 +356,7 @@ macro_rules! on_every_backend {
                 schema.drop_schema().await;
             }
 
-            #[tokio::test]
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn redis() {
                 let url = shared_server().url();
                 let namespace = unique_name("secrets");
@@ -323,6 +405,7 @@ on_every_backend!(a_second_secret_is_refused);
 on_every_backend!(a_rotation_moves_the_store_to_the_new_secret);
 on_every_backend!(of_replicas_starting_together_one_secret_wins);
 on_every_backend!(the_swap_is_a_compare_and_set);
+on_every_backend!(a_call_at_both_steps_of_a_rotation_runs_once);
 
 /// A check the store could not answer is not a verdict: the call is refused as safe to retry
 /// (nothing ran), and the next call checks again and runs.

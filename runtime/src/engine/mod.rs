@@ -24,6 +24,7 @@ mod enqueue;
 pub(crate) mod expiry;
 mod guard;
 mod lease;
+mod rotation;
 mod secret;
 #[cfg(feature = "_sql")]
 mod transaction;
@@ -317,8 +318,8 @@ impl Idempotency {
         &self,
         prepared: Prepared,
         key: crate::key::Key,
-        policy: ErrorPolicy<E>,
-        body: Fut,
+        mut policy: ErrorPolicy<E>,
+        mut body: Fut,
     ) -> Outcome<T, Failure<E>>
     where
         T: Serialize + DeserializeOwned,
@@ -363,17 +364,39 @@ impl Idempotency {
                 Ok(c) => c,
                 Err(out) => return out,
             };
+            // A repeat that may wait and finds the call's worker gone takes it over here: one
+            // that loses that race to another repeat waits for the rerun's answer.
+            if let (Some(until), Some(g), Recover::Rerun) =
+                (wait_until, gone(&claim, now), spec.recover)
+            {
+                let holder = self.key_holding(&prepared, key, g.0).unwrap_or(key);
+                match self
+                    .rerun(&prepared, holder, (g, now, by), (policy, body))
+                    .await
+                {
+                    Ok(out) => return out,
+                    Err((lost, _)) if tokio::time::Instant::now() >= until => return lost,
+                    Err((_, back)) => {
+                        (policy, body) = back;
+                        wait::pace(&mut idle_reads, wait_until).await;
+                        continue;
+                    }
+                }
+            }
             let (Some(until), Claim::InFlight { reference, .. }) = (wait_until, &claim) else {
                 break (claim, now);
             };
-            // Not waited on: a call whose lease passed (its worker is gone), and, while secrets
-            // are rotated, a call under a previous secret's key (this key's own claims, made and
-            // given back at each look, would wake its waiters for nothing).
-            if gone(&claim, now).is_some() || key.reference(reference.generation()) != *reference {
+            // Not waited on: a call whose lease passed (its worker is gone). While secrets are
+            // rotated, the record may be under a previous secret's key: waited on there.
+            let holder = self.key_holding(&prepared, key, *reference);
+            let (None, Some(holder)) = (gone(&claim, now), holder) else {
                 break (claim, now);
+            };
+            if slot.as_ref().is_some_and(|s| s.key() != holder) {
+                slot = None;
             }
             if slot.is_none() {
-                slot = self.waiters.enter(key, self.max_waiters);
+                slot = self.waiters.enter(holder, self.max_waiters);
             }
             let Some(waiting) = &slot else {
                 tracing::info!(tool, %reference, max = self.max_waiters, "idempotency: too many repeats waiting; answering in progress at once");
@@ -399,9 +422,11 @@ impl Idempotency {
         // again under the same reference when the tool says its side effect deduplicates on it.
         let gone = gone(&claim, now);
         if let (Some(gone), Recover::Rerun) = (gone, spec.recover) {
+            let holder = self.key_holding(&prepared, key, gone.0).unwrap_or(key);
             return self
-                .rerun(&prepared, key, (gone, now, by), (policy, body))
-                .await;
+                .rerun(&prepared, holder, (gone, now, by), (policy, body))
+                .await
+                .unwrap_or_else(|(lost, _)| lost);
         }
         match claim {
             Claim::New { reference, token } => {

@@ -132,6 +132,11 @@ pub(super) enum Waited {
 }
 
 impl Slot {
+    /// The key this place waits on.
+    pub(super) fn key(&self) -> Key {
+        self.key
+    }
+
     /// After a wake, the claim again, read once for this engine's waiters on the key: one reads
     /// it (`read`, a claim) while the others wait their turn, and a completed answer is theirs
     /// too (same key, same fingerprint), so a hundred woken waiters cost the store one read.
