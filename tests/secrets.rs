@@ -423,3 +423,48 @@ async fn a_failed_check_is_made_again_at_the_next_call() {
     // Passed once, the check costs nothing more.
     assert_eq!(store.calls(Op::SwapSecret), 2);
 }
+
+/// The interleaving that stranded calls, scripted: replicas of both steps of a rotation each
+/// make their first claim of the same call, and both claims are made before either replica
+/// hears its answer. Claimed each in its own order, those were two different keys, both new;
+/// each then probed the other's key, found its claim, gave its own back and answered "in
+/// progress" (at least one of them, whatever came next). In the shared order both first claims
+/// are of the same key: exactly one is new, its replica runs, the other waits for it and gets
+/// its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_claims_at_both_steps_at_once_meet_on_one_key() {
+    let shared: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (one, two) = (Scripted::new(shared.clone()), Scripted::new(shared));
+    let wait = std::time::Duration::from_secs(20);
+    let step1 = replica(one.clone(), old(), &[new()]).wait(wait).build();
+    let step2 = replica(two.clone(), new(), &[old()]).wait(wait).build();
+    // The secret checks first, so that the scripted claims are the call's.
+    let runs = Arc::new(AtomicUsize::new(0));
+    assert_eq!(charge(&step1, &runs, 1).await.unwrap(), 1);
+    assert_eq!(charge(&step2, &runs, 1).await.unwrap(), 1, "replayed");
+    one.script(Op::Claim, [Act::CommitThenPark]);
+    two.script(Op::Claim, [Act::CommitThenPark]);
+    let at = |engine: &Idempotency| {
+        let (engine, runs) = (engine.clone(), runs.clone());
+        tokio::spawn(async move { charge(&engine, &runs, 2).await })
+    };
+    let (a, b) = (at(&step1), at(&step2));
+    let bound = std::time::Duration::from_secs(20);
+    for store in [&one, &two] {
+        let parked = tokio::time::timeout(bound, store.parked()).await;
+        assert_eq!(parked.expect("each made its first claim"), Op::Claim);
+    }
+    one.unpark();
+    two.unpark();
+    let a = tokio::time::timeout(bound, a).await.expect("answered");
+    let b = tokio::time::timeout(bound, b).await.expect("answered");
+    let answers = [a.expect("task"), b.expect("task")];
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the call ran once: {answers:?}"
+    );
+    for answer in answers {
+        assert_eq!(answer.ok(), Some(2), "the run's answer at both");
+    }
+}
