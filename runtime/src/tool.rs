@@ -136,7 +136,8 @@ pub enum Recover {
     #[default]
     Unknown,
     /// The next repeat runs the body again **under the same reference** (one runner among
-    /// concurrent repeats and replicas, fenced). Right when the side effect deduplicates on the
+    /// concurrent repeats and replicas, fenced; the others, with a `wait`, wait for its
+    /// answer). Right when the side effect deduplicates on the
     /// reference downstream (the tool passes `Call::current().reference()` as the processor's
     /// or carrier's idempotency key): the processor then returns the original result instead of
     /// acting twice. Wrong for anything else.
