@@ -231,9 +231,10 @@ struct Race {
 /// with a wait, 300 times: each call runs exactly once (one charge at the far side), and both
 /// replicas answer with that run's answer, the loser having waited for it. Before the keys were
 /// claimed in one shared order, each replica claimed its own key, found the other's claim under
-/// its previous key, gave its own back and answered "in progress": nobody ran the call.
+/// its previous key, gave its own back and answered "in progress": nobody ran the call. The
+/// same with a replica of step 2 and one past the rotation (`secret(new)` alone), whose one key
+/// is one of the ordered set.
 async fn a_call_at_both_steps_of_a_rotation_runs_once(open: Open<'_>) {
-    const CALLS: u64 = 300;
     let wait = std::time::Duration::from_secs(20);
     let step1 = replica(open().await, old(), &[new()])
         .wait(wait)
@@ -245,6 +246,18 @@ async fn a_call_at_both_steps_of_a_rotation_runs_once(open: Open<'_>) {
         .start()
         .await
         .expect("step 2 starts");
+    let after = replica(open().await, new(), &[])
+        .wait(wait)
+        .start()
+        .await
+        .expect("the new secret alone starts");
+    race(&step1, &step2, "steps 1 and 2").await;
+    race(&after, &step2, "step 2 and after").await;
+}
+
+/// 300 calls, each at `one` and `two` at once: each ran once, and both answered its answer.
+async fn race(one: &Idempotency, two: &Idempotency, what: &str) {
+    const CALLS: u64 = 300;
     let far_file = std::env::temp_dir().join(format!("{}.db", unique_name("rotation-far")));
     let far = FarSide::open(&far_file.to_string_lossy()).await;
     let mut race = Race::default();
@@ -252,10 +265,10 @@ async fn a_call_at_both_steps_of_a_rotation_runs_once(open: Open<'_>) {
         let barrier = Arc::new(tokio::sync::Barrier::new(2));
         let at = |engine: &Idempotency| {
             let (engine, barrier, far) = (engine.clone(), barrier.clone(), far.clone());
+            let args = json!({ "amount": call, "race": what });
             tokio::spawn(async move {
                 let caller = Caller::new("acme", "alice");
-                let prepared =
-                    Prepared::call(&caller, &CHARGE_CARD, &json!({ "amount": call })).expect("key");
+                let prepared = Prepared::call(&caller, &CHARGE_CARD, &args).expect("key");
                 barrier.wait().await;
                 engine
                     .execute(prepared, ErrorPolicy::retryable(), async move {
@@ -265,10 +278,10 @@ async fn a_call_at_both_steps_of_a_rotation_runs_once(open: Open<'_>) {
                     .result
             })
         };
-        let (one, two) = (at(&step1), at(&step2));
+        let (a, b) = (at(one), at(two));
         let answers = [
-            one.await.expect("the call's task"),
-            two.await.expect("the call's task"),
+            a.await.expect("the call's task"),
+            b.await.expect("the call's task"),
         ];
         let charges = far.charges(&format!("call {call}")).await;
         match charges.as_slice() {
@@ -285,13 +298,13 @@ async fn a_call_at_both_steps_of_a_rotation_runs_once(open: Open<'_>) {
         }
     }
     let effects = far.effects().await;
-    eprintln!("rotation race, {CALLS} calls: {race:?}, {effects} charges at the far side");
+    eprintln!("rotation race ({what}), {CALLS} calls: {race:?}, {effects} charges at the far side");
     drop(far);
     remove_sqlite_files(&far_file);
     assert_eq!(
         (race.stranded, race.twice, race.not_the_runs_answer),
         (0, 0, 0),
-        "{race:?}"
+        "{what}: {race:?}"
     );
     assert_eq!(effects, i64::try_from(CALLS).expect("small"));
 }
