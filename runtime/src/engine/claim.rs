@@ -87,19 +87,22 @@ impl Idempotency {
     }
 
     /// `recover = "rerun"`: takes over the call whose worker is gone (its reference, and when it
-    /// started) and runs the body again under its reference (same generation). One runner: a
-    /// takeover that loses (another repeat or replica took it over first, or the record settled
-    /// meanwhile) hands the body back with the "in progress" answer (`Err`): a repeat with its
-    /// wait left waits for the rerun's answer instead. A takeover whose reply is lost (or whose
-    /// caller goes away meanwhile) is given back in the background, fenced by its own token, as
-    /// a lost claim is: nothing ran under it, and the next repeat runs it at once.
+    /// started; under `key`, or while secrets are rotated the previous secret's key holding it)
+    /// and runs the body again under its reference (same generation). One runner: a takeover
+    /// that loses (another repeat or replica took it over first, or the record settled
+    /// meanwhile) answers "in progress", unless the repeat may wait until a time still to come
+    /// (`until`): then the body comes back with that answer (`Err`), to wait for the rerun's
+    /// answer. A takeover whose reply is lost (or whose caller goes away meanwhile) is given
+    /// back in the background, fenced by its own token, as a lost claim is: nothing ran under
+    /// it, and the next repeat runs it at once.
     pub(super) async fn rerun<T, E, Fut>(
         &self,
         prepared: &Prepared,
         key: crate::key::Key,
-        ((reference, since), now, by): (
+        ((reference, since), now, by, until): (
             Gone,
             crate::clock::Timestamp,
+            Option<tokio::time::Instant>,
             Option<tokio::time::Instant>,
         ),
         (policy, body): (ErrorPolicy<E>, Fut),
@@ -110,6 +113,7 @@ impl Idempotency {
     {
         let spec = &prepared.spec;
         let tool = spec.name;
+        let key = self.key_holding(prepared, key, reference).unwrap_or(key);
         let token = attempt_token(now);
         let store = self.store.clone();
         let lease = self.lease;
@@ -148,7 +152,14 @@ impl Idempotency {
                     reference,
                     since,
                 });
-                Err((lost, (policy, body)))
+                match until {
+                    Some(u) if tokio::time::Instant::now() < u => {
+                        // Then claims again (finding the rerun in progress, or its answer).
+                        super::wait::pace(&mut 0, until).await;
+                        Err((lost, (policy, body)))
+                    }
+                    _ => Ok(lost),
+                }
             }
             Err(source) => {
                 tracing::warn!(tool, %reference, error = %source, "idempotency: could not take over a call whose worker is gone; nothing was run");

@@ -364,40 +364,24 @@ impl Idempotency {
                 Ok(c) => c,
                 Err(out) => return out,
             };
-            // A repeat that may wait and finds the call's worker gone takes it over here: one
-            // that loses that race to another repeat waits for the rerun's answer.
-            if let (Some(until), Some(g), Recover::Rerun) =
-                (wait_until, gone(&claim, now), spec.recover)
-            {
-                let holder = self.key_holding(&prepared, key, g.0).unwrap_or(key);
-                match self
-                    .rerun(&prepared, holder, (g, now, by), (policy, body))
-                    .await
-                {
+            // A call whose worker is gone runs again under its reference when the tool says its
+            // side effect deduplicates on it; a waiting repeat that loses that race waits on.
+            if let (Some(g), Recover::Rerun) = (gone(&claim, now), spec.recover) {
+                slot = None;
+                let reran = self.rerun(&prepared, key, (g, now, by, wait_until), (policy, body));
+                (policy, body) = match reran.await {
                     Ok(out) => return out,
-                    Err((lost, _)) if tokio::time::Instant::now() >= until => return lost,
-                    Err((_, back)) => {
-                        (policy, body) = back;
-                        wait::pace(&mut idle_reads, wait_until).await;
-                        continue;
-                    }
-                }
+                    Err((_, back)) => back,
+                };
+                continue;
             }
             let (Some(until), Claim::InFlight { reference, .. }) = (wait_until, &claim) else {
                 break (claim, now);
             };
-            // Not waited on: a call whose lease passed (its worker is gone). While secrets are
-            // rotated, the record may be under a previous secret's key: waited on there.
-            let holder = self.key_holding(&prepared, key, *reference);
-            let (None, Some(holder)) = (gone(&claim, now), holder) else {
+            let Some(holder) = self.waited_key(&prepared, key, &claim, now) else {
                 break (claim, now);
             };
-            if slot.as_ref().is_some_and(|s| s.key() != holder) {
-                slot = None;
-            }
-            if slot.is_none() {
-                slot = self.waiters.enter(holder, self.max_waiters);
-            }
+            slot = self.waiters.keep_or_enter(slot, holder, self.max_waiters);
             let Some(waiting) = &slot else {
                 tracing::info!(tool, %reference, max = self.max_waiters, "idempotency: too many repeats waiting; answering in progress at once");
                 break (claim, now);
@@ -418,16 +402,7 @@ impl Idempotency {
             }
         };
         drop(slot);
-        // A call whose worker is gone (its lease passed unrenewed, or its outcome was lost) runs
-        // again under the same reference when the tool says its side effect deduplicates on it.
         let gone = gone(&claim, now);
-        if let (Some(gone), Recover::Rerun) = (gone, spec.recover) {
-            let holder = self.key_holding(&prepared, key, gone.0).unwrap_or(key);
-            return self
-                .rerun(&prepared, holder, (gone, now, by), (policy, body))
-                .await
-                .unwrap_or_else(|(lost, _)| lost);
-        }
         match claim {
             Claim::New { reference, token } => {
                 tracing::debug!(tool, %reference, "idempotency claim");

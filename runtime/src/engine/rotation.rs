@@ -15,6 +15,7 @@ use crate::outcome::{Failure, Outcome};
 use crate::store::Claim;
 use crate::tool::Prepared;
 
+use super::claim::gone;
 use super::guard::{bounded, Guard};
 use super::{refused, Idempotency};
 
@@ -132,6 +133,24 @@ impl Idempotency {
         keys.dedup_by_key(|(k, _)| *k);
         let after = keys.split_off(keys.partition_point(|(k, _)| *k < key));
         (keys, after)
+    }
+
+    /// The key to wait on for `claim` (a call in flight): the one holding its record (the
+    /// current secret's, or while secrets are rotated a previous one's); `None`: not waited on
+    /// (its lease passed, its worker is gone; or none of the call's keys holds it).
+    pub(super) fn waited_key(
+        &self,
+        prepared: &Prepared,
+        key: Key,
+        claim: &Claim,
+        now: crate::clock::Timestamp,
+    ) -> Option<Key> {
+        match claim {
+            Claim::InFlight { reference, .. } if gone(claim, now).is_none() => {
+                self.key_holding(prepared, key, *reference)
+            }
+            _ => None,
+        }
     }
 
     /// Which of the call's keys (`key`, the current secret's, or a previous secret's) holds

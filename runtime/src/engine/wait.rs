@@ -79,6 +79,18 @@ impl Waiters {
         })
     }
 
+    /// `slot` if it is a place among the waiters on `key`; else (given back) a new place there,
+    /// unless `max` are waiting already.
+    pub(super) fn keep_or_enter(
+        self: &Arc<Self>,
+        slot: Option<Slot>,
+        key: Key,
+        max: usize,
+    ) -> Option<Slot> {
+        slot.filter(|s| s.key == key)
+            .or_else(|| self.enter(key, max))
+    }
+
     /// Wakes whoever waits on `key` (the record may have moved on).
     fn wake(&self, key: Key) {
         if self.count.load(Ordering::Acquire) == 0 {
@@ -132,11 +144,6 @@ pub(super) enum Waited {
 }
 
 impl Slot {
-    /// The key this place waits on.
-    pub(super) fn key(&self) -> Key {
-        self.key
-    }
-
     /// After a wake, the claim again, read once for this engine's waiters on the key: one reads
     /// it (`read`, a claim) while the others wait their turn, and a completed answer is theirs
     /// too (same key, same fingerprint), so a hundred woken waiters cost the store one read.
