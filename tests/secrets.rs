@@ -18,10 +18,11 @@ use idempotency::outcome::ErrorPolicy;
 use idempotency::store::{MemoryStore, RedisStore, SqliteStore, Store, StoreError};
 use idempotency::tool::Prepared;
 use idempotency::{Caller, Error, Idempotency, IdempotencyBuilder};
+use idempotency_tests::far::FarSide;
 use idempotency_tests::pg::{unique_name, TestSchema};
 use idempotency_tests::redis_servers::{shared_cluster, shared_server};
 use idempotency_tests::scripted::{Act, Op, Scripted};
-use idempotency_tests::sqlite_file::SqliteFile;
+use idempotency_tests::sqlite_file::{remove_sqlite_files, SqliteFile};
 use idempotency_tests::CHARGE_CARD;
 use serde_json::json;
 
@@ -214,6 +215,100 @@ async fn the_swap_is_a_compare_and_set(open: Open<'_>) {
     assert_eq!(swap(&store, None, c()).await, b());
 }
 
+/// What one call of the rotation race ended with at each replica.
+#[derive(Debug, Default)]
+struct Race {
+    /// Calls no replica ran: each was told "in progress" (or another error) for nothing.
+    stranded: usize,
+    /// Calls whose side effect landed more than once at the far side.
+    twice: usize,
+    /// Answers other than the run's (an error, or another value).
+    not_the_runs_answer: usize,
+}
+
+/// The same call arriving at once at a replica of each step of a rolling rotation (step 1:
+/// `secret(old).previous_secrets([new])`, step 2: `secret(new).previous_secrets([old])`), both
+/// with a wait, 300 times: each call runs exactly once (one charge at the far side), and both
+/// replicas answer with that run's answer, the loser having waited for it. Before the keys were
+/// claimed in one shared order, each replica claimed its own key, found the other's claim under
+/// its previous key, gave its own back and answered "in progress": nobody ran the call. The
+/// same with a replica of step 2 and one past the rotation (`secret(new)` alone), whose one key
+/// is one of the ordered set.
+async fn a_call_at_both_steps_of_a_rotation_runs_once(open: Open<'_>) {
+    let wait = std::time::Duration::from_secs(20);
+    let step1 = replica(open().await, old(), &[new()])
+        .wait(wait)
+        .start()
+        .await
+        .expect("step 1 starts");
+    let step2 = replica(open().await, new(), &[old()])
+        .wait(wait)
+        .start()
+        .await
+        .expect("step 2 starts");
+    let after = replica(open().await, new(), &[])
+        .wait(wait)
+        .start()
+        .await
+        .expect("the new secret alone starts");
+    race(&step1, &step2, "steps 1 and 2").await;
+    race(&after, &step2, "step 2 and after").await;
+}
+
+/// 300 calls, each at `one` and `two` at once: each ran once, and both answered its answer.
+async fn race(one: &Idempotency, two: &Idempotency, what: &str) {
+    const CALLS: u64 = 300;
+    let far_file = std::env::temp_dir().join(format!("{}.db", unique_name("rotation-far")));
+    let far = FarSide::open(&far_file.to_string_lossy()).await;
+    let mut race = Race::default();
+    for call in 0..CALLS {
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        let at = |engine: &Idempotency| {
+            let (engine, barrier, far) = (engine.clone(), barrier.clone(), far.clone());
+            let args = json!({ "amount": call, "race": what });
+            tokio::spawn(async move {
+                let caller = Caller::new("acme", "alice");
+                let prepared = Prepared::call(&caller, &CHARGE_CARD, &args).expect("key");
+                barrier.wait().await;
+                engine
+                    .execute(prepared, ErrorPolicy::retryable(), async move {
+                        Ok::<_, Error>(far.charge(&format!("call {call}")).await)
+                    })
+                    .await
+                    .result
+            })
+        };
+        let (a, b) = (at(one), at(two));
+        let answers = [
+            a.await.expect("the call's task"),
+            b.await.expect("the call's task"),
+        ];
+        let charges = far.charges(&format!("call {call}")).await;
+        match charges.as_slice() {
+            [] => race.stranded += 1,
+            [_] => {}
+            _ => race.twice += 1,
+        }
+        race.not_the_runs_answer += answers
+            .iter()
+            .filter(|a| !matches!(a, Ok(id) if charges.first() == Some(id)))
+            .count();
+        if let Some(e) = answers.iter().find_map(|a| a.as_ref().err()) {
+            tracing::info!(call, error = %e, "an answer other than the run's");
+        }
+    }
+    let effects = far.effects().await;
+    eprintln!("rotation race ({what}), {CALLS} calls: {race:?}, {effects} charges at the far side");
+    drop(far);
+    remove_sqlite_files(&far_file);
+    assert_eq!(
+        (race.stranded, race.twice, race.not_the_runs_answer),
+        (0, 0, 0),
+        "{what}: {race:?}"
+    );
+    assert_eq!(effects, i64::try_from(CALLS).expect("small"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // The backends
 // ---------------------------------------------------------------------------------------------
@@ -232,7 +327,7 @@ macro_rules! on_every_backend {
         mod $case {
             use super::*;
 
-            #[tokio::test]
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn memory() {
                 let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
                 let open = move || {
@@ -242,14 +337,14 @@ macro_rules! on_every_backend {
                 super::$case(&open).await;
             }
 
-            #[tokio::test]
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite_file() {
                 let file = SqliteFile::new("secrets");
                 super::$case(&|| super::open_sqlite(&file)).await;
             }
 
             #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
-            #[tokio::test]
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
                 let Some(schema) = TestSchema::create("secrets").await else {
                     return;
@@ -274,7 +369,7 @@ macro_rules! on_every_backend {
                 schema.drop_schema().await;
             }
 
-            #[tokio::test]
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn redis() {
                 let url = shared_server().url();
                 let namespace = unique_name("secrets");
@@ -323,6 +418,7 @@ on_every_backend!(a_second_secret_is_refused);
 on_every_backend!(a_rotation_moves_the_store_to_the_new_secret);
 on_every_backend!(of_replicas_starting_together_one_secret_wins);
 on_every_backend!(the_swap_is_a_compare_and_set);
+on_every_backend!(a_call_at_both_steps_of_a_rotation_runs_once);
 
 /// A check the store could not answer is not a verdict: the call is refused as safe to retry
 /// (nothing ran), and the next call checks again and runs.
@@ -339,4 +435,49 @@ async fn a_failed_check_is_made_again_at_the_next_call() {
     assert_eq!(charge(&engine, &runs, 1).await.unwrap(), 1, "replayed");
     // Passed once, the check costs nothing more.
     assert_eq!(store.calls(Op::SwapSecret), 2);
+}
+
+/// The interleaving that stranded calls, scripted: replicas of both steps of a rotation each
+/// make their first claim of the same call, and both claims are made before either replica
+/// hears its answer. Claimed each in its own order, those were two different keys, both new;
+/// each then probed the other's key, found its claim, gave its own back and answered "in
+/// progress" (at least one of them, whatever came next). In the shared order both first claims
+/// are of the same key: exactly one is new, its replica runs, the other waits for it and gets
+/// its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_claims_at_both_steps_at_once_meet_on_one_key() {
+    let shared: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (one, two) = (Scripted::new(shared.clone()), Scripted::new(shared));
+    let wait = std::time::Duration::from_secs(20);
+    let step1 = replica(one.clone(), old(), &[new()]).wait(wait).build();
+    let step2 = replica(two.clone(), new(), &[old()]).wait(wait).build();
+    // The secret checks first, so that the scripted claims are the call's.
+    let runs = Arc::new(AtomicUsize::new(0));
+    assert_eq!(charge(&step1, &runs, 1).await.unwrap(), 1);
+    assert_eq!(charge(&step2, &runs, 1).await.unwrap(), 1, "replayed");
+    one.script(Op::Claim, [Act::CommitThenPark]);
+    two.script(Op::Claim, [Act::CommitThenPark]);
+    let at = |engine: &Idempotency| {
+        let (engine, runs) = (engine.clone(), runs.clone());
+        tokio::spawn(async move { charge(&engine, &runs, 2).await })
+    };
+    let (a, b) = (at(&step1), at(&step2));
+    let bound = std::time::Duration::from_secs(20);
+    for store in [&one, &two] {
+        let parked = tokio::time::timeout(bound, store.parked()).await;
+        assert_eq!(parked.expect("each made its first claim"), Op::Claim);
+    }
+    one.unpark();
+    two.unpark();
+    let a = tokio::time::timeout(bound, a).await.expect("answered");
+    let b = tokio::time::timeout(bound, b).await.expect("answered");
+    let answers = [a.expect("task"), b.expect("task")];
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the call ran once: {answers:?}"
+    );
+    for answer in answers {
+        assert_eq!(answer.ok(), Some(2), "the run's answer at both");
+    }
 }

@@ -412,10 +412,10 @@ fn secret(s: &str) -> idempotency::key::Secret {
 }
 
 /// While the secret is rotated, a repeat on an engine with the new secret that finds the call in
-/// progress under the previous secret's key is told "in progress" at once, even with a wait (it
-/// would otherwise claim and give back its own key at each look); once that call is recorded, a
-/// repeat replays it, and the body ran once.
-async fn a_call_under_the_previous_secret_is_not_waited_on(b: Backend) {
+/// progress under the previous secret's key waits for it like any other (it holds no claim of
+/// its own meanwhile: none of its looks wakes its own waiters for nothing), and gets its answer;
+/// the body ran once.
+async fn a_call_under_the_previous_secret_is_waited_on(b: Backend) {
     let old = World::on(b.store.clone(), |e| {
         e.secret(secret("the old secret, 16+ bytes"))
     });
@@ -423,17 +423,126 @@ async fn a_call_under_the_previous_secret_is_not_waited_on(b: Backend) {
         e.secret(secret("the new secret, 16+ bytes"))
             .previous_secrets([secret("the old secret, 16+ bytes")])
     });
+    new.store.script(Op::Status, [Act::Report]);
     let mut first = old.held(WAITING, 7).await;
     started(&mut first).await;
-    let repeat = answer(new.call(SPEC.with_wait(Duration::from_secs(60)), 7)).await;
-    assert!(in_flight(&repeat), "{:?}", repeat.result);
+    let repeat = new.call(SPEC.with_wait(BOUND), 7);
+    new.a_repeat_waits().await;
     first.gate.send(Ok(70)).expect("gate");
     assert_eq!(answer(first.call).await.result.ok(), Some(70));
+    let repeat = answer(repeat).await;
+    assert!(repeat.replayed, "{:?}", repeat.result);
+    assert_eq!(repeat.result.ok(), Some(70));
     let again = answer(new.call(WAITING, 7)).await;
     assert!(again.replayed, "{:?}", again.result);
     assert_eq!(again.result.ok(), Some(70));
     assert_eq!(old.effects.load(Ordering::SeqCst), 1);
     assert_eq!(new.effects.load(Ordering::SeqCst), 0);
+    b.finish().await;
+}
+
+/// A `recover = "rerun"` tool with a wait.
+const RERUN: ToolSpec = SPEC
+    .with_wait(BOUND)
+    .with_recover(idempotency::tool::Recover::Rerun);
+
+impl World {
+    /// Calls `spec` with `n` and loses its outcome after the side effect (the body panics);
+    /// returns once the record says "outcome unknown".
+    async fn lose(&self, spec: ToolSpec, n: u64) {
+        let mut first = self.held(spec, n).await;
+        started(&mut first).await;
+        drop(first.gate);
+        let first = answer(first.call).await;
+        assert!(
+            matches!(
+                first.result,
+                Err(Failure::Wrapper(Error::OutcomeUnknown { .. }))
+            ),
+            "{:?}",
+            first.result
+        );
+        let reference = Prepared::call(&self.caller, &spec, &n)
+            .expect("key")
+            .key
+            .key(&idempotency::key::Secret::demo())
+            .reference(1);
+        let deadline = tokio::time::Instant::now() + BOUND;
+        while self
+            .engine
+            .status(&self.caller, reference)
+            .await
+            .expect("status")
+            .map(|s| s.state)
+            != Some(idempotency::store::RecordState::Unknown)
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "never marked unknown"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// `recover = "rerun"` with a wait: of two repeats of a call whose outcome was lost, the one
+/// that loses the race to take it over (its takeover is held until the other's body runs) does
+/// not answer "in progress" with its wait left: it waits for the rerun and gets its answer. The
+/// body ran twice in all: the lost call, and the rerun.
+async fn a_repeat_that_loses_the_takeover_waits_for_the_rerun(b: Backend) {
+    let w = World::new(&b, |e| e);
+    w.lose(RERUN, 7).await;
+    w.store.script(Op::TakeOver, [Act::Park]);
+    let loser = w.call(RERUN, 7);
+    w.a_repeat_did(Op::TakeOver).await;
+    let mut winner = w.held(RERUN, 7).await;
+    started(&mut winner).await;
+    w.store.script(Op::Status, [Act::Report]);
+    w.store.unpark();
+    w.a_repeat_waits().await;
+    winner.gate.send(Ok(71)).expect("gate");
+    let winner = answer(winner.call).await;
+    assert_eq!(winner.result.ok(), Some(71));
+    assert!(!winner.replayed);
+    let loser = answer(loser).await;
+    assert!(loser.replayed, "{:?}", loser.result);
+    assert_eq!(loser.result.ok(), Some(71));
+    assert_eq!(
+        w.effects.load(Ordering::SeqCst),
+        2,
+        "the lost call and the rerun"
+    );
+    b.finish().await;
+}
+
+/// `recover = "rerun"` with a wait: 20 repeats at once of a call whose outcome was lost all
+/// answer with the rerun's answer (one ran it, the others waited for it or replayed it); none
+/// is told "in progress" with its wait left. The body ran twice in all: the lost call, and the
+/// rerun.
+async fn repeats_at_once_of_a_lost_call_all_get_the_reruns_answer(b: Backend) {
+    let w = World::new(&b, |e| e);
+    w.lose(RERUN, 7).await;
+    let repeats: Vec<_> = (0..20).map(|_| w.call(RERUN, 7)).collect();
+    let mut ran = 0;
+    let mut other = Vec::new();
+    for repeat in repeats {
+        let repeat = answer(repeat).await;
+        match repeat.result {
+            Ok(70) if !repeat.replayed => ran += 1,
+            Ok(70) => {}
+            result => other.push(result),
+        }
+    }
+    assert!(
+        other.is_empty(),
+        "answers other than the rerun's: {other:?}"
+    );
+    assert_eq!(ran, 1, "one repeat ran it again");
+    assert_eq!(
+        w.effects.load(Ordering::SeqCst),
+        2,
+        "the lost call and the rerun"
+    );
     b.finish().await;
 }
 
@@ -564,5 +673,7 @@ on_every_store!(
     this_engines_completion_wakes_its_waiter,
     a_waiter_sees_another_replicas_answer,
     the_first_waiter_to_see_the_answer_wakes_the_others,
-    a_call_under_the_previous_secret_is_not_waited_on,
+    a_call_under_the_previous_secret_is_waited_on,
+    a_repeat_that_loses_the_takeover_waits_for_the_rerun,
+    repeats_at_once_of_a_lost_call_all_get_the_reruns_answer,
 );

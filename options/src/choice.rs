@@ -97,7 +97,8 @@ choice! {
         #[default]
         Unknown = "unknown": "repeats are told the outcome is unknown until it is settled",
         /// The next repeat runs the body again **under the same reference** (one runner among
-        /// concurrent repeats and replicas, fenced). Right when the side effect deduplicates on
+        /// concurrent repeats and replicas, fenced; the others, with a `wait`, wait for its
+        /// answer). Right when the side effect deduplicates on
         /// the reference downstream (the tool passes `Call::current().reference()` as the
         /// processor's or carrier's idempotency key): the processor then returns the original
         /// result instead of acting twice. Wrong for anything else.

@@ -59,6 +59,18 @@ impl FarSide {
             .expect("read the charges")
     }
 
+    /// Every charge under `reference`, oldest first (more than one: a side effect twice).
+    ///
+    /// # Panics
+    /// If the file cannot be read.
+    pub async fn charges(&self, reference: &str) -> Vec<i64> {
+        sqlx::query_scalar("SELECT id FROM charges WHERE reference = $1 ORDER BY id")
+            .bind(reference)
+            .fetch_all(&self.pool)
+            .await
+            .expect("read the charges")
+    }
+
     /// Every charge made: the side effects, counted where they land.
     ///
     /// # Panics

@@ -106,11 +106,13 @@ impl IdempotencyBuilder {
     }
 
     /// Secrets being rotated out. Changing the secret changes every key; while the previous
-    /// secret is listed here, a fresh call (no record under the current secret's key) first
-    /// looks for a record under each previous secret's key and, if one is live, answers from it
-    /// (replay, in progress, unknown, mismatch) instead of running again. Keep a secret listed
-    /// for the longest window plus the retention after the last replica stopped using it; it
-    /// costs a fresh call one claim and one release per previous secret.
+    /// secret is listed here, a call claims its key under every secret listed and the current
+    /// one, in one order every replica shares (ascending key bytes), and a live record under any
+    /// of them answers for it (replay, in progress, unknown, mismatch) instead of a second run;
+    /// the same call at replicas of both rotation steps at once runs once, and the other
+    /// replicas wait for it. Keep a secret listed for the longest window plus the retention
+    /// after the last replica stopped using it; it costs a fresh call one claim and one release
+    /// per previous secret (and a repeat up to that many, by its key's place in the order).
     pub fn previous_secrets(mut self, secrets: impl IntoIterator<Item = Secret>) -> Self {
         self.previous = secrets.into_iter().collect();
         self

@@ -19,8 +19,10 @@ use super::guard::{bounded, Guard, Held, Landing};
 use super::{answered, noise, refused, Idempotency};
 
 impl Idempotency {
-    /// Claims the call's key under the current secret and, while secrets are rotated, answers
-    /// from a live record under a previous one; an error is the caller's answer (nothing ran).
+    /// Claims the call's key under the current secret and, while secrets are rotated, its keys
+    /// under the previous ones too, in the order every replica claims them
+    /// ([`claim_in_order`](Idempotency::claim_in_order)); an error is the caller's answer
+    /// (nothing ran).
     pub(super) async fn claim_any<T, E>(
         &self,
         prepared: &Prepared,
@@ -28,39 +30,15 @@ impl Idempotency {
         now: crate::clock::Timestamp,
         by: Option<tokio::time::Instant>,
     ) -> Result<Claim, Outcome<T, Failure<E>>> {
-        let spec = &prepared.spec;
-        let claim = self.claim(prepared, &self.secret, now, by).await?;
-        Ok(match claim {
-            Claim::New { reference, token } if !self.previous.is_empty() => {
-                // Held by a guard while the previous secrets' keys are probed: if this future is
-                // dropped, or the probe answers for the call, the claim (nothing ran under it)
-                // is given back in the background.
-                let held = Guard::claiming(self, key, token, spec.name);
-                match self.recognise(prepared, now, by).await {
-                    Ok(None) => {
-                        held.disarm();
-                        Claim::New { reference, token }
-                    }
-                    // Answered from the record under a previous secret: give this claim back
-                    // now (the guard retries in the background if that fails).
-                    Ok(Some(earlier)) => {
-                        match bounded(by, self.store.release(key, token, now)).await {
-                            Ok(()) => held.disarm(),
-                            Err(e) => {
-                                tracing::warn!(tool = spec.name, %reference, error = %e, "idempotency: could not release a claim answered from a previous secret's record; retrying in the background");
-                            }
-                        }
-                        earlier
-                    }
-                    Err(out) => return Err(out),
-                }
-            }
-            claim => claim,
-        })
+        if self.previous.is_empty() {
+            self.claim(prepared, &self.secret, now, by).await
+        } else {
+            self.claim_in_order(prepared, key, now, by).await
+        }
     }
 
     /// Claims the call's key under `secret`; an error is the caller's answer (nothing ran).
-    async fn claim<T, E>(
+    pub(super) async fn claim<T, E>(
         &self,
         prepared: &Prepared,
         secret: &Secret,
@@ -109,28 +87,33 @@ impl Idempotency {
     }
 
     /// `recover = "rerun"`: takes over the call whose worker is gone (its reference, and when it
-    /// started) and runs the body again under its reference (same generation). One runner: a
-    /// takeover that loses (another repeat or replica took it over first, or the record settled
-    /// meanwhile) answers "in progress". A takeover whose reply is lost (or whose caller goes
-    /// away meanwhile) is given back in the background, fenced by its own token, as a lost
-    /// claim is: nothing ran under it, and the next repeat runs it at once.
+    /// started; under `key`, or while secrets are rotated the previous secret's key holding it)
+    /// and runs the body again under its reference (same generation). One runner: a takeover
+    /// that loses (another repeat or replica took it over first, or the record settled
+    /// meanwhile) answers "in progress", unless the repeat may wait until a time still to come
+    /// (`until`): then the body comes back with that answer (`Err`), to wait for the rerun's
+    /// answer. A takeover whose reply is lost (or whose caller goes away meanwhile) is given
+    /// back in the background, fenced by its own token, as a lost claim is: nothing ran under
+    /// it, and the next repeat runs it at once.
     pub(super) async fn rerun<T, E, Fut>(
         &self,
         prepared: &Prepared,
         key: crate::key::Key,
-        ((reference, since), now, by): (
+        ((reference, since), now, by, until): (
             Gone,
             crate::clock::Timestamp,
             Option<tokio::time::Instant>,
+            Option<tokio::time::Instant>,
         ),
         (policy, body): (ErrorPolicy<E>, Fut),
-    ) -> Outcome<T, Failure<E>>
+    ) -> Result<Outcome<T, Failure<E>>, Lost<T, E, Fut>>
     where
         T: Serialize + DeserializeOwned,
         Fut: Future<Output = Result<T, E>> + Send,
     {
         let spec = &prepared.spec;
         let tool = spec.name;
+        let key = self.key_holding(prepared, key, reference).unwrap_or(key);
         let token = attempt_token(now);
         let store = self.store.clone();
         let lease = self.lease;
@@ -148,7 +131,7 @@ impl Idempotency {
             Ok(reference) => {
                 tracing::warn!(tool, %reference, "idempotency: running a call whose worker is gone again under its reference (recover = \"rerun\")");
                 crate::metrics::rerun(tool);
-                Attempt::new(
+                Ok(Attempt::new(
                     self,
                     *spec,
                     Held {
@@ -160,22 +143,30 @@ impl Idempotency {
                 )
                 .for_caller(prepared.caller.clone())
                 .run(policy, body)
-                .await
+                .await)
             }
             Err(StoreError::WrongState { .. } | StoreError::NotFound) => {
                 tracing::info!(tool, %reference, "idempotency: another repeat took over the call first (or it settled)");
-                answered(Error::InFlight {
+                let lost = answered(Error::InFlight {
                     tool: tool.into(),
                     reference,
                     since,
-                })
+                });
+                match until {
+                    Some(u) if tokio::time::Instant::now() < u => {
+                        // Then claims again (finding the rerun in progress, or its answer).
+                        super::wait::pace(&mut 0, until).await;
+                        Err((lost, (policy, body)))
+                    }
+                    _ => Ok(lost),
+                }
             }
             Err(source) => {
                 tracing::warn!(tool, %reference, error = %source, "idempotency: could not take over a call whose worker is gone; nothing was run");
-                refused(Error::Store {
+                Ok(refused(Error::Store {
                     tool: tool.into(),
                     source,
-                })
+                }))
             }
         }
     }
@@ -290,6 +281,10 @@ pub(super) fn claim_failed<T, E>(
         }
     }
 }
+
+/// A takeover that lost the race ([`Idempotency::rerun`]): the "in progress" answer, and the
+/// policy and body handed back.
+pub(super) type Lost<T, E, Fut> = (Outcome<T, Failure<E>>, (ErrorPolicy<E>, Fut));
 
 /// A call whose worker is gone: its reference, and when it started.
 pub(super) type Gone = (Reference, crate::clock::Timestamp);

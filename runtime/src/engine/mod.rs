@@ -24,6 +24,7 @@ mod enqueue;
 pub(crate) mod expiry;
 mod guard;
 mod lease;
+mod rotation;
 mod secret;
 #[cfg(feature = "_sql")]
 mod transaction;
@@ -317,8 +318,8 @@ impl Idempotency {
         &self,
         prepared: Prepared,
         key: crate::key::Key,
-        policy: ErrorPolicy<E>,
-        body: Fut,
+        mut policy: ErrorPolicy<E>,
+        mut body: Fut,
     ) -> Outcome<T, Failure<E>>
     where
         T: Serialize + DeserializeOwned,
@@ -363,18 +364,24 @@ impl Idempotency {
                 Ok(c) => c,
                 Err(out) => return out,
             };
+            // A call whose worker is gone runs again under its reference when the tool says its
+            // side effect deduplicates on it; a waiting repeat that loses that race waits on.
+            if let (Some(g), Recover::Rerun) = (gone(&claim, now), spec.recover) {
+                slot = None;
+                let reran = self.rerun(&prepared, key, (g, now, by, wait_until), (policy, body));
+                (policy, body) = match reran.await {
+                    Ok(out) => return out,
+                    Err((_, back)) => back,
+                };
+                continue;
+            }
             let (Some(until), Claim::InFlight { reference, .. }) = (wait_until, &claim) else {
                 break (claim, now);
             };
-            // Not waited on: a call whose lease passed (its worker is gone), and, while secrets
-            // are rotated, a call under a previous secret's key (this key's own claims, made and
-            // given back at each look, would wake its waiters for nothing).
-            if gone(&claim, now).is_some() || key.reference(reference.generation()) != *reference {
+            let Some(holder) = self.waited_key(&prepared, key, &claim, now) else {
                 break (claim, now);
-            }
-            if slot.is_none() {
-                slot = self.waiters.enter(key, self.max_waiters);
-            }
+            };
+            slot = self.waiters.keep_or_enter(slot, holder, self.max_waiters);
             let Some(waiting) = &slot else {
                 tracing::info!(tool, %reference, max = self.max_waiters, "idempotency: too many repeats waiting; answering in progress at once");
                 break (claim, now);
@@ -395,14 +402,7 @@ impl Idempotency {
             }
         };
         drop(slot);
-        // A call whose worker is gone (its lease passed unrenewed, or its outcome was lost) runs
-        // again under the same reference when the tool says its side effect deduplicates on it.
         let gone = gone(&claim, now);
-        if let (Some(gone), Recover::Rerun) = (gone, spec.recover) {
-            return self
-                .rerun(&prepared, key, (gone, now, by), (policy, body))
-                .await;
-        }
         match claim {
             Claim::New { reference, token } => {
                 tracing::debug!(tool, %reference, "idempotency claim");

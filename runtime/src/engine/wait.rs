@@ -79,6 +79,18 @@ impl Waiters {
         })
     }
 
+    /// `slot` if it is a place among the waiters on `key`; else (given back) a new place there,
+    /// unless `max` are waiting already.
+    pub(super) fn keep_or_enter(
+        self: &Arc<Self>,
+        slot: Option<Slot>,
+        key: Key,
+        max: usize,
+    ) -> Option<Slot> {
+        slot.filter(|s| s.key == key)
+            .or_else(|| self.enter(key, max))
+    }
+
     /// Wakes whoever waits on `key` (the record may have moved on).
     fn wake(&self, key: Key) {
         if self.count.load(Ordering::Acquire) == 0 {
