@@ -219,7 +219,12 @@ async fn kill9_scenario(target: String) {
     use tokio::io::AsyncBufReadExt;
     let db = Db::open(&target).await;
     let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", "kill9_worker", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            &idempotency_tests::processes::test_path("kill9_worker"),
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(WORKER_ENV, &target)
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)

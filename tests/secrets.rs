@@ -48,6 +48,8 @@ fn replica(store: Arc<dyn Store>, secret: Secret, previous: &[Secret]) -> Idempo
         .secret(secret)
         .previous_secrets(previous.iter().cloned())
         .without_reconciler()
+        // This binary holds transactional tools too; these replicas serve none of them.
+        .without_transactional_tools()
 }
 
 fn mismatch(r: Result<Idempotency, StoreError>) -> (SecretFingerprint, SecretFingerprint) {
@@ -107,7 +109,10 @@ async fn a_second_secret_is_refused(open: Open<'_>) {
     assert_eq!(runs.load(Ordering::SeqCst), 1, "charged once");
 
     // The replica: no IDEMPOTENCY_SECRET, so the demo secret.
-    let demo = Idempotency::builder_shared(store).start().await;
+    let demo = Idempotency::builder_shared(store)
+        .without_transactional_tools()
+        .start()
+        .await;
     let message = demo.as_ref().err().map(ToString::to_string);
     let (_, engine) = mismatch(demo);
     assert!(engine.is_demo());

@@ -23,8 +23,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-mod common;
-use common::{call, remove_db, temp_db, Client};
+use crate::common::{call, remove_db, temp_db, Client};
 
 async fn connect<S: ServerHandler + Send + Sync + 'static>(server: S) -> Client {
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);

@@ -11,9 +11,8 @@ use rmcp::model::CallToolResult;
 use rmcp::ServiceExt;
 use serde_json::{json, Value};
 
-mod common;
-use common::pg::Schema;
-use common::{call, remove_db, temp_db, Client};
+use crate::common::pg::Schema;
+use crate::common::{call, remove_db, temp_db, Client};
 
 const SECRET: &str = "place-order-test-secret-0123456789";
 

@@ -9,8 +9,7 @@ use rmcp::model::CallToolResult;
 use rmcp::ServiceExt;
 use serde_json::{json, Value};
 
-mod common;
-use common::{call, remove_db, temp_db, Client};
+use crate::common::{call, remove_db, temp_db, Client};
 
 const SECRET: &str = "readme-test-secret-0123456789";
 

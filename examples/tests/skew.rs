@@ -6,12 +6,10 @@
 //! completes, every server replays it and its status tool says "completed", not "expired"
 //! (the window is 15 minutes). One charge.
 
-mod common;
-
 use std::time::Duration;
 
-use common::pg::Schema;
-use common::{call, Client};
+use crate::common::pg::Schema;
+use crate::common::{call, Client};
 use idempotency::mcp::{META_REF, META_REPLAYED, META_STATUS};
 use rmcp::model::CallToolResult;
 use rmcp::ServiceExt;
@@ -96,7 +94,10 @@ async fn status_state(client: &Client, reference: &str) -> String {
 }
 
 #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
-#[cfg_attr(no_faketime, ignore = "needs libfaketime (Debian package faketime)")]
+#[cfg_attr(
+    all(no_faketime, not(no_database)),
+    ignore = "needs libfaketime (Debian package faketime)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn servers_with_skewed_clocks_tell_one_story() {
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");

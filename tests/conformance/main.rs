@@ -29,6 +29,9 @@ mod fencing;
 mod outbox;
 mod settle;
 mod status;
+// What only the SQL stores have: its own cases, in this binary too.
+#[path = "../sql_conformance.rs"]
+mod sql_conformance;
 
 use background::*;
 use claims::*;

@@ -30,6 +30,39 @@ pub async fn ready_then_wait() {
         .expect("the parent's go line");
 }
 
+/// The full name of this test binary's test `test` (`faults::kill9_worker` for `kill9_worker`):
+/// the integration tests are modules of one binary, so a worker is found by its last segment.
+///
+/// # Panics
+/// If the binary cannot list its tests, or none or several end in `test`.
+pub fn test_path(test: &str) -> String {
+    use std::sync::OnceLock;
+    static LIST: OnceLock<Vec<String>> = OnceLock::new();
+    let list = LIST.get_or_init(|| {
+        let exe = std::env::current_exe().expect("the test binary");
+        let out = std::process::Command::new(exe)
+            .args(["--list", "--format", "terse"])
+            .output()
+            .expect("list the tests");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.strip_suffix(": test"))
+            .map(String::from)
+            .collect()
+    });
+    let found: Vec<&String> = list
+        .iter()
+        .filter(|name| *name == test || name.ends_with(&format!("::{test}")))
+        .collect();
+    match found.as_slice() {
+        [one] => (*one).clone(),
+        _ => panic!(
+            "{} tests of this binary end in `{test}`: {found:?}",
+            found.len()
+        ),
+    }
+}
+
 /// What a worker printed, and how it ended.
 #[derive(Debug)]
 pub struct Finished {
@@ -57,7 +90,13 @@ pub fn worker_command(test: &str, id_env: &str, replica: usize) -> Command {
     let exe = std::env::current_exe().expect("the test binary");
     let mut command = Command::new(exe);
     command
-        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+        .args([
+            "--exact",
+            &test_path(test),
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
         .env(id_env, replica.to_string());
     command
 }
@@ -273,7 +312,13 @@ impl Victim {
     pub fn spawn(test: &str, env: &[(&str, &str)]) -> Victim {
         let exe = std::env::current_exe().expect("the test binary");
         let mut child = Command::new(exe)
-            .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+            .args([
+                "--exact",
+                &test_path(test),
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
             .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
