@@ -50,8 +50,6 @@ mod tracing;
     feature = "rmcp"
 ))]
 mod transactional;
-#[cfg(all(feature = "sqlite", feature = "postgres", feature = "rmcp"))]
-mod transactional_bounds;
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 mod transactional_crash;
 #[cfg(all(feature = "sqlite", feature = "postgres", feature = "redis"))]
