@@ -8,7 +8,9 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::cache::Completed;
 use super::call::Call;
+use super::core::Core;
 use super::guard::{bounded, is_elapsed, Answer, Guard, Held, OnDrop};
 use super::lease::Lease;
 use crate::clock::Timestamp;
@@ -73,18 +75,13 @@ pub(super) use running::{panic_message, Halted, Running};
 const SETTLE_GRACE: Duration = Duration::from_secs(1);
 
 impl Attempt {
-    pub(super) fn new(
-        engine: &super::Idempotency,
-        spec: ToolSpec,
-        held: Held,
-        claimed: Claimed,
-    ) -> Self {
+    pub(super) fn new(core: &Core, spec: ToolSpec, held: Held, claimed: Claimed) -> Self {
         Attempt {
-            lease: engine.lease,
+            lease: core.lease,
             spec,
             claimed_at: claimed.at,
-            held_until: Lease::new(claimed.sent, engine.lease),
-            guard: Guard::new(engine, held, spec.name),
+            held_until: Lease::new(claimed.sent, core.lease),
+            guard: Guard::new(core, held, spec.name),
             keep: None,
             caller: None,
         }
@@ -104,7 +101,7 @@ impl Attempt {
 
     /// The engine's clock, never earlier than the claim.
     fn now(&self) -> Timestamp {
-        self.guard.clock.now().max(self.claimed_at)
+        self.guard.core.clock.now().max(self.claimed_at)
     }
 
     fn tool(&self) -> &'static str {
@@ -291,10 +288,11 @@ impl Attempt {
             tokio::time::sleep(pause).await;
             let now = self.now();
             let sent = tokio::time::Instant::now();
-            let renewal = self
-                .guard
-                .store
-                .renew(self.guard.key, self.guard.token, now, self.lease);
+            let renewal =
+                self.guard
+                    .core
+                    .store
+                    .renew(self.guard.key, self.guard.token, now, self.lease);
             // A renewal unanswered after a third of the lease is abandoned (it may still land:
             // the store's lease only grows) and tried again; none is waited on past the lease.
             match bounded(Some((sent + every).min(self.held_until.ends())), renewal).await {
@@ -342,7 +340,7 @@ impl Attempt {
         };
         let completion = answer.completion(self.guard.key, self.guard.token);
         let sent = tokio::time::Instant::now();
-        let done = bounded(settle_by, self.guard.store.complete(&completion)).await;
+        let done = bounded(settle_by, self.guard.core.store.complete(&completion)).await;
         let unsent: Vec<String> = match &done {
             Err(StoreError::Fenced { .. } | StoreError::WrongState { .. }) => {
                 answer.outbox.iter().map(|m| m.topic.clone()).collect()
@@ -353,9 +351,8 @@ impl Attempt {
             Ok(()) => {
                 let recorded = std::mem::replace(&mut self.guard.on_drop, OnDrop::Nothing);
                 if let (Some(keep), OnDrop::Complete(answer)) = (&self.keep, recorded) {
-                    let held = (self.guard.key, self.guard.reference);
-                    let kept = (self.spec.name, self.spec.window);
-                    keep.put(held, answer.response, (now, sent), kept);
+                    let (key, reference) = (self.guard.key, self.guard.reference);
+                    keep.put(key, reference, answer.response, Completed { at: now, sent });
                 }
                 tracing::debug!(tool = self.tool(), reference = %self.guard.reference, "idempotency complete");
                 Ok(Recorded::Mine)
@@ -392,6 +389,7 @@ impl Attempt {
         match bounded(
             settle_by,
             self.guard
+                .core
                 .store
                 .mark_unknown(self.guard.key, self.guard.token),
         )
@@ -423,6 +421,7 @@ impl Attempt {
             let now = self.now();
             let released = self
                 .guard
+                .core
                 .store
                 .release(self.guard.key, self.guard.token, now);
             match bounded(settle_by, released).await {

@@ -270,7 +270,7 @@ impl IdempotencyBuilder {
             });
         }
         let engine = self.build();
-        engine.secret_check.ensure(&*engine.store).await?;
+        engine.secret_check.ensure(&*engine.core.store).await?;
         Ok(engine)
     }
 
@@ -307,9 +307,11 @@ impl IdempotencyBuilder {
         let secret_check = Arc::new(SecretCheck::new(&secret, &self.previous));
         let window_clock = self.store.window_clock();
         Idempotency {
-            store: self.store,
-            clock: self.clock,
-            lease: self.lease,
+            core: super::core::Core {
+                store: self.store,
+                clock: self.clock,
+                lease: self.lease,
+            },
             secret,
             previous: self.previous.into(),
             background,

@@ -66,18 +66,12 @@ pub(super) enum Until {
 }
 
 impl Until {
-    /// The end of a record completed now with `window`, for a store that ends windows by
-    /// `clock`: `completed` is the engine's time the completion carried, `sent` the monotonic
-    /// instant before it was sent. `None`: nothing may be kept for this store.
-    pub(super) fn of(
-        clock: WindowClock,
-        window: Duration,
-        completed: Timestamp,
-        sent: tokio::time::Instant,
-    ) -> Option<Until> {
+    /// The end of a record `completed` now with `window`, for a store that ends windows by
+    /// `clock`. `None`: nothing may be kept for this store.
+    pub(super) fn of(clock: WindowClock, window: Duration, completed: Completed) -> Option<Until> {
         match clock {
-            WindowClock::Engine => Some(Until::Engine(completed.saturating_add(window))),
-            WindowClock::Own => Some(Until::Local(sent + (window - window / SLEW))),
+            WindowClock::Engine => Some(Until::Engine(completed.at.saturating_add(window))),
+            WindowClock::Own => Some(Until::Local(completed.sent + (window - window / SLEW))),
             _ => None,
         }
     }
@@ -97,26 +91,48 @@ pub(super) struct Keep {
     pub(super) clock: WindowClock,
     /// The call's full arguments' fingerprint (business keys).
     pub(super) fingerprint: Option<Fingerprint>,
+    pub(super) tool: &'static str,
+    /// The record's window.
+    pub(super) window: Duration,
+}
+
+/// When an answer was recorded: the engine's time its completion carried, and this process's
+/// monotonic instant before the completion was sent.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Completed {
+    pub(super) at: Timestamp,
+    pub(super) sent: tokio::time::Instant,
+}
+
+/// An answer the cache keeps for a key.
+pub(super) struct Answer {
+    pub(super) reference: Reference,
+    pub(super) response: StoredResponse,
+    /// The fingerprint of the arguments it answered (business keys).
+    pub(super) fingerprint: Option<Fingerprint>,
 }
 
 impl Keep {
-    /// Keeps `response`, just recorded for `key` under `reference` by a completion that carried
-    /// `completed` and was sent at `sent`, for the claim's `window`.
+    /// Keeps `response`, just recorded for `key` under `reference` by a completion made
+    /// `completed`, for the record's window.
     pub(super) fn put(
         &self,
-        (key, reference): (Key, Reference),
+        key: Key,
+        reference: Reference,
         response: StoredResponse,
-        (completed, sent): (Timestamp, tokio::time::Instant),
-        (tool, window): (&'static str, Duration),
+        completed: Completed,
     ) {
-        let Some(until) = Until::of(self.clock, window, completed, sent) else {
+        let Some(until) = Until::of(self.clock, self.window, completed) else {
             return;
         };
-        let evicted = self
-            .cache
-            .put((key, reference), response, self.fingerprint, until);
+        let answer = Answer {
+            reference,
+            response,
+            fingerprint: self.fingerprint,
+        };
+        let evicted = self.cache.put(key, answer, until);
         if evicted > 0 {
-            crate::metrics::cache_evicted(tool, evicted);
+            crate::metrics::cache_evicted(self.tool, evicted);
         }
     }
 }
@@ -169,15 +185,14 @@ impl AnswerCache {
         Found::Hit(entry.reference, entry.response.clone())
     }
 
-    /// Keeps `response`, the answer recorded for `key` under `reference`, until `until`. Returns
-    /// how many entries went to make room (0 or 1); an answer over the size limit is not kept.
-    pub(super) fn put(
-        &self,
-        (key, reference): (Key, Reference),
-        response: StoredResponse,
-        fingerprint: Option<Fingerprint>,
-        until: Until,
-    ) -> u64 {
+    /// Keeps `answer`, the answer recorded for `key`, until `until`. Returns how many entries
+    /// went to make room (0 or 1); an answer over the size limit is not kept.
+    pub(super) fn put(&self, key: Key, answer: Answer, until: Until) -> u64 {
+        let Answer {
+            reference,
+            response,
+            fingerprint,
+        } = answer;
         if response.body.len() > self.max_answer {
             return 0;
         }
@@ -234,6 +249,14 @@ mod tests {
         }
     }
 
+    fn kept(reference: Reference, body: &str, fingerprint: Option<Fingerprint>) -> Answer {
+        Answer {
+            reference,
+            response: answer(body),
+            fingerprint,
+        }
+    }
+
     fn at(ms: i64) -> Timestamp {
         Timestamp::from_millis(ms)
     }
@@ -248,14 +271,12 @@ mod tests {
     #[test]
     fn engine_clock_entries_end_exactly_at_the_window() {
         let cache = AnswerCache::new(8, 1024).unwrap();
-        let until = Until::of(
-            WindowClock::Engine,
-            Duration::from_secs(10),
-            at(1_000),
-            tokio::time::Instant::now(),
-        )
-        .unwrap();
-        cache.put((key(1), key(1).reference(1)), answer("1"), None, until);
+        let completed = Completed {
+            at: at(1_000),
+            sent: tokio::time::Instant::now(),
+        };
+        let until = Until::of(WindowClock::Engine, Duration::from_secs(10), completed).unwrap();
+        cache.put(key(1), kept(key(1).reference(1), "1", None), until);
         assert_eq!(
             hit(cache.get(&key(1), None, at(10_999))).as_deref(),
             Some("1")
@@ -268,14 +289,17 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn own_clock_entries_end_before_the_window_by_the_slew_margin() {
         let cache = AnswerCache::new(8, 1024).unwrap();
-        let sent = tokio::time::Instant::now();
-        let until = Until::of(WindowClock::Own, Duration::from_secs(1_000), at(0), sent).unwrap();
-        cache.put((key(1), key(1).reference(1)), answer("1"), None, until);
+        let completed = Completed {
+            at: at(0),
+            sent: tokio::time::Instant::now(),
+        };
+        let until = Until::of(WindowClock::Own, Duration::from_secs(1_000), completed).unwrap();
+        cache.put(key(1), kept(key(1).reference(1), "1", None), until);
         tokio::time::advance(Duration::from_millis(998_999)).await;
         assert!(hit(cache.get(&key(1), None, at(0))).is_some());
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(hit(cache.get(&key(1), None, at(0))).is_none());
-        assert!(Until::of(WindowClock::Unknown, Duration::from_secs(1), at(0), sent).is_none());
+        assert!(Until::of(WindowClock::Unknown, Duration::from_secs(1), completed).is_none());
     }
 
     #[test]
@@ -283,7 +307,7 @@ mod tests {
         let cache = AnswerCache::new(8, 1024).unwrap();
         let f = Fingerprint::from_slice(&[7; 32]);
         let until = Until::Engine(at(100));
-        cache.put((key(1), key(1).reference(1)), answer("1"), f, until);
+        cache.put(key(1), kept(key(1).reference(1), "1", f), until);
         assert!(hit(cache.get(&key(1), f, at(0))).is_some());
         assert!(hit(cache.get(&key(1), None, at(0))).is_none());
         assert!(hit(cache.get(&key(1), Fingerprint::from_slice(&[8; 32]), at(0))).is_none());
@@ -294,13 +318,13 @@ mod tests {
         let cache = AnswerCache::new(16, 4).unwrap();
         let until = Until::Engine(at(100));
         assert_eq!(
-            cache.put((key(0), key(0).reference(1)), answer("12345"), None, until),
+            cache.put(key(0), kept(key(0).reference(1), "12345", None), until),
             0
         );
         assert!(hit(cache.get(&key(0), None, at(0))).is_none(), "too large");
         let mut evicted = 0;
         for n in 0..=255u8 {
-            evicted += cache.put((key(n), key(n).reference(1)), answer("1"), None, until);
+            evicted += cache.put(key(n), kept(key(n).reference(1), "1", None), until);
         }
         let kept = (0..=255u8)
             .filter(|n| hit(cache.get(&key(*n), None, at(0))).is_some())
@@ -315,8 +339,8 @@ mod tests {
     fn a_key_put_again_keeps_its_newest_answer() {
         let cache = AnswerCache::new(1, 1024).unwrap();
         let until = Until::Engine(at(100));
-        cache.put((key(1), key(1).reference(1)), answer("1"), None, until);
-        cache.put((key(1), key(1).reference(2)), answer("2"), None, until);
+        cache.put(key(1), kept(key(1).reference(1), "1", None), until);
+        cache.put(key(1), kept(key(1).reference(2), "2", None), until);
         assert_eq!(hit(cache.get(&key(1), None, at(0))).as_deref(), Some("2"));
     }
 }

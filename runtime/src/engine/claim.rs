@@ -8,15 +8,15 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::key::{Reference, Scope, Secret};
+use crate::key::Scope;
 use crate::outcome::{ErrorPolicy, Failure, Outcome};
-use crate::record::{RecordState, Standing};
 use crate::store::{Claim, ClaimRequest, StoreError, Token};
-use crate::tool::Prepared;
 
+use super::answer::{answered, claim_failed, refused, Gone};
 use super::attempt::{Attempt, Claimed};
-use super::guard::{bounded, Guard, Held, Landing};
-use super::{answered, noise, refused, Idempotency};
+use super::guard::{bounded, Fence, Guard, Held, Landing};
+use super::keyed::{Claiming, Keyed};
+use super::{noise, Idempotency};
 
 impl Idempotency {
     /// Claims the call's key under the current secret and, while secrets are rotated, its keys
@@ -25,28 +25,28 @@ impl Idempotency {
     /// (nothing ran).
     pub(super) async fn claim_any<T, E>(
         &self,
-        prepared: &Prepared,
-        key: crate::key::Key,
+        keyed: &Keyed,
         now: crate::clock::Timestamp,
         by: Option<tokio::time::Instant>,
     ) -> Result<Claim, Outcome<T, Failure<E>>> {
         if self.previous.is_empty() {
-            self.claim(prepared, &self.secret, now, by).await
+            self.claim(keyed, keyed.current, now, by).await
         } else {
-            self.claim_in_order(prepared, key, now, by).await
+            self.claim_in_order(keyed, now, by).await
         }
     }
 
-    /// Claims the call's key under `secret`; an error is the caller's answer (nothing ran).
+    /// Claims `claiming` (the call's key under one secret); an error is the caller's answer
+    /// (nothing ran).
     pub(super) async fn claim<T, E>(
         &self,
-        prepared: &Prepared,
-        secret: &Secret,
+        keyed: &Keyed,
+        claiming: Claiming,
         now: crate::clock::Timestamp,
         by: Option<tokio::time::Instant>,
     ) -> Result<Claim, Outcome<T, Failure<E>>> {
-        let tool = prepared.spec.name;
-        let req = self.request(prepared, secret, now);
+        let tool = keyed.tool();
+        let req = self.request(keyed, claiming, now);
         let key = req.key;
         self.check_secret(tool, by).await?;
         let mut landing = self.claim_landing(&req, tool);
@@ -58,7 +58,7 @@ impl Idempotency {
 
     /// The claim `req` asks for, owned so that it can land without its caller.
     fn claim_landing(&self, req: &ClaimRequest<'_>, tool: &'static str) -> Landing<Claim> {
-        let store = self.store.clone();
+        let store = self.core.store.clone();
         let (tenant, subject) = (req.tenant.to_owned(), req.subject.map(str::to_owned));
         let ClaimRequest {
             key,
@@ -83,44 +83,44 @@ impl Idempotency {
             };
             store.claim(&req).await
         });
-        Landing::new(self, (key, token), tool, call)
+        Landing::new(&self.core, Fence { key, token }, tool, call)
     }
 
-    /// `recover = "rerun"`: takes over the call whose worker is gone (its reference, and when it
-    /// started; under `key`, or while secrets are rotated the previous secret's key holding it)
-    /// and runs the body again under its reference (same generation). One runner: a takeover
-    /// that loses (another repeat or replica took it over first, or the record settled
-    /// meanwhile) answers "in progress", unless the repeat may wait until a time still to come
-    /// (`until`): then the body comes back with that answer (`Err`), to wait for the rerun's
-    /// answer. A takeover whose reply is lost (or whose caller goes away meanwhile) is given
-    /// back in the background, fenced by its own token, as a lost claim is: nothing ran under
-    /// it, and the next repeat runs it at once.
+    /// `recover = "rerun"`: takes over the call whose worker is gone (`takeover.gone`; under the
+    /// call's key, or while secrets are rotated the previous secret's key holding it) and runs
+    /// the body again under its reference (same generation). One runner: a takeover that loses
+    /// (another repeat or replica took it over first, or the record settled meanwhile) answers
+    /// "in progress", unless the repeat may wait until a time still to come (`takeover.until`):
+    /// then the body comes back with that answer (`Err`), to wait for the rerun's answer. A
+    /// takeover whose reply is lost (or whose caller goes away meanwhile) is given back in the
+    /// background, fenced by its own token, as a lost claim is: nothing ran under it, and the
+    /// next repeat runs it at once.
     pub(super) async fn rerun<T, E, Fut>(
         &self,
-        prepared: &Prepared,
-        key: crate::key::Key,
-        ((reference, since), now, by, until): (
-            Gone,
-            crate::clock::Timestamp,
-            Option<tokio::time::Instant>,
-            Option<tokio::time::Instant>,
-        ),
-        (policy, body): (ErrorPolicy<E>, Fut),
-    ) -> Result<Outcome<T, Failure<E>>, Lost<T, E, Fut>>
+        keyed: &Keyed,
+        takeover: Takeover,
+        policy: ErrorPolicy<E>,
+        body: Fut,
+    ) -> Result<Outcome<T, Failure<E>>, Lost<E, Fut>>
     where
         T: Serialize + DeserializeOwned,
         Fut: Future<Output = Result<T, E>> + Send,
     {
-        let spec = &prepared.spec;
-        let tool = spec.name;
-        let key = self.key_holding(prepared, key, reference).unwrap_or(key);
+        let Takeover {
+            gone: Gone { reference, since },
+            now,
+            by,
+            until,
+        } = takeover;
+        let tool = keyed.tool();
+        let key = self.key_holding(keyed, reference).unwrap_or(keyed.key());
         let token = attempt_token(now);
-        let store = self.store.clone();
-        let lease = self.lease;
+        let store = self.core.store.clone();
+        let lease = self.core.lease;
         let sent = tokio::time::Instant::now();
         let mut landing = Landing::new(
-            self,
-            (key, token),
+            &self.core,
+            Fence { key, token },
             tool,
             Box::pin(async move { store.take_over(key, token, now, lease).await }),
         );
@@ -131,34 +131,31 @@ impl Idempotency {
             Ok(reference) => {
                 tracing::warn!(tool, %reference, "idempotency: running a call whose worker is gone again under its reference (recover = \"rerun\")");
                 crate::metrics::rerun(tool);
-                Ok(Attempt::new(
-                    self,
-                    *spec,
-                    Held {
-                        key,
-                        reference,
-                        token,
-                    },
-                    Claimed { at: now, sent },
+                let held = Held {
+                    key,
+                    reference,
+                    token,
+                };
+                Ok(
+                    Attempt::new(&self.core, *keyed.spec(), held, Claimed { at: now, sent })
+                        .for_caller(keyed.prepared.caller.clone())
+                        .run(policy, body)
+                        .await,
                 )
-                .for_caller(prepared.caller.clone())
-                .run(policy, body)
-                .await)
             }
             Err(StoreError::WrongState { .. } | StoreError::NotFound) => {
                 tracing::info!(tool, %reference, "idempotency: another repeat took over the call first (or it settled)");
-                let lost = answered(Error::InFlight {
-                    tool: tool.into(),
-                    reference,
-                    since,
-                });
                 match until {
                     Some(u) if tokio::time::Instant::now() < u => {
                         // Then claims again (finding the rerun in progress, or its answer).
                         super::wait::pace(&mut 0, until).await;
-                        Err((lost, (policy, body)))
+                        Err(Lost { policy, body })
                     }
-                    _ => Ok(lost),
+                    _ => Ok(answered(Error::InFlight {
+                        tool: tool.into(),
+                        reference,
+                        since,
+                    })),
                 }
             }
             Err(source) => {
@@ -179,7 +176,7 @@ impl Idempotency {
         by: Option<tokio::time::Instant>,
     ) -> Result<(), Outcome<T, Failure<E>>> {
         if !self.secret_check.passed() {
-            if let Err(source) = bounded(by, self.secret_check.ensure(&*self.store)).await {
+            if let Err(source) = bounded(by, self.secret_check.ensure(&*self.core.store)).await {
                 tracing::error!(tool, error = %source, "idempotency: the store's secret check failed; nothing was run");
                 return Err(refused(Error::Store {
                     tool: tool.into(),
@@ -190,25 +187,27 @@ impl Idempotency {
         Ok(())
     }
 
-    /// What a claim of `prepared`'s key under `secret` asks the store for, with a new token.
+    /// What a claim of `claiming` (the call's key under one secret) asks the store for, with a
+    /// new token.
     pub(super) fn request<'p>(
         &self,
-        prepared: &'p Prepared,
-        secret: &Secret,
+        keyed: &'p Keyed,
+        claiming: Claiming,
         now: crate::clock::Timestamp,
     ) -> ClaimRequest<'p> {
+        let prepared = &keyed.prepared;
         let (spec, caller) = (&prepared.spec, &prepared.caller);
         ClaimRequest {
-            key: prepared.key.key(secret),
+            key: claiming.key,
             tenant: &caller.tenant,
             subject: match prepared.scope {
                 Scope::Subject => Some(&caller.subject),
                 Scope::Tenant => None,
             },
             tool: spec.name,
-            fingerprint: prepared.fingerprint.map(|f| f.fingerprint(secret)),
+            fingerprint: claiming.fingerprint,
             now,
-            lease: self.lease,
+            lease: self.core.lease,
             window: spec.window,
             token: attempt_token(now),
         }
@@ -218,19 +217,21 @@ impl Idempotency {
     /// if there is one. A probe that finds none made a claim there, which it gives back at once.
     pub(super) async fn recognise<T, E>(
         &self,
-        prepared: &Prepared,
+        keyed: &Keyed,
         now: crate::clock::Timestamp,
         by: Option<tokio::time::Instant>,
     ) -> Result<Option<Claim>, Outcome<T, Failure<E>>> {
-        let spec = &prepared.spec;
+        let spec = keyed.spec();
         for secret in self.previous.iter() {
-            match self.claim(prepared, secret, now, by).await? {
+            let claiming = Claiming::under(&keyed.prepared, secret);
+            match self.claim(keyed, claiming, now, by).await? {
                 Claim::New { token, reference } => {
                     // Given back at once; the guard does it in the background if this future is
                     // dropped meanwhile or the release fails.
-                    let key = prepared.key.key(secret);
-                    let probe = Guard::claiming(self, key, token, spec.name);
-                    if let Err(source) = bounded(by, self.store.release(key, token, now)).await {
+                    let key = claiming.key;
+                    let probe = Guard::claiming(&self.core, Fence { key, token }, spec.name);
+                    let released = self.core.store.release(key, token, now);
+                    if let Err(source) = bounded(by, released).await {
                         tracing::warn!(tool = spec.name, %reference, error = %source, "idempotency: could not give back a probe claim under a previous secret");
                         return Err(refused(Error::Store {
                             tool: spec.name.into(),
@@ -246,65 +247,21 @@ impl Idempotency {
     }
 }
 
-/// The answer to a claim the store failed (nothing ran).
-pub(super) fn claim_failed<T, E>(
-    tool: &'static str,
-    key: crate::key::Key,
-    error: StoreError,
-) -> Outcome<T, Failure<E>> {
-    match error {
-        StoreError::ReferenceTaken { reference } => {
-            tracing::error!(tool, %reference, "idempotency claim refused: the reference is held by a different key; nothing was run");
-            // This call's own reference: nothing about the holder (not its generation).
-            refused(Error::ReferenceTaken {
-                tool: tool.into(),
-                reference: key.reference(1),
-            })
-        }
-        source @ StoreError::Corrupt { .. } => {
-            // Every repeat finds the same record: not a passing failure. Named by the key's
-            // first generation, which finds the record whatever its generation reads as.
-            let reference = key.reference(1);
-            tracing::error!(tool, %reference, error = %source, "idempotency claim found a record it cannot read; nothing was run");
-            answered(Error::Unreadable {
-                tool: tool.into(),
-                reference,
-                source,
-            })
-        }
-        source => {
-            tracing::warn!(tool, error = %source, "idempotency claim failed; nothing was run");
-            refused(Error::Store {
-                tool: tool.into(),
-                source,
-            })
-        }
-    }
+/// A takeover that lost the race ([`Idempotency::rerun`]) while its repeat may still wait: the
+/// policy and body handed back, to wait for the rerun's answer.
+pub(super) struct Lost<E, Fut> {
+    pub(super) policy: ErrorPolicy<E>,
+    pub(super) body: Fut,
 }
 
-/// A takeover that lost the race ([`Idempotency::rerun`]): the "in progress" answer, and the
-/// policy and body handed back.
-pub(super) type Lost<T, E, Fut> = (Outcome<T, Failure<E>>, (ErrorPolicy<E>, Fut));
-
-/// A call whose worker is gone: its reference, and when it started.
-pub(super) type Gone = (Reference, crate::clock::Timestamp);
-
-/// The call a claim found whose worker is gone, with when it started: in flight with its lease
-/// passed unrenewed ([`Standing::LeasePassed`]), or unknown. `None` for any other answer.
-pub(super) fn gone(claim: &Claim, now: crate::clock::Timestamp) -> Option<Gone> {
-    match *claim {
-        Claim::InFlight {
-            reference,
-            claimed_at,
-            lease_expires_at,
-        } if Standing::of(RecordState::InFlight, None, now >= lease_expires_at, false)
-            == Standing::LeasePassed =>
-        {
-            Some((reference, claimed_at))
-        }
-        Claim::Unknown { reference, since } => Some((reference, since)),
-        _ => None,
-    }
+/// What a takeover ([`Idempotency::rerun`]) takes over, and when: the call whose worker is
+/// gone, the engine's time, by when the store must answer, and until when the repeat may wait.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Takeover {
+    pub(super) gone: Gone,
+    pub(super) now: crate::clock::Timestamp,
+    pub(super) by: Option<tokio::time::Instant>,
+    pub(super) until: Option<tokio::time::Instant>,
 }
 
 /// A fencing token for one attempt: its claim time in ms × 2^20 plus 20 random bits, so tokens

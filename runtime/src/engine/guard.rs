@@ -3,18 +3,18 @@
 //! with what is known at that point.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
-use crate::clock::{Clock, Timestamp};
+use super::core::Core;
+use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::StoredResponse;
 use crate::store::OutboxMessage;
-use crate::store::{Completion, Store, StoreError, Token};
+use crate::store::{Completion, StoreError, Token};
 
 /// What an attempt holds of its claim, and what to do with it if dropped now.
 pub(super) struct Guard {
-    pub(super) store: Arc<dyn Store>,
-    pub(super) clock: Arc<dyn Clock>,
+    /// The engine's store and clock (and lease).
+    pub(super) core: Core,
     pub(super) key: Key,
     pub(super) reference: Reference,
     pub(super) token: Token,
@@ -35,10 +35,9 @@ pub(super) struct Held {
 impl Guard {
     /// A guard over what `engine` holds (or may hold) of `held`'s claim for `tool`: dropped
     /// before [`Guard::disarm`], it settles the claim in the background with what is known.
-    pub(super) fn new(engine: &super::Idempotency, held: Held, tool: &'static str) -> Self {
+    pub(super) fn new(core: &Core, held: Held, tool: &'static str) -> Self {
         Guard {
-            store: engine.store.clone(),
-            clock: engine.clock.clone(),
+            core: core.clone(),
             key: held.key,
             reference: held.reference,
             token: held.token,
@@ -53,15 +52,11 @@ impl Guard {
     /// meanwhile, or its release failed), it gives the claim back in the background, fenced by
     /// the attempt's own token, so it never touches anyone else's. Nothing ran, so released is
     /// the truth.
-    pub(super) fn claiming(
-        engine: &super::Idempotency,
-        key: Key,
-        token: Token,
-        tool: &'static str,
-    ) -> Self {
+    pub(super) fn claiming(core: &Core, fence: Fence, tool: &'static str) -> Self {
+        let Fence { key, token } = fence;
         let reference = key.reference(1);
         Guard::new(
-            engine,
+            core,
             Held {
                 key,
                 reference,
@@ -118,7 +113,7 @@ impl Drop for Guard {
             other => other,
         };
         let (store, key, token, reference, tool) = (
-            self.store.clone(),
+            self.core.store.clone(),
             self.key,
             self.token,
             self.reference,
@@ -133,7 +128,7 @@ impl Drop for Guard {
         let answer = match on_drop {
             // Nothing ran under it: given back, with the retries a lost claim needs.
             OnDrop::Release => {
-                let release = release((store, self.clock.clone()), (key, token), tool);
+                let release = release(self.core.clone(), Fence { key, token }, tool);
                 in_background(release, tool, reference);
                 return;
             }
@@ -173,11 +168,16 @@ impl Drop for Guard {
 /// retries such a claim needs. Nothing ran under either.
 pub(super) struct Landing<T: Made> {
     state: LandingState<T>,
-    store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
-    key: Key,
-    token: Token,
+    core: Core,
+    fence: Fence,
     tool: &'static str,
+}
+
+/// A claim's key and the attempt's token that fences every write to it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Fence {
+    pub(super) key: Key,
+    pub(super) token: Token,
 }
 
 enum LandingState<T> {
@@ -213,19 +213,17 @@ impl Made for Reference {
 const LANDING_BOUND: std::time::Duration = std::time::Duration::from_secs(120);
 
 impl<T: Made> Landing<T> {
-    /// `call`, made for `key` with `token` by a call of `tool` on `engine`'s store.
+    /// `call`, made under `fence` by a call of `tool` on `core`'s store.
     pub(super) fn new(
-        engine: &super::Idempotency,
-        (key, token): (Key, Token),
+        core: &Core,
+        fence: Fence,
         tool: &'static str,
         call: crate::store::BoxFuture<'static, Result<T, StoreError>>,
     ) -> Self {
         Landing {
             state: LandingState::Flying(call),
-            store: engine.store.clone(),
-            clock: engine.clock.clone(),
-            key,
-            token,
+            core: core.clone(),
+            fence,
             tool,
         }
     }
@@ -253,8 +251,9 @@ impl<T: Made> Drop for Landing<T> {
             LandingState::Failed => None,
             LandingState::Flying(call) => Some(call),
         };
-        let (key, token, tool) = (self.key, self.token, self.tool);
-        let ctx = (self.store.clone(), self.clock.clone());
+        let (fence, tool) = (self.fence, self.tool);
+        let (key, token) = (fence.key, fence.token);
+        let core = self.core.clone();
         let land = async move {
             if let Some(call) = call {
                 match tokio::time::timeout(LANDING_BOUND, call).await {
@@ -265,7 +264,7 @@ impl<T: Made> Drop for Landing<T> {
                     }
                 }
             }
-            release(ctx, (key, token), tool).await;
+            release(core, fence, tool).await;
         };
         in_background(land, tool, key.reference(1));
     }
@@ -278,13 +277,10 @@ const RELEASE_PAUSE: std::time::Duration = std::time::Duration::from_millis(25);
 
 /// Gives back a claim nothing ran under, fenced by its token: tried [`RELEASE_TRIES`] times,
 /// "no such record" included (a dropped claim may still land).
-async fn release(
-    (store, clock): (Arc<dyn Store>, Arc<dyn Clock>),
-    (key, token): (Key, Token),
-    tool: &'static str,
-) {
+async fn release(core: Core, fence: Fence, tool: &'static str) {
+    let Fence { key, token } = fence;
     for attempt in 0..RELEASE_TRIES {
-        match store.release(key, token, clock.now()).await {
+        match core.store.release(key, token, core.clock.now()).await {
             Ok(()) => {
                 tracing::info!(tool, reference = %key.reference(1), "idempotency released a claim nothing ran under (its answer was lost, or the call was answered another way)");
                 return;

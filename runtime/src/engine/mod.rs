@@ -8,33 +8,41 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::clock::Clock;
-use crate::error::{Error, UnknownReason};
+use crate::error::Error;
 use crate::key::{Caller, Reference, Secret};
 use crate::outcome::{ErrorPolicy, Failure, Outcome};
 use crate::record::RecordStatus;
 use crate::store::{Claim, Store, StoreError};
 use crate::tool::{Prepared, Recover};
 
+mod answer;
 mod attempt;
 mod builder;
 mod cache;
 mod call;
 mod claim;
+mod core;
 mod enqueue;
 pub(crate) mod expiry;
 mod guard;
+mod keyed;
 mod lease;
 mod rotation;
 mod secret;
+#[cfg(test)]
+mod tests;
 #[cfg(feature = "_sql")]
 mod transaction;
 mod transactional;
 mod wait;
 
+use answer::{answer_found, gone, replay};
 use attempt::{Attempt, Claimed};
-use claim::gone;
+use claim::Takeover;
+use core::Core;
 use expiry::Background;
 use guard::Held;
+use keyed::Keyed;
 use secret::SecretCheck;
 use wait::{Waited, Waiters};
 
@@ -53,9 +61,8 @@ pub use transaction::{Transaction, TransactionError};
 /// ```
 #[derive(Clone)]
 pub struct Idempotency {
-    store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
-    lease: Duration,
+    /// The store, the clock and the lease: what the engine's helpers get of it.
+    core: Core,
     secret: Secret,
     /// Secrets being rotated out: keys made under them are still recognised.
     previous: Arc<[Secret]>,
@@ -78,7 +85,7 @@ pub struct Idempotency {
 impl std::fmt::Debug for Idempotency {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Idempotency")
-            .field("lease", &self.lease)
+            .field("lease", &self.core.lease)
             .finish_non_exhaustive()
     }
 }
@@ -126,17 +133,17 @@ impl Idempotency {
 
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+        &self.core.store
     }
 
     /// The clock.
     pub fn clock(&self) -> &Arc<dyn Clock> {
-        &self.clock
+        &self.core.clock
     }
 
     /// The claim lease.
     pub fn lease(&self) -> Duration {
-        self.lease
+        self.core.lease
     }
 
     /// What the store knows of `reference`, if the caller may see it: its tenant's record, and
@@ -146,7 +153,8 @@ impl Idempotency {
         caller: &Caller,
         reference: Reference,
     ) -> Result<Option<RecordStatus>, StoreError> {
-        self.store
+        self.core
+            .store
             .status(&caller.tenant, &caller.subject, reference)
             .await
     }
@@ -158,7 +166,7 @@ impl Idempotency {
         caller: &Caller,
         reference: Reference,
     ) -> Result<bool, StoreError> {
-        match self.store.transactions() {
+        match self.core.store.transactions() {
             Some(store) => store.running(&caller.tenant, reference).await,
             None => Ok(false),
         }
@@ -242,15 +250,14 @@ impl Idempotency {
         );
         crate::origin::adopt(&span, &prepared.origin);
         let recorded = span.clone();
-        // The key under the current secret, derived once for the cache and the claim.
-        let key = prepared.key.key(&self.secret);
-        let out = if let Some(out) = self.cached(&prepared, key, &policy) {
+        // The key and fingerprint under the current secret, derived once for every stage.
+        let keyed = Keyed::new(prepared, &self.secret);
+        let out = if let Some(out) = self.cached(&keyed, &policy) {
             out
         } else if spec.transactional {
-            tracing::Instrument::instrument(self.run_transactional(prepared, policy, body), span)
-                .await
+            tracing::Instrument::instrument(self.run_transactional(keyed, policy, body), span).await
         } else {
-            let call = self.claim_and_run(prepared, key, policy, body);
+            let call = self.claim_and_run(keyed, policy, body);
             tracing::Instrument::instrument(call, span).await
         };
         let answer = crate::metrics::call(spec.name, &out, began.elapsed());
@@ -271,24 +278,15 @@ impl Idempotency {
         out
     }
 
-    /// The answer this engine keeps for `prepared`'s call, if it may serve it now: replayed
-    /// with no store round trip.
-    fn cached<T, E>(
-        &self,
-        prepared: &Prepared,
-        key: crate::key::Key,
-        policy: &ErrorPolicy<E>,
-    ) -> Option<Outcome<T, Failure<E>>>
+    /// The answer this engine keeps for `keyed`'s call, if it may serve it now: replayed with
+    /// no store round trip.
+    fn cached<T, E>(&self, keyed: &Keyed, policy: &ErrorPolicy<E>) -> Option<Outcome<T, Failure<E>>>
     where
         T: DeserializeOwned,
     {
         let cache = self.cache.as_ref()?;
-        let tool = prepared.spec.name;
-        let fingerprint = prepared
-            .fingerprint
-            .as_ref()
-            .map(|f| f.fingerprint(&self.secret));
-        match cache.get(&key, fingerprint, self.clock.now()) {
+        let tool = keyed.tool();
+        match cache.get(&keyed.key(), keyed.fingerprint(), self.core.clock.now()) {
             cache::Found::Hit(reference, response) => {
                 crate::metrics::cache(tool, true);
                 tracing::debug!(tool, %reference, "idempotency replay from the local cache");
@@ -301,23 +299,21 @@ impl Idempotency {
         }
     }
 
-    /// What a call of `prepared` that this engine claims keeps of its answer, if anything.
-    fn keep(&self, prepared: &Prepared) -> Option<cache::Keep> {
+    /// What a call of `keyed` that this engine claims keeps of its answer, if anything.
+    fn keep(&self, keyed: &Keyed) -> Option<cache::Keep> {
         let cache = self.cache.as_ref()?;
         Some(cache::Keep {
             cache: cache.clone(),
             clock: self.window_clock,
-            fingerprint: prepared
-                .fingerprint
-                .as_ref()
-                .map(|f| f.fingerprint(&self.secret)),
+            fingerprint: keyed.fingerprint(),
+            tool: keyed.tool(),
+            window: keyed.spec().window,
         })
     }
 
     async fn claim_and_run<T, E, Fut>(
         &self,
-        prepared: Prepared,
-        key: crate::key::Key,
+        keyed: Keyed,
         mut policy: ErrorPolicy<E>,
         mut body: Fut,
     ) -> Outcome<T, Failure<E>>
@@ -325,7 +321,7 @@ impl Idempotency {
         T: Serialize + DeserializeOwned,
         Fut: Future<Output = Result<T, E>> + Send,
     {
-        let (spec, caller) = (&prepared.spec, &prepared.caller);
+        let (spec, caller) = (keyed.spec(), &keyed.prepared.caller);
         let tool = spec.name;
         let started = tokio::time::Instant::now();
         // With a timeout, a store that does not answer the claim within it cannot hold the
@@ -340,23 +336,17 @@ impl Idempotency {
         // Reads that found the call still in progress after a wake: each pauses longer.
         let mut idle_reads = 0;
         let (claim, now) = loop {
-            let now = self.clock.now();
+            let now = self.core.clock.now();
             if slot.is_some() {
                 // However the store answers, a waiting repeat reads it at most every few ms.
                 wait::pace(&mut idle_reads, wait_until).await;
             }
             sent = tokio::time::Instant::now();
             let claim = match &slot {
-                None => self.claim_any(&prepared, key, now, by).await,
+                None => self.claim_any(&keyed, now, by).await,
                 Some(woken) => {
                     woken
-                        .read_again(
-                            prepared
-                                .fingerprint
-                                .as_ref()
-                                .map(|f| f.fingerprint(&self.secret)),
-                            || self.claim_any(&prepared, key, now, by),
-                        )
+                        .read_again(keyed.fingerprint(), || self.claim_any(&keyed, now, by))
                         .await
                 }
             };
@@ -366,19 +356,24 @@ impl Idempotency {
             };
             // A call whose worker is gone runs again under its reference when the tool says its
             // side effect deduplicates on it; a waiting repeat that loses that race waits on.
-            if let (Some(g), Recover::Rerun) = (gone(&claim, now), spec.recover) {
+            if let (Some(gone), Recover::Rerun) = (gone(&claim, now), spec.recover) {
                 slot = None;
-                let reran = self.rerun(&prepared, key, (g, now, by, wait_until), (policy, body));
-                (policy, body) = match reran.await {
+                let takeover = Takeover {
+                    gone,
+                    now,
+                    by,
+                    until: wait_until,
+                };
+                (policy, body) = match self.rerun(&keyed, takeover, policy, body).await {
                     Ok(out) => return out,
-                    Err((_, back)) => back,
+                    Err(lost) => (lost.policy, lost.body),
                 };
                 continue;
             }
             let (Some(until), Claim::InFlight { reference, .. }) = (wait_until, &claim) else {
                 break (claim, now);
             };
-            let Some(holder) = self.waited_key(&prepared, key, &claim, now) else {
+            let Some(holder) = self.waited_key(&keyed, &claim, now) else {
                 break (claim, now);
             };
             slot = self.waiters.keep_or_enter(slot, holder, self.max_waiters);
@@ -392,7 +387,7 @@ impl Idempotency {
                 *reference,
                 started,
                 wait,
-                waiting.wait(self, caller, *reference, until),
+                waiting.wait(&self.core, caller, *reference, until),
             )
             .await;
             let waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -406,142 +401,20 @@ impl Idempotency {
         match claim {
             Claim::New { reference, token } => {
                 tracing::debug!(tool, %reference, "idempotency claim");
-                let keep = self.keep(&prepared);
-                Attempt::new(
-                    self,
-                    *spec,
-                    Held {
-                        key,
-                        reference,
-                        token,
-                    },
-                    Claimed { at: now, sent },
-                )
-                .keeping(keep)
-                .for_caller(prepared.caller)
-                .run(policy, body)
-                .await
+                let keep = self.keep(&keyed);
+                let held = Held {
+                    key: keyed.key(),
+                    reference,
+                    token,
+                };
+                Attempt::new(&self.core, *spec, held, Claimed { at: now, sent })
+                    .keeping(keep)
+                    .for_caller(keyed.prepared.caller)
+                    .run(policy, body)
+                    .await
             }
             found => answer_found(tool, found, gone, &policy),
         }
-    }
-}
-
-/// The answer from a record the claim found (not a new claim): the stored answer replayed, or
-/// the wrapper's answer naming the record's reference.
-fn answer_found<T, E>(
-    tool: &'static str,
-    claim: Claim,
-    gone: Option<claim::Gone>,
-    policy: &ErrorPolicy<E>,
-) -> Outcome<T, Failure<E>>
-where
-    T: DeserializeOwned,
-{
-    match claim {
-        Claim::New { .. } => unreachable!("a new claim is run, not answered"),
-        Claim::Completed {
-            reference,
-            response,
-            ..
-        } => {
-            tracing::debug!(tool, %reference, ok = response.ok, "idempotency replay");
-            replay(tool, reference, &response, policy)
-        }
-        Claim::InFlight {
-            reference,
-            claimed_at,
-            lease_expires_at,
-        } => match gone {
-            // Nobody has renewed the claim since its lease ended: its worker is gone or
-            // could not record its outcome. Not "in progress" as if someone were working.
-            Some(_) => {
-                tracing::info!(tool, %reference, %lease_expires_at, "idempotency in flight with its lease passed: outcome unknown");
-                answered(Error::OutcomeUnknown {
-                    tool: tool.into(),
-                    reference,
-                    reason: UnknownReason::Unreported {
-                        lease_ended: lease_expires_at,
-                    },
-                    source: None,
-                })
-            }
-            None => {
-                tracing::info!(tool, %reference, "idempotency in flight");
-                answered(Error::InFlight {
-                    tool: tool.into(),
-                    reference,
-                    since: claimed_at,
-                })
-            }
-        },
-        Claim::Unknown { reference, .. } => {
-            tracing::info!(tool, %reference, "idempotency outcome unknown (repeat)");
-            answered(Error::OutcomeUnknown {
-                tool: tool.into(),
-                reference,
-                reason: UnknownReason::Earlier,
-                source: None,
-            })
-        }
-        Claim::Mismatch { reference } => {
-            tracing::info!(tool, %reference, "idempotency payload mismatch");
-            answered(Error::PayloadMismatch {
-                tool: tool.into(),
-                reference,
-            })
-        }
-    }
-}
-
-/// A stored answer, replayed: the handler's value or its definitive error, decoded.
-fn replay<T, E>(
-    tool: &'static str,
-    reference: Reference,
-    response: &crate::record::StoredResponse,
-    policy: &ErrorPolicy<E>,
-) -> Outcome<T, Failure<E>>
-where
-    T: DeserializeOwned,
-{
-    let unreadable = |message: String| {
-        Failure::Wrapper(Error::Replay {
-            tool: tool.into(),
-            reference,
-            message,
-        })
-    };
-    let result = if response.ok {
-        serde_json::from_str::<T>(&response.body).map_err(|e| unreadable(e.to_string()))
-    } else {
-        match (policy.decode)(&response.body) {
-            Ok(e) => Err(Failure::Handler(e)),
-            Err(message) => Err(unreadable(message)),
-        }
-    };
-    Outcome {
-        result,
-        replayed: true,
-        reference: Some(reference),
-    }
-}
-
-/// The wrapper's answer about an existing record (it names the record's reference).
-fn answered<T, E>(e: Error) -> Outcome<T, Failure<E>> {
-    let reference = e.reference();
-    Outcome {
-        result: Err(Failure::Wrapper(e)),
-        replayed: false,
-        reference,
-    }
-}
-
-/// The wrapper's answer when no claim was made.
-fn refused<T, E>(e: Error) -> Outcome<T, Failure<E>> {
-    Outcome {
-        result: Err(Failure::Wrapper(e)),
-        replayed: false,
-        reference: None,
     }
 }
 

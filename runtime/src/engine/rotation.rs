@@ -10,14 +10,14 @@
 //! claim under its previous key, gave its own back, and both answered "in progress": nobody ran
 //! the call.
 
-use crate::key::{Key, Reference, Secret};
+use crate::key::{Key, Reference};
 use crate::outcome::{Failure, Outcome};
 use crate::store::Claim;
-use crate::tool::Prepared;
 
-use super::claim::gone;
-use super::guard::{bounded, Guard};
-use super::{refused, Idempotency};
+use super::answer::{gone, refused};
+use super::guard::{bounded, Fence, Guard};
+use super::keyed::{Claiming, Keyed};
+use super::Idempotency;
 
 /// A claim made on the way through the order, under which nothing runs: given back (by its
 /// guard, in the background, if the call goes away first or the release fails).
@@ -27,50 +27,52 @@ struct Made {
     guard: Guard,
 }
 
-/// A call's keys, each with the secret it is made under.
-type Keys<'s> = Vec<(Key, &'s Secret)>;
-
 /// When a claim is given back, and by when the store must have answered.
-type At = (crate::clock::Timestamp, Option<tokio::time::Instant>);
+#[derive(Clone, Copy, Debug)]
+struct At {
+    now: crate::clock::Timestamp,
+    by: Option<tokio::time::Instant>,
+}
 
 impl Idempotency {
-    /// While secrets are rotated: claims the call's keys (`key`, the current secret's, and each
+    /// While secrets are rotated: claims the call's keys (the current secret's, and each
     /// previous secret's) in ascending key order. All new: the current secret's claim is the
     /// call's (the others are given back). A record found under one of them (live, completed,
     /// unknown, a mismatch) answers for the call: the claims made before it are given back. An
     /// error is the caller's answer (nothing ran).
     pub(super) async fn claim_in_order<T, E>(
         &self,
-        prepared: &Prepared,
-        key: Key,
+        keyed: &Keyed,
         now: crate::clock::Timestamp,
         by: Option<tokio::time::Instant>,
     ) -> Result<Claim, Outcome<T, Failure<E>>> {
-        let tool = prepared.spec.name;
-        let (before, after) = self.keys_around(prepared, key);
+        let tool = keyed.tool();
+        let at = At { now, by };
+        let (before, after) = self.keys_around(keyed);
         let mut made = Vec::with_capacity(before.len() + after.len() + 1);
-        for (k, secret) in before {
-            match self.claim(prepared, secret, now, by).await? {
-                Claim::New { token, .. } => made.push(self.made(k, token, tool)),
-                earlier => return Ok(self.answered_by(earlier, made, (now, by), tool).await),
+        for claiming in before {
+            match self.claim(keyed, claiming, now, by).await? {
+                Claim::New { token, .. } => made.push(self.made(claiming.key, token, tool)),
+                earlier => return Ok(self.answered_by(earlier, made, at, tool).await),
             }
         }
-        let own = self.claim(prepared, &self.secret, now, by).await?;
+        let own = self.claim(keyed, keyed.current, now, by).await?;
         let Claim::New { token, .. } = own else {
-            return Ok(self.answered_by(own, made, (now, by), tool).await);
+            return Ok(self.answered_by(own, made, at, tool).await);
         };
-        let guard = Guard::claiming(self, key, token, tool);
-        for (k, secret) in after {
-            match self.claim(prepared, secret, now, by).await? {
-                Claim::New { token, .. } => made.push(self.made(k, token, tool)),
+        let key = keyed.key();
+        let guard = Guard::claiming(&self.core, Fence { key, token }, tool);
+        for claiming in after {
+            match self.claim(keyed, claiming, now, by).await? {
+                Claim::New { token, .. } => made.push(self.made(claiming.key, token, tool)),
                 earlier => {
                     made.push(Made { key, token, guard });
-                    return Ok(self.answered_by(earlier, made, (now, by), tool).await);
+                    return Ok(self.answered_by(earlier, made, at, tool).await);
                 }
             }
         }
         // All new: the others are given back before the call runs under its own.
-        if let Err(source) = self.give_back(made, (now, by)).await {
+        if let Err(source) = self.give_back(made, at).await {
             tracing::warn!(tool, error = %source, "idempotency: could not give back a claim under another secret's key; nothing was run");
             return Err(refused(crate::error::Error::Store {
                 tool: tool.into(),
@@ -86,7 +88,7 @@ impl Idempotency {
         Made {
             key,
             token,
-            guard: Guard::claiming(self, key, token, tool),
+            guard: Guard::claiming(&self.core, Fence { key, token }, tool),
         }
     }
 
@@ -107,31 +109,28 @@ impl Idempotency {
 
     /// Gives back each claim of `made`; at the first failure, the rest go back in the
     /// background (their guards).
-    async fn give_back(
-        &self,
-        made: Vec<Made>,
-        (now, by): At,
-    ) -> Result<(), crate::store::StoreError> {
+    async fn give_back(&self, made: Vec<Made>, at: At) -> Result<(), crate::store::StoreError> {
         for m in made {
-            bounded(by, self.store.release(m.key, m.token, now)).await?;
+            bounded(at.by, self.core.store.release(m.key, m.token, at.now)).await?;
             m.guard.disarm();
         }
         Ok(())
     }
 
     /// The call's keys under the previous secrets, in the order every replica claims them
-    /// (ascending key bytes), split around `key` (the current secret's): those before it, and
-    /// those after it.
-    fn keys_around<'s>(&'s self, prepared: &Prepared, key: Key) -> (Keys<'s>, Keys<'s>) {
-        let mut keys: Keys<'s> = self
+    /// (ascending key bytes), split around the current secret's: those before it, and those
+    /// after it.
+    fn keys_around(&self, keyed: &Keyed) -> (Vec<Claiming>, Vec<Claiming>) {
+        let key = keyed.key();
+        let mut keys: Vec<Claiming> = self
             .previous
             .iter()
-            .map(|s| (prepared.key.key(s), s))
-            .filter(|(k, _)| *k != key)
+            .map(|s| Claiming::under(&keyed.prepared, s))
+            .filter(|c| c.key != key)
             .collect();
-        keys.sort_by_key(|(k, _)| *k);
-        keys.dedup_by_key(|(k, _)| *k);
-        let after = keys.split_off(keys.partition_point(|(k, _)| *k < key));
+        keys.sort_by_key(|c| c.key);
+        keys.dedup_by_key(|c| c.key);
+        let after = keys.split_off(keys.partition_point(|c| c.key < key));
         (keys, after)
     }
 
@@ -140,34 +139,28 @@ impl Idempotency {
     /// (its lease passed, its worker is gone; or none of the call's keys holds it).
     pub(super) fn waited_key(
         &self,
-        prepared: &Prepared,
-        key: Key,
+        keyed: &Keyed,
         claim: &Claim,
         now: crate::clock::Timestamp,
     ) -> Option<Key> {
         match claim {
             Claim::InFlight { reference, .. } if gone(claim, now).is_none() => {
-                self.key_holding(prepared, key, *reference)
+                self.key_holding(keyed, *reference)
             }
             _ => None,
         }
     }
 
-    /// Which of the call's keys (`key`, the current secret's, or a previous secret's) holds
+    /// Which of the call's keys (the current secret's, or a previous secret's) holds
     /// `reference`'s record; `None` if none does.
-    pub(super) fn key_holding(
-        &self,
-        prepared: &Prepared,
-        key: Key,
-        reference: Reference,
-    ) -> Option<Key> {
+    pub(super) fn key_holding(&self, keyed: &Keyed, reference: Reference) -> Option<Key> {
         let holds = |k: &Key| k.reference(reference.generation()) == reference;
-        if holds(&key) {
-            return Some(key);
+        if holds(&keyed.key()) {
+            return Some(keyed.key());
         }
         self.previous
             .iter()
-            .map(|s| prepared.key.key(s))
+            .map(|s| keyed.prepared.key.key(s))
             .find(holds)
     }
 }

@@ -20,17 +20,19 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::answer::{answer_found, claim_failed, gone, refused};
 use super::attempt::{panic_message, Halted, Running};
+use super::cache::{Completed, Keep};
 use super::call::Call;
-use super::claim::{claim_failed, gone};
-use super::{answer_found, refused, Idempotency};
+use super::keyed::Keyed;
+use super::Idempotency;
 use crate::clock::Timestamp;
 use crate::error::{Error, UnknownReason};
 use crate::outcome::{Disposition, ErrorPolicy, Failure, Outcome};
 use crate::record::StoredResponse;
 use crate::store::transaction::SETTLE_GRACE;
 use crate::store::{Begun, Claim, CommitError, OpenTransaction, StoreError, TxOutcome};
-use crate::tool::{Prepared, ToolSpec};
+use crate::tool::ToolSpec;
 
 /// The first and the longest pause between looks of a repeat that waits (`wait`) for a
 /// transactional call in flight: its record appears only at the commit, so the repeat looks
@@ -49,7 +51,7 @@ impl Idempotency {
     /// transaction.
     pub(super) async fn run_transactional<T, E, Fut>(
         &self,
-        prepared: Prepared,
+        keyed: Keyed,
         policy: ErrorPolicy<E>,
         body: Fut,
     ) -> Outcome<T, Failure<E>>
@@ -57,9 +59,9 @@ impl Idempotency {
         T: Serialize + DeserializeOwned,
         Fut: Future<Output = Result<T, E>> + Send,
     {
-        let spec = prepared.spec;
+        let spec = *keyed.spec();
         let tool = spec.name;
-        let Some(store) = self.store.transactions() else {
+        let Some(store) = self.core.store.transactions() else {
             return refused(Error::Store {
                 tool: tool.into(),
                 source: StoreError::Config {
@@ -74,7 +76,7 @@ impl Idempotency {
         let started = tokio::time::Instant::now();
         let by = spec.timeout.map(|t| started + t);
         // How long the body may run: the tool's timeout, else the engine's lease.
-        let bound = spec.timeout.unwrap_or(self.lease);
+        let bound = spec.timeout.unwrap_or(self.core.lease);
         if let Err(out) = self.check_secret(tool, by).await {
             return out;
         }
@@ -84,8 +86,8 @@ impl Idempotency {
         // one waits.
         let mut slot = None;
         loop {
-            let now = self.clock.now();
-            let mut req = self.request(&prepared, &self.secret, now);
+            let now = self.core.clock.now();
+            let mut req = self.request(&keyed, keyed.current, now);
             // The transaction holds the key at most this long (its store bounds it so).
             req.lease = bound;
             let key = req.key;
@@ -101,7 +103,7 @@ impl Idempotency {
                 Err(e) => return claim_failed(tool, key, e),
                 Ok(Begun::Open(tx)) => {
                     if !self.previous.is_empty() {
-                        match self.recognise(&prepared, now, by).await {
+                        match self.recognise(&keyed, now, by).await {
                             Ok(None) => {}
                             Ok(Some(earlier)) => {
                                 tx.rollback().await;
@@ -115,8 +117,14 @@ impl Idempotency {
                         }
                     }
                     tracing::debug!(tool, reference = %tx.reference(), "idempotency transaction open");
-                    let keep = self.keep(&prepared).map(|k| Kept { keep: k, key, sent });
-                    return run_in(tx, (spec, bound), (now, keep), (policy, body)).await;
+                    let keep = self.keep(&keyed).map(|keep| Kept { keep, key, sent });
+                    let run = TxRun {
+                        spec,
+                        bound,
+                        claimed_at: now,
+                        keep,
+                    };
+                    return run_in(tx, run, policy, body).await;
                 }
                 Ok(Begun::Answered(claim)) => claim,
             };
@@ -154,38 +162,52 @@ impl Idempotency {
 /// Where a transactional call keeps its answer once committed: the cache, the call's key, and
 /// the instant before its transaction began.
 struct Kept {
-    keep: super::cache::Keep,
+    keep: Keep,
     key: crate::key::Key,
     sent: tokio::time::Instant,
 }
 
 impl Kept {
     /// Keeps `response`, committed under `reference` with the time `now`.
-    fn put(
-        &self,
-        reference: crate::key::Reference,
-        response: StoredResponse,
-        now: Timestamp,
-        spec: &ToolSpec,
-    ) {
-        let kept = (spec.name, spec.window);
-        self.keep
-            .put((self.key, reference), response, (now, self.sent), kept);
+    fn put(&self, reference: crate::key::Reference, response: StoredResponse, now: Timestamp) {
+        let completed = Completed {
+            at: now,
+            sent: self.sent,
+        };
+        self.keep.put(self.key, reference, response, completed);
     }
 }
 
-/// Runs `body` inside the open transaction `tx`, for at most `bound`, and commits its outcome
-/// (by `bound` + [`SETTLE_GRACE`]), or rolls back; a committed answer is kept in `keep`'s cache.
+/// What a transactional call runs with once its transaction is open.
+struct TxRun {
+    spec: ToolSpec,
+    /// How long the body may run: the tool's timeout, else the engine's lease.
+    bound: Duration,
+    /// The engine's time when the transaction began (the record's claim time).
+    claimed_at: Timestamp,
+    /// Where its answer is kept once committed, if anywhere.
+    keep: Option<Kept>,
+}
+
+/// Runs `body` inside the open transaction `tx`, for at most `run.bound`, and commits its
+/// outcome (by `bound` + [`SETTLE_GRACE`]), or rolls back; a committed answer is kept in the
+/// cache.
 async fn run_in<T, E, Fut>(
     tx: Box<dyn OpenTransaction>,
-    (spec, bound): (ToolSpec, Duration),
-    (claimed_at, keep): (Timestamp, Option<Kept>),
-    (policy, body): (ErrorPolicy<E>, Fut),
+    run: TxRun,
+    policy: ErrorPolicy<E>,
+    body: Fut,
 ) -> Outcome<T, Failure<E>>
 where
     T: Serialize,
     Fut: Future<Output = Result<T, E>> + Send,
 {
+    let TxRun {
+        spec,
+        bound,
+        claimed_at,
+        keep,
+    } = run;
     let tool = spec.name;
     let reference = tx.reference();
     let begun = tokio::time::Instant::now();
@@ -246,10 +268,15 @@ where
             Ok(body) => {
                 let response = StoredResponse { ok: true, body };
                 let kept = keep.as_ref().map(|k| (k, response.clone()));
-                match commit(tx, (response, messages, claimed_at), settle_by).await {
+                let outcome = TxOutcome {
+                    response,
+                    outbox: messages,
+                    now: claimed_at,
+                };
+                match commit(tx, outcome, settle_by).await {
                     Ok(()) => {
                         if let Some((k, response)) = kept {
-                            k.put(reference, response, claimed_at, &spec);
+                            k.put(reference, response, claimed_at);
                         }
                         Ok(value)
                     }
@@ -274,10 +301,15 @@ where
                 Ok(body) => {
                     let response = StoredResponse { ok: false, body };
                     let kept = keep.as_ref().map(|k| (k, response.clone()));
-                    match commit(tx, (response, messages, claimed_at), settle_by).await {
+                    let outcome = TxOutcome {
+                        response,
+                        outbox: messages,
+                        now: claimed_at,
+                    };
+                    match commit(tx, outcome, settle_by).await {
                         Ok(()) => {
                             if let Some((k, response)) = kept {
-                                k.put(reference, response, claimed_at, &spec);
+                                k.put(reference, response, claimed_at);
                             }
                             Err(Failure::Handler(err))
                         }
@@ -316,14 +348,10 @@ where
 /// answered by then is abandoned: its connection is closed, and whether it committed is unknown.
 async fn commit(
     tx: Box<dyn OpenTransaction>,
-    (response, outbox, now): (StoredResponse, Vec<crate::store::OutboxMessage>, Timestamp),
+    outcome: TxOutcome,
     settle_by: Option<tokio::time::Instant>,
 ) -> Result<(), CommitError> {
-    let committing = tx.commit(TxOutcome {
-        response,
-        outbox,
-        now,
-    });
+    let committing = tx.commit(outcome);
     match settle_by {
         None => committing.await,
         Some(by) => tokio::time::timeout_at(by, committing)

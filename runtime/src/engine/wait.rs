@@ -175,12 +175,12 @@ impl Slot {
     /// it, the store sent word of a settlement, or a status read says so), or until `until`.
     pub(super) async fn wait(
         &self,
-        engine: &super::Idempotency,
+        core: &super::core::Core,
         caller: &Caller,
         reference: Reference,
         until: tokio::time::Instant,
     ) -> Waited {
-        let store = &*engine.store;
+        let store = &*core.store;
         // Listening before anything is read: a settlement after the read still wakes this
         // waiter.
         let woken = self.notify.notified();
@@ -214,7 +214,7 @@ impl Slot {
                 () = &mut woken => return Waited::Moved,
                 read = read => match read {
                     Err(_) => return Waited::Over,
-                    Ok(Ok(Some(s))) if running(&s, reference, engine.clock.now()) => {}
+                    Ok(Ok(Some(s))) if running(&s, reference, core.clock.now()) => {}
                     Ok(Ok(_)) => {
                         // The others waiting on this key here need not read it too.
                         self.notify.notify_waiters();

@@ -26,4 +26,6 @@ pub use caller::{Caller, KeyError, Scope};
 pub use client::{ClientKey, ClientKeyError};
 pub use identity::{Key, Reference, ReferenceParseError};
 pub use material::{Fingerprint, FingerprintMaterial, KeyMaterial, Owner};
+#[cfg(test)]
+pub(crate) use secret::HMACS;
 pub use secret::{Secret, SecretError, SecretFingerprint};

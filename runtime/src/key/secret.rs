@@ -65,8 +65,16 @@ impl Secret {
     }
 
     pub(super) fn hmac(&self, domain: &[u8], material: &[u8; 32]) -> [u8; 32] {
+        #[cfg(test)]
+        HMACS.with(|n| n.set(n.get() + 1));
         hmac_sha256(&self.0, &[domain, material])
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many keys and fingerprints this thread has derived (tests count a call's HMACs).
+    pub(crate) static HMACS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// The fingerprint of a [`Secret`] ([`Secret::fingerprint`]): 32 bytes of HMAC-SHA256 under the

@@ -57,6 +57,7 @@ impl Attempt {
         let marked = bounded(
             by,
             self.guard
+                .core
                 .store
                 .mark_unknown(self.guard.key, self.guard.token),
         )
@@ -98,7 +99,11 @@ impl Attempt {
         let (tool, reference) = (self.tool(), self.guard.reference);
         let found = match &self.caller {
             Some(c) => {
-                let read = self.guard.store.status(&c.tenant, &c.subject, reference);
+                let read = self
+                    .guard
+                    .core
+                    .store
+                    .status(&c.tenant, &c.subject, reference);
                 bounded(soon(settle_by), read).await
             }
             None => Ok(None),
