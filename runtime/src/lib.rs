@@ -79,6 +79,9 @@ pub struct ReadmeDoctests;
 mod canonical;
 pub mod clock;
 mod context;
+#[cfg(test)]
+#[path = "tests/doc_paths.rs"]
+mod doc_paths;
 mod engine;
 pub mod error;
 #[cfg(test)]
