@@ -80,7 +80,6 @@ mod canonical;
 pub mod clock;
 mod context;
 #[cfg(test)]
-#[path = "tests/doc_paths.rs"]
 mod doc_paths;
 mod engine;
 pub mod error;

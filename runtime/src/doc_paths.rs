@@ -16,10 +16,6 @@
 //!
 //! A path ending in `/` must be a folder. A `*` in a path's last part stands for any run of
 //! characters, and the path resolves when some entry of its folder matches (`*_tests.rs`).
-//!
-//! The file sits under `src/tests/` (declared with `#[path]` in `lib.rs`) because the house
-//! rules of `layering.rs` and `files.rs` read every source outside `tests` folders, and this is
-//! test code of no layer.
 
 use std::path::{Path, PathBuf};
 
@@ -168,7 +164,7 @@ fn every_path_in_the_architecture_doc_exists() {
     let dead = dead(&named, &root);
     assert!(
         dead.is_empty(),
-        "docs/architecture.md names {} path(s) that do not exist (see runtime/src/tests/doc_paths.rs \
+        "docs/architecture.md names {} path(s) that do not exist (see runtime/src/doc_paths.rs \
          for how a path is resolved):\n{}",
         dead.len(),
         dead.join("\n")
