@@ -11,17 +11,18 @@ use crate::outcome::{ErrorPolicy, Failure, Outcome};
 use crate::record::{RecordState, Standing};
 use crate::store::{Claim, StoreError};
 
-/// The answer from a record the claim found (not a new claim): the stored answer replayed, or
-/// the wrapper's answer naming the record's reference.
+/// The answer from a record the claim found (not a new claim), read at `now`: the stored
+/// answer replayed, or the wrapper's answer naming the record's reference.
 pub(super) fn answer_found<T, E>(
     tool: &'static str,
     claim: Claim,
-    gone: Option<Gone>,
+    now: Timestamp,
     policy: &ErrorPolicy<E>,
 ) -> Outcome<T, Failure<E>>
 where
     T: DeserializeOwned,
 {
+    let gone = gone(&claim, now);
     match claim {
         Claim::New { .. } => unreachable!("a new claim is run, not answered"),
         Claim::Completed {

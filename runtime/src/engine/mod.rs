@@ -44,7 +44,7 @@ use expiry::Background;
 use guard::Held;
 use keyed::Keyed;
 use secret::SecretCheck;
-use wait::{Waited, Waiters};
+use wait::{Look, Waited, Waiters};
 
 pub use builder::IdempotencyBuilder;
 pub use call::Call;
@@ -387,7 +387,7 @@ impl Idempotency {
                 *reference,
                 started,
                 wait,
-                waiting.wait(&self.core, caller, *reference, until),
+                waiting.wait(&self.core, Look::Record(caller), *reference, until),
             )
             .await;
             let waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -397,7 +397,6 @@ impl Idempotency {
             }
         };
         drop(slot);
-        let gone = gone(&claim, now);
         match claim {
             Claim::New { reference, token } => {
                 tracing::debug!(tool, %reference, "idempotency claim");
@@ -413,7 +412,7 @@ impl Idempotency {
                     .run(policy, body)
                     .await
             }
-            found => answer_found(tool, found, gone, &policy),
+            found => answer_found(tool, found, now, &policy),
         }
     }
 }

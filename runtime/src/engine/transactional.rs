@@ -20,11 +20,12 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::answer::{answer_found, claim_failed, gone, refused};
+use super::answer::{answer_found, claim_failed, refused};
 use super::attempt::{panic_message, Halted, Running};
 use super::cache::{Completed, Keep};
 use super::call::Call;
 use super::keyed::Keyed;
+use super::wait::{Look, Waited};
 use super::Idempotency;
 use crate::clock::Timestamp;
 use crate::error::{Error, UnknownReason};
@@ -33,12 +34,6 @@ use crate::record::StoredResponse;
 use crate::store::transaction::SETTLE_GRACE;
 use crate::store::{Begun, Claim, CommitError, OpenTransaction, StoreError, TxOutcome};
 use crate::tool::ToolSpec;
-
-/// The first and the longest pause between looks of a repeat that waits (`wait`) for a
-/// transactional call in flight: its record appears only at the commit, so the repeat looks
-/// again (and is told the moment the call's transaction has ended).
-const FIRST_LOOK: Duration = Duration::from_millis(20);
-const LONGEST_LOOK: Duration = Duration::from_millis(250);
 
 enum Ended<O> {
     Done(O),
@@ -81,11 +76,16 @@ impl Idempotency {
             return out;
         }
         let (wait, wait_until) = self.wait_for(&spec, started);
-        let mut pause = FIRST_LOOK;
         // A place among the engine's waiting repeats (at most `max_waiters`), held while this
         // one waits.
         let mut slot = None;
+        // Looks that found the call still in progress after a wait: each pauses longer.
+        let mut idle_reads = 0;
         loop {
+            if slot.is_some() {
+                // However the store answers, a waiting repeat begins again at most every few ms.
+                super::wait::pace(&mut idle_reads, wait_until).await;
+            }
             let now = self.core.clock.now();
             let mut req = self.request(&keyed, keyed.current, now);
             // The transaction holds the key at most this long (its store bounds it so).
@@ -107,8 +107,7 @@ impl Idempotency {
                             Ok(None) => {}
                             Ok(Some(earlier)) => {
                                 tx.rollback().await;
-                                let gone = gone(&earlier, now);
-                                return answer_found(tool, earlier, gone, &policy);
+                                return answer_found(tool, earlier, now, &policy);
                             }
                             Err(out) => {
                                 tx.rollback().await;
@@ -128,32 +127,28 @@ impl Idempotency {
                 }
                 Ok(Begun::Answered(claim)) => claim,
             };
-            let in_flight = match &claim {
-                Claim::InFlight { reference, .. } => Some(*reference),
-                _ => None,
+            // A repeat that may wait for the call in progress waits as any repeat does
+            // (`wait.rs`), looking at whether its transaction is still open.
+            let (Some(until), Claim::InFlight { reference, .. }) = (wait_until, &claim) else {
+                return answer_found(tool, claim, now, &policy);
             };
-            if in_flight.is_some() && wait_until.is_some() && slot.is_none() {
-                slot = self.waiters.enter(key, self.max_waiters);
-                if slot.is_none() {
-                    tracing::info!(
-                        tool,
-                        max = self.max_waiters,
-                        "idempotency: too many repeats waiting; answering in progress at once"
-                    );
-                }
-            }
-            match (in_flight, wait_until) {
-                (Some(reference), Some(until))
-                    if slot.is_some() && tokio::time::Instant::now() + pause < until =>
-                {
-                    let look = tokio::time::sleep(pause);
-                    crate::progress::reporting(reference, started, wait, look).await;
-                    pause = (pause * 2).min(LONGEST_LOOK);
-                }
-                _ => {
-                    let gone = gone(&claim, now);
-                    return answer_found(tool, claim, gone, &policy);
-                }
+            slot = self.waiters.keep_or_enter(slot, key, self.max_waiters);
+            let Some(waiting) = &slot else {
+                tracing::info!(tool, %reference, max = self.max_waiters, "idempotency: too many repeats waiting; answering in progress at once");
+                return answer_found(tool, claim, now, &policy);
+            };
+            tracing::debug!(tool, %reference, "idempotency: waiting for the transactional call in progress");
+            crate::metrics::waited(tool);
+            let look = Look::Transaction {
+                store,
+                tenant: &keyed.prepared.caller.tenant,
+            };
+            let waited = waiting.wait(&self.core, look, *reference, until);
+            let waited = crate::progress::reporting(*reference, started, wait, waited).await;
+            let waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            tracing::Span::current().record("idempotency.waited_ms", waited_ms);
+            if let Waited::Over = waited {
+                return answer_found(tool, claim, now, &policy);
             }
         }
     }

@@ -21,7 +21,8 @@ use crate::key::{Caller, Fingerprint, Key, Reference, SecretFingerprint};
 use crate::record::{RecordStatus, Standing};
 use crate::store::{
     BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
-    RecordStore, SecretStore, Settlement, Store, StoreError, Token, Unsettled, Wake,
+    RecordStore, SecretStore, Settlement, Store, StoreError, Token, TransactionalStore, Unsettled,
+    Wake,
 };
 
 /// The first pause between two status reads of a waiter, and the longest (it doubles).
@@ -171,12 +172,14 @@ impl Slot {
         Ok(claim)
     }
 
-    /// Waits until the record of `reference` may no longer be in flight (this engine settled
-    /// it, the store sent word of a settlement, or a status read says so), or until `until`.
+    /// Waits until the call of `reference` may no longer be in flight (this engine settled
+    /// it, the store sent word of a settlement, or a look says so: [`Look`]), or until `until`.
+    /// One schedule for every call: a look every 50 ms doubling to 500 ms (from 500 ms to 2 s
+    /// when the store sends word of settlements), each pause jittered down to half.
     pub(super) async fn wait(
         &self,
         core: &super::core::Core,
-        caller: &Caller,
+        look: Look<'_>,
         reference: Reference,
         until: tokio::time::Instant,
     ) -> Waited {
@@ -187,16 +190,20 @@ impl Slot {
         tokio::pin!(woken);
         woken.as_mut().enable();
         // A store that sends word of other processes' settlements: read the record less often
-        // (a read still sees a lease that passed, or a notice lost with a connection).
-        let heard = tokio::select! {
-            () = &mut woken => return Waited::Moved,
-            () = tokio::time::sleep_until(until) => return Waited::Over,
-            watched = store.watch(self.key, reference, Wake::new(&self.notify)) => match watched {
-                Ok(heard) => heard,
-                Err(e) => {
-                    tracing::debug!(%reference, error = %e, "idempotency: a waiting repeat could not ask for word of the settlement; reading the record instead");
-                    false
-                }
+        // (a read still sees a lease that passed, or a notice lost with a connection). A
+        // transaction's record appears only at its commit: nothing to hear of before.
+        let heard = match look {
+            Look::Transaction { .. } => false,
+            Look::Record(_) => tokio::select! {
+                () = &mut woken => return Waited::Moved,
+                () = tokio::time::sleep_until(until) => return Waited::Over,
+                watched = store.watch(self.key, reference, Wake::new(&self.notify)) => match watched {
+                    Ok(heard) => heard,
+                    Err(e) => {
+                        tracing::debug!(%reference, error = %e, "idempotency: a waiting repeat could not ask for word of the settlement; reading the record instead");
+                        false
+                    }
+                },
             },
         };
         let (mut pause, last) = if heard {
@@ -206,16 +213,13 @@ impl Slot {
         };
         loop {
             // A slow read does not delay the wake-up.
-            let read = tokio::time::timeout_at(
-                until,
-                store.status(&caller.tenant, &caller.subject, reference),
-            );
+            let read = tokio::time::timeout_at(until, look.in_flight(core, reference));
             tokio::select! {
                 () = &mut woken => return Waited::Moved,
                 read = read => match read {
                     Err(_) => return Waited::Over,
-                    Ok(Ok(Some(s))) if running(&s, reference, core.clock.now()) => {}
-                    Ok(Ok(_)) => {
+                    Ok(Ok(true)) => {}
+                    Ok(Ok(false)) => {
                         // The others waiting on this key here need not read it too.
                         self.notify.notify_waiters();
                         return Waited::Moved;
@@ -231,6 +235,41 @@ impl Slot {
                 () = tokio::time::sleep_until(until) => return Waited::Over,
             }
             pause = (pause * 2).min(last);
+        }
+    }
+}
+
+/// What a waiting repeat looks at to learn that the call it waits on may have moved on.
+#[derive(Clone, Copy)]
+pub(super) enum Look<'a> {
+    /// The record's status, as `caller` may see it, judged on the store's clock
+    /// ([`RecordStatus::standing`]); and the store's word of settlements.
+    Record(&'a Caller),
+    /// Whether the call's transaction is still open ([`TransactionalStore::running`]): its
+    /// record appears only at its commit.
+    Transaction {
+        store: &'a dyn TransactionalStore,
+        tenant: &'a str,
+    },
+}
+
+impl Look<'_> {
+    /// Whether `reference`'s call is still in flight with a live lease (or an open
+    /// transaction).
+    async fn in_flight(
+        self,
+        core: &super::core::Core,
+        reference: Reference,
+    ) -> Result<bool, StoreError> {
+        match self {
+            Look::Record(caller) => {
+                let status = core
+                    .store
+                    .status(&caller.tenant, &caller.subject, reference)
+                    .await?;
+                Ok(status.is_some_and(|s| running(&s, reference, core.clock.now())))
+            }
+            Look::Transaction { store, tenant } => store.running(tenant, reference).await,
         }
     }
 }
