@@ -149,10 +149,10 @@ impl ServerClock {
         Ok(())
     }
 
-    /// The server's time now for the route's shard from a fresh reading, or `None`. A reading older than
-    /// half of [`FRESH`] (or none) starts a new one in the background (one at a time per slot),
-    /// so a call never waits for one, and calls that come at least twice in [`FRESH`] always
-    /// find one.
+    /// The server's time now for the route's shard from a fresh reading, or `None`. A reading
+    /// older than half of [`FRESH`] (or none) starts a new one in the background (one at a time
+    /// per slot), so a call never waits for one, and calls that come at least twice in
+    /// [`FRESH`] always find one.
     pub(super) fn now_or_read(
         self: &Arc<Self>,
         conn: &RedisConnection,

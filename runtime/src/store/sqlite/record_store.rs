@@ -26,7 +26,7 @@ use crate::store::{
 /// reconciler's mark trails a round's clock by the busy timeout and 5 s, which covers a claim's
 /// wait for the write lock (at most the busy timeout) and this one, not a longer wait for a
 /// connection of the pool.
-const WATCH_AFTER: Duration = Duration::from_secs(1);
+pub(super) const WATCH_AFTER: Duration = Duration::from_secs(1);
 
 type SqliteQuery = Query<'static, Sqlite, SqliteArguments>;
 
@@ -95,7 +95,7 @@ impl SqliteStore {
 }
 
 /// [`CLAIM`]'s parameters, in its text's order (see there), after whatever `query` holds.
-fn claim_query<'q>(
+pub(super) fn claim_query<'q>(
     query: Query<'q, Sqlite, SqliteArguments>,
     req: &'q ClaimRequest<'q>,
     fingerprint: &'q [u8],
