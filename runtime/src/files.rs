@@ -10,8 +10,6 @@ const MAX_LINES: usize = 500;
 /// Files still over the limit, with the size they may not grow past. Split one, remove its line.
 const OVER: &[(&str, usize)] = &[
     ("macros/src/expand.rs", 537),
-    ("runtime/src/store/redis/mod.rs", 536),
-    ("runtime/src/store/sqlite/mod.rs", 525),
 ];
 
 fn workspace() -> PathBuf {
@@ -20,8 +18,11 @@ fn workspace() -> PathBuf {
         .map_or_else(|| PathBuf::from(".."), Path::to_path_buf)
 }
 
-/// Every `.rs` file under `dir`, tests left out.
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Every `.rs` file under `dir`, at any depth, pushed to `out` (in no set order), less the test
+/// modules: a folder named `tests` and a file named `tests.rs` are left out; a `*_tests.rs`
+/// file is kept (the rules here leave it out themselves, see [`is_test_file`]). The one walker
+/// of the tests that read the sources (`layering.rs` too).
+pub(crate) fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("read src") {
         let path = entry.expect("entry").path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -29,10 +30,18 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
             if name != "tests" {
                 sources(&path, out);
             }
-        } else if name.ends_with(".rs") && name != "tests.rs" && !name.ends_with("_tests.rs") {
+        } else if name.ends_with(".rs") && name != "tests.rs" {
             out.push(path);
         }
     }
+}
+
+/// Whether `path` is a file of tests kept beside the code (`*_tests.rs`), which the size and
+/// import rules leave out.
+fn is_test_file(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with("_tests.rs"))
 }
 
 fn library_files() -> Vec<(String, String)> {
@@ -43,6 +52,7 @@ fn library_files() -> Vec<(String, String)> {
     }
     files
         .into_iter()
+        .filter(|f| !is_test_file(f))
         .map(|f| {
             let rel = f.strip_prefix(&root).expect("in the workspace");
             let rel = rel.to_string_lossy().replace('\\', "/");

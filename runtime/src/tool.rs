@@ -172,18 +172,13 @@ impl Prepared {
         args: &A,
     ) -> Result<Self, Error> {
         let tool = spec.name;
-        let scope = spec.scope.unwrap_or(Scope::Subject);
-        let key = KeyMaterial::call(
-            Owner {
-                caller,
-                tool,
-                scope,
-            },
-            args,
-            spec.ignore,
-        )
-        .map_err(|e| refused(tool, e))?;
-        Ok(Prepared::keyed(caller, spec, (key, None, scope)))
+        let owner = Owner {
+            caller,
+            tool,
+            scope: spec.scope.unwrap_or(Scope::Subject),
+        };
+        let key = KeyMaterial::call(owner, args, spec.ignore).map_err(|e| refused(tool, e))?;
+        Ok(Prepared::keyed(owner, spec, key, None))
     }
 
     /// The key of a call keyed by a business key (the value of the arguments' `field`), with the
@@ -217,23 +212,15 @@ impl Prepared {
                 },
             ));
         }
-        let scope = spec.scope.unwrap_or(Scope::Tenant);
-        let key = KeyMaterial::business(
-            Owner {
-                caller,
-                tool,
-                scope,
-            },
-            business_key.value,
-        )
-        .map_err(|e| refused(tool, e))?;
+        let owner = Owner {
+            caller,
+            tool,
+            scope: spec.scope.unwrap_or(Scope::Tenant),
+        };
+        let key = KeyMaterial::business(owner, business_key.value).map_err(|e| refused(tool, e))?;
         let fingerprint =
             FingerprintMaterial::of(args, spec.ignore).map_err(|e| refused(tool, e))?;
-        Ok(Prepared::keyed(
-            caller,
-            spec,
-            (key, Some(fingerprint), scope),
-        ))
+        Ok(Prepared::keyed(owner, spec, key, Some(fingerprint)))
     }
 }
 
@@ -261,23 +248,15 @@ impl Prepared {
         args: &A,
     ) -> Result<Self, Error> {
         let tool = spec.name;
-        let scope = Scope::Subject;
-        let key = KeyMaterial::client(
-            Owner {
-                caller,
-                tool,
-                scope,
-            },
-            client_key,
-        )
-        .map_err(|e| refused(tool, e))?;
+        let owner = Owner {
+            caller,
+            tool,
+            scope: Scope::Subject,
+        };
+        let key = KeyMaterial::client(owner, client_key).map_err(|e| refused(tool, e))?;
         let fingerprint =
             FingerprintMaterial::of(args, spec.ignore).map_err(|e| refused(tool, e))?;
-        Ok(Prepared::keyed(
-            caller,
-            spec,
-            (key, Some(fingerprint), scope),
-        ))
+        Ok(Prepared::keyed(owner, spec, key, Some(fingerprint)))
     }
 
     /// Like [`Prepared::business`], except that a call whose business key is missing is keyed by
@@ -297,18 +276,20 @@ impl Prepared {
 }
 
 impl Prepared {
-    /// A call of `spec` by `caller` under its key, fingerprint and scope, with no origin yet.
+    /// A call of `spec` by the owner's caller, in the owner's scope, under its key and
+    /// fingerprint, with no origin yet.
     fn keyed(
-        caller: &Caller,
+        owner: Owner<'_>,
         spec: &ToolSpec,
-        (key, fingerprint, scope): (KeyMaterial, Option<FingerprintMaterial>, Scope),
+        key: KeyMaterial,
+        fingerprint: Option<FingerprintMaterial>,
     ) -> Prepared {
         Prepared {
             key,
             fingerprint,
-            scope,
+            scope: owner.scope,
             spec: *spec,
-            caller: caller.clone(),
+            caller: owner.caller.clone(),
             origin: Origin::default(),
         }
     }

@@ -38,12 +38,9 @@ pub(super) struct Object<'a> {
 }
 
 impl<'a> Object<'a> {
-    pub(super) fn new(
-        out: &'a mut String,
-        (depth, mode): (usize, Mode),
-        len: usize,
-        close: &'static str,
-    ) -> Self {
+    /// An object written to `members.out`, its member values at `members.depth`.
+    pub(super) fn new(members: Ser<'a>, len: usize, close: &'static str) -> Self {
+        let Ser { out, depth, mode } = members;
         let start = out.len();
         Object {
             out,

@@ -13,7 +13,12 @@ use super::{CanonicalError, SERDE_JSON_NUMBER_TOKEN, SERDE_JSON_RAW_TOKEN};
 impl<'a> Ser<'a> {
     fn object(self, len: usize, close: &'static str) -> Result<Object<'a>, CanonicalError> {
         let depth = self.inner_depth()?;
-        Ok(Object::new(self.out, (depth, self.mode), len, close))
+        let members = Ser {
+            out: self.out,
+            depth,
+            mode: self.mode,
+        };
+        Ok(Object::new(members, len, close))
     }
 
     fn seq(self, close: &'static str) -> Result<Seq<'a>, CanonicalError> {

@@ -27,7 +27,6 @@
 //!   beyond the first [`MAX_PROBES`] checks of one call.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rmcp::handler::server::common::FromContextPart;
@@ -41,7 +40,7 @@ use crate::error::Error;
 use crate::key::KeyError;
 use crate::tool::ToolSpec;
 
-use shape::Shape;
+use shape::{Object, Shape};
 
 /// How many deserialisations one call may spend on recognising aliases; a member that needs
 /// more is refused like an unknown one. Each alias costs one or two, and each costs a copy of
@@ -78,21 +77,17 @@ pub fn check_arguments<A: Serialize + DeserializeOwned>(
             reason: e.to_string(),
         })
     })?;
-    let Shape::Object { members, skipped } = &typed else {
+    let Shape::Object(typed) = &typed else {
         return Ok(());
     };
     let check = Check {
         sent,
+        ignored: spec.ignored(),
         probes: Cell::new(0),
         reads: &|probe| serde_json::from_value::<A>(Value::Object(probe)).map(drop),
     };
     check
-        .object(
-            &mut Vec::new(),
-            sent,
-            (members, skipped),
-            ("", spec.ignored()),
-        )
+        .object(&mut Vec::new(), sent, typed, "")
         .map_err(|field| refused(KeyError::NotKeyed { field }))
 }
 
@@ -107,6 +102,8 @@ type Reads<'r> = &'r dyn Fn(JsonObject) -> Result<(), serde_json::Error>;
 
 struct Check<'r, 's> {
     sent: &'s JsonObject,
+    /// The top-level members the tool ignores (not looked at).
+    ignored: &'r [&'r str],
     /// Deserialisations spent so far (at most [`MAX_PROBES`]).
     probes: Cell<usize>,
     reads: Reads<'r>,
@@ -114,17 +111,18 @@ struct Check<'r, 's> {
 
 impl<'s> Check<'_, 's> {
     /// Whether everything in the object `sent` (at `at`, printed `path`) is seen by the key
-    /// (its typed `members`, less the `skipped` ones; `ignored` members are not looked at); the
-    /// path of what is not.
+    /// (its `typed` members, less the skipped ones; at the top, the `ignored` members are not
+    /// looked at); the path of what is not.
     fn object(
         &self,
         at: &mut Vec<Step<'s>>,
         sent: &'s JsonObject,
-        (members, skipped): (&BTreeMap<String, Shape>, &[&'static str]),
-        (path, ignored): (&str, &[&str]),
+        typed: &Object,
+        path: &str,
     ) -> Result<(), String> {
+        let Object { members, skipped } = typed;
         for (name, value) in sent {
-            if ignored.contains(&name.as_str()) {
+            if at.is_empty() && self.ignored.contains(&name.as_str()) {
                 continue;
             }
             let here = if path.is_empty() {
@@ -164,9 +162,7 @@ impl<'s> Check<'_, 's> {
         path: &str,
     ) -> Result<(), String> {
         match (sent, typed) {
-            (Value::Object(s), Shape::Object { members, skipped }) => {
-                self.object(at, s, (members, skipped), (path, &[]))
-            }
+            (Value::Object(s), Shape::Object(typed)) => self.object(at, s, typed, path),
             (Value::Array(s), Shape::Array(t)) if s.len() == t.len() => {
                 for (i, (a, b)) in s.iter().zip(t).enumerate() {
                     at.push(Step::Item(i));

@@ -20,19 +20,22 @@ pub(super) enum Shape {
     /// A scalar, `null`, or raw JSON text.
     Leaf,
     Array(Vec<Shape>),
-    Object {
-        members: BTreeMap<String, Shape>,
-        /// Struct fields left out because their `skip_serializing_if` held.
-        skipped: Vec<&'static str>,
-    },
+    Object(Object),
+}
+
+/// An object's outline: its members, and the struct fields it left out.
+pub(super) struct Object {
+    pub(super) members: BTreeMap<String, Shape>,
+    /// Struct fields left out because their `skip_serializing_if` held.
+    pub(super) skipped: Vec<&'static str>,
 }
 
 impl Shape {
     fn object(members: BTreeMap<String, Shape>) -> Shape {
-        Shape::Object {
+        Shape::Object(Object {
             members,
             skipped: Vec::new(),
-        }
+        })
     }
 
     /// `{"variant": inner}`, as serde_json writes an externally tagged variant.
@@ -316,10 +319,10 @@ impl Struct {
         if self.leaf {
             return Ok(Shape::Leaf);
         }
-        let object = Shape::Object {
+        let object = Shape::Object(Object {
             members: self.members,
             skipped: self.skipped,
-        };
+        });
         Ok(match self.variant {
             Some(variant) => Shape::variant(variant, object),
             None => object,

@@ -34,18 +34,18 @@ fn answer(status: StatusCode, session: Option<&str>) -> Response<String> {
     r
 }
 
-/// Runs one request through the guard; `rmcp` answers `status` (opening `opens`, if set)
-/// and counts the requests that reached it.
+/// Runs one request through the guard; `rmcp` answers `answered` (see [`answer`]) and counts
+/// the requests that reached it.
 async fn send(
     sessions: &CallerBoundSessions,
     reached: &AtomicUsize,
     req: Request<()>,
-    (status, opens): (StatusCode, Option<&str>),
+    answered: Response<String>,
 ) -> Response<String> {
     sessions
         .guard(req, |_| async {
             reached.fetch_add(1, Ordering::SeqCst);
-            answer(status, opens)
+            answered
         })
         .await
 }
@@ -58,7 +58,7 @@ async fn only_the_opener_may_use_a_session_and_refusals_look_alike() {
         &s,
         &reached,
         request(Method::POST, Some(alice()), None),
-        (StatusCode::OK, Some("s-1")),
+        answer(StatusCode::OK, Some("s-1")),
     )
     .await;
     assert_eq!(opened.status(), StatusCode::OK);
@@ -67,21 +67,21 @@ async fn only_the_opener_may_use_a_session_and_refusals_look_alike() {
             &s,
             &reached,
             request(method.clone(), Some(bob()), Some("s-1")),
-            (StatusCode::OK, None),
+            answer(StatusCode::OK, None),
         )
         .await;
         let unknown = send(
             &s,
             &reached,
             request(method.clone(), Some(bob()), Some("s-404")),
-            (StatusCode::OK, None),
+            answer(StatusCode::OK, None),
         )
         .await;
         let anonymous = send(
             &s,
             &reached,
             request(method, None, Some("s-1")),
-            (StatusCode::OK, None),
+            answer(StatusCode::OK, None),
         )
         .await;
         for r in [&theirs, &unknown, &anonymous] {
@@ -96,7 +96,7 @@ async fn only_the_opener_may_use_a_session_and_refusals_look_alike() {
         &s,
         &reached,
         request(Method::GET, Some(alice()), Some("s-1")),
-        (StatusCode::OK, None),
+        answer(StatusCode::OK, None),
     )
     .await;
     assert_eq!(mine.status(), StatusCode::OK);
@@ -111,7 +111,7 @@ async fn the_same_tenant_with_another_subject_is_another_caller() {
         &s,
         &reached,
         request(Method::POST, Some(alice()), None),
-        (StatusCode::OK, Some("s-1")),
+        answer(StatusCode::OK, Some("s-1")),
     )
     .await;
     let colleague = send(
@@ -122,7 +122,7 @@ async fn the_same_tenant_with_another_subject_is_another_caller() {
             Some(Caller::new("acme", "carol")),
             Some("s-1"),
         ),
-        (StatusCode::OK, None),
+        answer(StatusCode::OK, None),
     )
     .await;
     assert_eq!(colleague.status(), StatusCode::FORBIDDEN);
@@ -136,7 +136,7 @@ async fn a_request_without_a_caller_is_refused_even_without_a_session() {
         &s,
         &reached,
         request(Method::POST, None, None),
-        (StatusCode::OK, Some("s-1")),
+        answer(StatusCode::OK, Some("s-1")),
     )
     .await;
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
@@ -151,14 +151,14 @@ async fn a_repeated_session_header_is_refused() {
         &s,
         &reached,
         request(Method::POST, Some(alice()), None),
-        (StatusCode::OK, Some("s-1")),
+        answer(StatusCode::OK, Some("s-1")),
     )
     .await;
     let mut twice = request(Method::POST, Some(alice()), Some("s-1"));
     twice
         .headers_mut()
         .append(SESSION_HEADER, HeaderValue::from_static("s-2"));
-    let r = send(&s, &reached, twice, (StatusCode::OK, None)).await;
+    let r = send(&s, &reached, twice, answer(StatusCode::OK, None)).await;
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
     assert_eq!(reached.load(Ordering::SeqCst), 1);
 }
@@ -172,7 +172,7 @@ async fn the_owners_delete_and_an_ended_session_unbind_it() {
             &s,
             &reached,
             request(Method::POST, Some(alice()), None),
-            (StatusCode::OK, Some(id)),
+            answer(StatusCode::OK, Some(id)),
         )
         .await;
     }
@@ -181,7 +181,7 @@ async fn the_owners_delete_and_an_ended_session_unbind_it() {
         &s,
         &reached,
         request(Method::DELETE, Some(alice()), Some("s-1")),
-        (StatusCode::INTERNAL_SERVER_ERROR, None),
+        answer(StatusCode::INTERNAL_SERVER_ERROR, None),
     )
     .await;
     assert_eq!(failed.status(), StatusCode::INTERNAL_SERVER_ERROR);
@@ -189,7 +189,7 @@ async fn the_owners_delete_and_an_ended_session_unbind_it() {
         &s,
         &reached,
         request(Method::DELETE, Some(alice()), Some("s-1")),
-        (StatusCode::ACCEPTED, None),
+        answer(StatusCode::ACCEPTED, None),
     )
     .await;
     assert_eq!(deleted.status(), StatusCode::ACCEPTED);
@@ -198,7 +198,7 @@ async fn the_owners_delete_and_an_ended_session_unbind_it() {
         &s,
         &reached,
         request(Method::POST, Some(alice()), Some("s-2")),
-        (StatusCode::NOT_FOUND, None),
+        answer(StatusCode::NOT_FOUND, None),
     )
     .await;
     assert_eq!(ended.status(), StatusCode::NOT_FOUND);
@@ -207,7 +207,7 @@ async fn the_owners_delete_and_an_ended_session_unbind_it() {
             &s,
             &reached,
             request(Method::POST, Some(alice()), Some(id)),
-            (StatusCode::OK, None),
+            answer(StatusCode::OK, None),
         )
         .await;
         assert_eq!(after.status(), StatusCode::FORBIDDEN, "{id}");
@@ -224,7 +224,7 @@ async fn an_issued_id_is_never_rebound_to_another_caller() {
             &s,
             &reached,
             request(Method::POST, Some(who), None),
-            (StatusCode::OK, Some("s-1")),
+            answer(StatusCode::OK, Some("s-1")),
         )
         .await;
     }
@@ -232,7 +232,7 @@ async fn an_issued_id_is_never_rebound_to_another_caller() {
         &s,
         &reached,
         request(Method::POST, Some(bob()), Some("s-1")),
-        (StatusCode::OK, None),
+        answer(StatusCode::OK, None),
     )
     .await;
     assert_eq!(bobs.status(), StatusCode::FORBIDDEN);
@@ -247,7 +247,7 @@ async fn idle_bindings_are_forgotten_and_used_ones_kept() {
             &s,
             &reached,
             request(Method::POST, Some(alice()), None),
-            (StatusCode::OK, Some(id)),
+            answer(StatusCode::OK, Some(id)),
         )
         .await;
     }
@@ -257,7 +257,7 @@ async fn idle_bindings_are_forgotten_and_used_ones_kept() {
             &s,
             &reached,
             request(Method::POST, Some(alice()), Some("busy")),
-            (StatusCode::OK, None),
+            answer(StatusCode::OK, None),
         )
         .await;
         assert_eq!(r.status(), StatusCode::OK);
@@ -267,7 +267,7 @@ async fn idle_bindings_are_forgotten_and_used_ones_kept() {
         &s,
         &reached,
         request(Method::POST, Some(bob()), None),
-        (StatusCode::OK, Some("new")),
+        answer(StatusCode::OK, Some("new")),
     )
     .await;
     assert!(!s.lock().owners.contains_key("idle"));
@@ -276,7 +276,7 @@ async fn idle_bindings_are_forgotten_and_used_ones_kept() {
         &s,
         &reached,
         request(Method::POST, Some(alice()), Some("idle")),
-        (StatusCode::OK, None),
+        answer(StatusCode::OK, None),
     )
     .await;
     assert_eq!(idle.status(), StatusCode::FORBIDDEN);

@@ -21,12 +21,11 @@ use sqlx::query::Query;
 use sqlx::{Postgres, Row, ValueRef};
 
 use super::sql::{
-    self, db_error, raced, ref_of, ref_value, rest_of, state_code, why_fenced, RecordRow,
+    self, db_error, raced, ref_of, ref_value, rest_of, state_code, why_fenced, Fence, RecordRow,
     CLAIM_ATTEMPTS, FENCE_ATTEMPTS,
 };
 use super::{
     BoxFuture, Claim, ClaimRequest, Completion, RecordStore, Settlement, StoreError, Token, Wake,
-    WORKER_SETTLES,
 };
 use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
@@ -148,7 +147,7 @@ impl PostgresStore {
         &self,
         key: Key,
         token: Token,
-        (allowed, what): (&[RecordState], &'static str),
+        fence: Fence,
         query: impl Fn() -> PgQuery + Send,
     ) -> Result<(), StoreError> {
         for _ in 0..FENCE_ATTEMPTS {
@@ -156,9 +155,9 @@ impl PostgresStore {
             if done.rows_affected() > 0 {
                 return Ok(());
             }
-            why_fenced(&key, token, self.row_now(&key).await?, allowed)?;
+            why_fenced(&key, token, self.row_now(&key).await?, fence.allowed)?;
         }
-        Err(raced(what, FENCE_ATTEMPTS))
+        Err(raced(fence.what, FENCE_ATTEMPTS))
     }
 }
 
@@ -294,7 +293,7 @@ impl RecordStore for PostgresStore {
             let topics: Vec<&str> = c.outbox.iter().map(|m| m.topic.as_str()).collect();
             let payloads: Vec<&str> = c.outbox.iter().map(|m| m.payload.as_str()).collect();
             let state = state_code(RecordState::Completed, Some(c.response.ok));
-            self.fenced(c.key, c.token, (WORKER_SETTLES, "the completion"), || {
+            self.fenced(c.key, c.token, Fence::COMPLETION, || {
                 let head = |sql| {
                     fenced_query(sql, &c.key, c.token)
                         .bind(state)
@@ -322,7 +321,8 @@ impl RecordStore for PostgresStore {
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(self.fenced(
             key,
-            token, (WORKER_SETTLES, "the release"),
+            token,
+            Fence::RELEASE,
             move || {
                 fenced_query(
                     concat!(
@@ -339,7 +339,7 @@ impl RecordStore for PostgresStore {
     }
 
     fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.fenced(key, token, (&[RecordState::InFlight], "marking the outcome unknown"), move || {
+        Box::pin(self.fenced(key, token, Fence::MARK_UNKNOWN, move || {
             fenced_query(
                 "UPDATE idempotency_records SET state = 2 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
                 &key,
@@ -356,25 +356,20 @@ impl RecordStore for PostgresStore {
         lease: Duration,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         let lease_expires_at = now + lease;
-        Box::pin(self.fenced(
-            key,
-            token,
-            (&[RecordState::InFlight], "the lease renewal"),
-            move || {
-                fenced_query(
-                    concat!(
+        Box::pin(self.fenced(key, token, Fence::RENEWAL, move || {
+            fenced_query(
+                concat!(
                     "UPDATE idempotency_records SET lease_or_settled_at = ",
                     clock!("$4", "$6"),
                     " + ($5 - $4) WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
                 ),
-                    &key,
-                    token,
-                )
-                .bind(now.as_millis())
-                .bind(lease_expires_at.as_millis())
-                .bind(self.clock_offset)
-            },
-        ))
+                &key,
+                token,
+            )
+            .bind(now.as_millis())
+            .bind(lease_expires_at.as_millis())
+            .bind(self.clock_offset)
+        }))
     }
 
     /// One statement on the server's clock; the state and the lease are the fence. Under READ
@@ -474,11 +469,10 @@ impl RecordStore for PostgresStore {
         at: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let (code, body, _) = sql::settlement_columns(settlement, at);
-        let allowed = &[RecordState::InFlight, RecordState::Unknown];
         // Settled at the statement's clock (never before the claim). Completed keeps the
         // record's own window (the claim's); released stops answering at once, as a release
         // does; unknown keeps its lease end in `lease_or_settled_at`.
-        Box::pin(self.fenced(key, token, (allowed, "the settlement"), move || {
+        Box::pin(self.fenced(key, token, Fence::SETTLEMENT, move || {
             fenced_query(
                 concat!(
                     "UPDATE idempotency_records SET token = CASE WHEN $4 = 2 THEN token ELSE token + 1 END, state = $4, response = $5, \

@@ -10,7 +10,7 @@ use redis::cluster::ClusterClientBuilder;
 
 use super::acks::{AckMode, Acks, Connector, DEFAULT_ACK_TIMEOUT};
 use super::cas::Cas;
-use super::clock::ServerClock;
+use super::clock::{Route, ServerClock};
 use super::conn::{Conn, Replicas, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 use super::{notices, Inner, RedisConnection, RedisStore, Scripts, StoreError, DEFAULT_RETENTION};
 
@@ -146,10 +146,11 @@ impl RedisStoreBuilder {
         let conn = RedisConnection(Conn::Single(conn));
         let acks = Acks::start(self.acks, &conn, Connector::Single(client.clone(), config)).await?;
         let cas = Cas::detect(&conn, &self.probe_key()).await;
-        let store = self.finish((conn, acks, cas), notices::Source::Single(client));
+        let store = self.finish(conn, acks, cas, notices::Source::Single(client));
         // The first reading of the server's clock, so the first claims need no script (on a
         // cluster, each shard's master is read at its first claim). Without it, they use one.
-        let _ = store.inner.clock.read(&store.inner.conn, (0, "")).await;
+        let route = Route { shard: 0, key: "" };
+        let _ = store.inner.clock.read(&store.inner.conn, route).await;
         Ok(store)
     }
 
@@ -182,7 +183,9 @@ impl RedisStoreBuilder {
         let acks = Acks::start(self.acks, &conn, Connector::Cluster(client)).await?;
         let cas = Cas::detect(&conn, &self.probe_key()).await;
         Ok(self.finish(
-            (conn, acks, cas),
+            conn,
+            acks,
+            cas,
             notices::Source::Cluster(seeds.iter().map(|s| (*s).to_owned()).collect()),
         ))
     }
@@ -194,7 +197,9 @@ impl RedisStoreBuilder {
 
     fn finish(
         self,
-        (conn, acks, cas): (RedisConnection, Acks, Cas),
+        conn: RedisConnection,
+        acks: Acks,
+        cas: Cas,
         source: notices::Source,
     ) -> RedisStore {
         let clock = Arc::new(ServerClock::new(matches!(

@@ -165,7 +165,8 @@ impl Inner {
     /// instead (nothing held, or the record is no longer what the claim wrote).
     pub(super) async fn settle_by_cas(
         &self,
-        (key, token): (Key, Token),
+        key: Key,
+        token: Token,
         s: Settled<'_>,
         wait: Option<Replicas>,
     ) -> Result<Option<u32>, StoreError> {

@@ -24,9 +24,10 @@ use std::sync::atomic::Ordering;
 
 use redis::Value;
 
+use super::clock::Now;
 use super::conn::{bad, command, redis_error};
 use super::record::{state_name, Record, COMPLETED_ERR, COMPLETED_OK, HEAD, RELEASED, UNKNOWN};
-use super::{shard_of, Claim, ClaimRequest, Inner, ShardKeys, StoreError};
+use super::{Claim, ClaimRequest, Inner, ShardKeys, StoreError};
 use crate::clock::Timestamp;
 use crate::record::StoredResponse;
 
@@ -47,7 +48,7 @@ impl Inner {
     pub(super) async fn claim_by_set(
         &self,
         req: &ClaimRequest<'_>,
-        (prefix, k): (&[u8; 8], &ShardKeys),
+        k: &ShardKeys,
         blob: &mut Vec<u8>,
     ) -> Result<Option<Claim>, StoreError> {
         if !self.set_nx_get.load(Ordering::Relaxed) {
@@ -55,17 +56,18 @@ impl Inner {
         }
         let asked = req.now.as_millis();
         // The server's time now, as bounds; the caller's own when the store trusts it.
-        let (early, late) = if self.trusted == b"1" {
-            (asked, asked)
+        let now = if self.trusted == b"1" {
+            Now {
+                early: asked,
+                late: asked,
+            }
         } else {
-            match self
-                .clock
-                .now_or_read(&self.conn, (shard_of(prefix), &k.index))
-            {
-                Some(now) => (now.early, now.late),
+            match self.clock.now_or_read(&self.conn, k.route()) {
+                Some(now) => now,
                 None => return Ok(None),
             }
         };
+        let early = now.early;
         let lease_ms = i64::try_from(req.lease.as_millis()).unwrap_or(i64::MAX / 4);
         let window = i64::try_from(req.window.as_millis()).unwrap_or(i64::MAX / 4);
         let lease_end = early.saturating_add(lease_ms);
@@ -123,7 +125,7 @@ impl Inner {
                     token: req.token,
                 }))
             }
-            Some(Value::BulkString(found)) => existing(req, &found, (early - asked, late)),
+            Some(Value::BulkString(found)) => existing(req, &found, now),
             Some(Value::ServerError(e)) => Err(redis_error(e.into())),
             other => Err(bad(format!("SET … NX GET answered {other:?}"))),
         }
@@ -131,13 +133,11 @@ impl Inner {
 }
 
 /// The answer to a claim that found the record `found`, read as `claim.lua` reads it; `None`
-/// for the cases `claim.lua` decides. `off` is the server's clock less the caller's, `late` the
-/// latest the server's clock can read now.
-fn existing(
-    req: &ClaimRequest<'_>,
-    found: &[u8],
-    (off, late): (i64, i64),
-) -> Result<Option<Claim>, StoreError> {
+/// for the cases `claim.lua` decides. `now` is the server's time now (the caller's when the
+/// store trusts it): its earliest less the caller's time is the server's clock less the
+/// caller's, its latest what decides whether a completed record's window has ended.
+fn existing(req: &ClaimRequest<'_>, found: &[u8], now: Now) -> Result<Option<Claim>, StoreError> {
+    let (off, late) = (now.early - req.now.as_millis(), now.late);
     let Ok(r) = Record::parse(found) else {
         return Ok(None);
     };

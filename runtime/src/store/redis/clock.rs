@@ -47,6 +47,14 @@ struct Reading {
     answered: Instant,
 }
 
+/// A shard and the key a script routes by to the master that holds it (on a single server the
+/// key is not used).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Route<'a> {
+    pub shard: usize,
+    pub key: &'a str,
+}
+
 /// The server's time now, as bounds in ms: `early` ≤ the server's clock ≤ `late`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Now {
@@ -106,18 +114,18 @@ impl ServerClock {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Reads the clock of the server holding `shard` (`TIME`; on a cluster, a script on the
-    /// shard's key `routed_by`) and keeps the reading.
+    /// Reads the clock of the server holding the route's shard (`TIME`; on a cluster, a script
+    /// on the route's key) and keeps the reading.
     pub(super) async fn read(
         &self,
         conn: &RedisConnection,
-        (shard, routed_by): (usize, &str),
+        route: Route<'_>,
     ) -> Result<(), StoreError> {
         let sent = Instant::now();
         let reply = if self.slots.len() == 1 {
             conn.query(&redis::cmd("TIME")).await?
         } else {
-            conn.run(&self.time, &[routed_by], &[], None).await?.0
+            conn.run(&self.time, &[route.key], &[], None).await?.0
         };
         let answered = Instant::now();
         let mut parts = array(reply)?.into_iter();
@@ -130,7 +138,7 @@ impl ServerClock {
             .and_then(|s| s.checked_add(micros / 1000))
             .ok_or_else(|| bad("TIME answered a time out of range"))?;
         *self
-            .slot(shard)
+            .slot(route.shard)
             .last
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(Reading {
@@ -141,55 +149,52 @@ impl ServerClock {
         Ok(())
     }
 
-    /// The server's time now for `shard` from a fresh reading, or `None`. A reading older than
-    /// half of [`FRESH`] (or none) starts a new one in the background (one at a time per slot),
-    /// so a call never waits for one, and calls that come at least twice in [`FRESH`] always
-    /// find one.
+    /// The server's time now for the route's shard from a fresh reading, or `None`. A reading
+    /// older than half of [`FRESH`] (or none) starts a new one in the background (one at a time
+    /// per slot), so a call never waits for one, and calls that come at least twice in
+    /// [`FRESH`] always find one.
     pub(super) fn now_or_read(
         self: &Arc<Self>,
         conn: &RedisConnection,
-        (shard, routed_by): (usize, &str),
+        route: Route<'_>,
     ) -> Option<Now> {
-        let reading = self.last(shard);
+        let reading = self.last(route.shard);
         let at = Instant::now();
         let age = reading.map(|r| at.saturating_duration_since(r.sent));
         if age.is_none_or(|age| age >= FRESH / 2) {
-            self.read_in_background(conn, (shard, routed_by));
+            self.read_in_background(conn, route);
         }
         reading.filter(|r| r.fresh(at)).map(|r| r.now(at))
     }
 
-    /// The earliest the server's clock can read now for `shard`: from the followed reading, or
-    /// from a new one read now when there is none fresh.
+    /// The earliest the server's clock can read now for the route's shard: from the followed
+    /// reading, or from a new one read now when there is none fresh.
     pub(super) async fn early(
         self: &Arc<Self>,
         conn: &RedisConnection,
-        at: (usize, &str),
+        route: Route<'_>,
     ) -> Result<i64, StoreError> {
-        if let Some(now) = self.now_or_read(conn, at) {
+        if let Some(now) = self.now_or_read(conn, route) {
             return Ok(now.early);
         }
-        self.read(conn, at).await?;
-        self.now_or_read(conn, at)
+        self.read(conn, route).await?;
+        self.now_or_read(conn, route)
             .map(|now| now.early)
             .ok_or_else(|| bad("the server's clock reading was not kept"))
     }
 
-    fn read_in_background(
-        self: &Arc<Self>,
-        conn: &RedisConnection,
-        (shard, routed_by): (usize, &str),
-    ) {
+    fn read_in_background(self: &Arc<Self>, conn: &RedisConnection, route: Route<'_>) {
+        let Route { shard, key } = route;
         let flag = &self.slot(shard).reading;
         if flag.swap(true, Ordering::AcqRel) {
             return;
         }
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                let (clock, conn, key) = (Arc::clone(self), conn.clone(), routed_by.to_owned());
+                let (clock, conn, key) = (Arc::clone(self), conn.clone(), key.to_owned());
                 runtime.spawn(async move {
                     // A failed reading changes nothing: the next call starts another.
-                    let _ = clock.read(&conn, (shard, &key)).await;
+                    let _ = clock.read(&conn, Route { shard, key: &key }).await;
                     clock.slot(shard).reading.store(false, Ordering::Release);
                 });
             }

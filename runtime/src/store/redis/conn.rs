@@ -111,6 +111,13 @@ pub(super) struct ReplicationShortfall {
 #[error("{0}")]
 pub(super) struct BadReply(pub String);
 
+/// What one run of a script is given: its keys (`KEYS`) and its arguments (`ARGV`).
+#[derive(Clone, Copy)]
+struct ScriptInput<'a> {
+    keys: &'a [&'a str],
+    args: &'a [&'a [u8]],
+}
+
 impl RedisConnection {
     /// Runs `script` on the node of its keys' slot. With `wait`, `WAIT` follows in the same
     /// pipeline (same connection, so it covers this write) and the number of replicas that
@@ -122,9 +129,10 @@ impl RedisConnection {
         args: &[&[u8]],
         wait: Option<Replicas>,
     ) -> Result<(Value, Option<i64>), StoreError> {
-        match self.try_run(script, (keys, args), wait, true).await {
+        let input = ScriptInput { keys, args };
+        match self.try_run(script, input, wait, true).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                self.try_run(script, (keys, args), wait, false).await
+                self.try_run(script, input, wait, false).await
             }
             other => other,
         }
@@ -134,10 +142,11 @@ impl RedisConnection {
     async fn try_run(
         &self,
         script: &Script,
-        (keys, args): (&[&str], &[&[u8]]),
+        input: ScriptInput<'_>,
         wait: Option<Replicas>,
         cached: bool,
     ) -> Result<(Value, Option<i64>), RedisError> {
+        let ScriptInput { keys, args } = input;
         // Sized up front: the command's buffers would otherwise grow (and copy) several times
         // for a record-sized argument.
         let (name, body) = if cached {

@@ -64,7 +64,7 @@ impl RedisStore {
         };
         if let Some(settled) = by_cas {
             let wait = inner.wait();
-            if let Some(g) = inner.settle_by_cas((key, token), settled, wait).await? {
+            if let Some(g) = inner.settle_by_cas(key, token, settled, wait).await? {
                 return Ok(key.reference(g));
             }
         }

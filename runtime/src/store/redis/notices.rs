@@ -27,7 +27,7 @@ use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use super::conn::{redis_error, Script, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
-use super::RedisConnection;
+use super::{RedisConnection, ShardKeys};
 use crate::store::{StoreError, Wake};
 
 /// Where the subscribing connection goes.
@@ -134,14 +134,15 @@ impl Listening {
 }
 
 impl Notices {
-    /// See [`RecordStore::watch`](crate::store::RecordStore::watch): `channel` is the record's
-    /// settlement channel.
+    /// See [`RecordStore::watch`](crate::store::RecordStore::watch): marks the record of `k`
+    /// and waits on its settlement channel.
     pub(super) async fn watch(
         &self,
         conn: &RedisConnection,
-        (record, channel): (&str, &str),
+        k: &ShardKeys,
         wake: Wake,
     ) -> Result<bool, StoreError> {
+        let (record, channel) = (k.record.as_str(), k.watch.as_str());
         let listening = match self.listening.get_or_try_init(|| self.listen()).await {
             Ok(l) => l,
             Err(e) => {

@@ -4,7 +4,38 @@
 use super::{generation_of, rest_of, split_state};
 use crate::key::Key;
 use crate::record::RecordState;
-use crate::store::{StoreError, Token};
+use crate::store::{StoreError, Token, WORKER_SETTLES};
+
+/// What a fenced update requires: the states it applies in, and what it is (for the error when
+/// it keeps losing races).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fence {
+    pub(crate) allowed: &'static [RecordState],
+    pub(crate) what: &'static str,
+}
+
+impl Fence {
+    pub(crate) const COMPLETION: Fence = Fence {
+        allowed: WORKER_SETTLES,
+        what: "the completion",
+    };
+    pub(crate) const RELEASE: Fence = Fence {
+        allowed: WORKER_SETTLES,
+        what: "the release",
+    };
+    pub(crate) const MARK_UNKNOWN: Fence = Fence {
+        allowed: &[RecordState::InFlight],
+        what: "marking the outcome unknown",
+    };
+    pub(crate) const RENEWAL: Fence = Fence {
+        allowed: &[RecordState::InFlight],
+        what: "the lease renewal",
+    };
+    pub(crate) const SETTLEMENT: Fence = Fence {
+        allowed: &[RecordState::InFlight, RecordState::Unknown],
+        what: "the settlement",
+    };
+}
 
 /// What a fenced update's follow-up read finds under the key's `ref`: generation, token,
 /// state, key_rest.

@@ -39,7 +39,7 @@ FROM idempotency_records WHERE ref = ? AND changes() = 0"
 /// name up and parsing it, about 140 instructions a parameter): ref, token, now, lease end, the
 /// tool's window in ms (kept on the record for its completion and settlements), key_rest,
 /// tenant, subject (`''` for a tenant-scoped record), tool, fingerprint, then ref again for the
-/// second statement. [`claim_query`](super::claim_query) binds them.
+/// second statement. [`claim_query`](super::record_store::claim_query) binds them.
 pub(super) const CLAIM: &str = claim!();
 
 /// [`CLAIM`] after adding the reference to the reconciler's watch (`idempotency_watch`), for a
