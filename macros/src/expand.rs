@@ -420,14 +420,14 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
             #wants_task
             let #progress = #p::mcp::progress_of(&#request);
         };
-        // A repeat that waits for the call in progress tells a client that sent a progress
-        // token how long it has waited.
+        // A waiting repeat tells a client that sent a progress token how long it has waited.
         let execute = quote!(#p::mcp::reporting(#progress, async { #execute }).await);
         // A tool that answers with a `CallToolResult` itself gets it back verbatim.
         let verbatim = matches!(ok, syn::Type::Path(t)
             if t.path.segments.last().is_some_and(|s| s.ident == "CallToolResult"));
         let finish = if opts.task.is_some() {
-            quote!(#p::mcp::task_call(#engine, #prepared, #as_task, (#policy, #body_local)).await)
+            let task = quote!(#p::mcp::TaskCall { engine: #engine, prepared: #prepared, as_task: #as_task });
+            quote!(#task.run(#policy, #body_local).await)
         } else if response {
             quote!(#p::mcp::answer_response(#execute))
         } else if verbatim {

@@ -29,7 +29,7 @@ pub mod mcp {
     pub use crate::mcp::origin::with_origin;
     pub use crate::mcp::progress::{progress_of, reporting};
     pub use crate::mcp::task_impl::{
-        call as task_call, render as task_render, render_verbatim as task_render_verbatim,
+        render as task_render, render_verbatim as task_render_verbatim, TaskCall,
     };
 
     /// Whether a `task` tool answers `request` with a task: the server declares the tasks

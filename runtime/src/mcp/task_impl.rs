@@ -68,19 +68,49 @@ pub fn render_verbatim<E: Display>(
     }
 }
 
-/// A task tool's whole call: as a task when `as_task` (the server and the request's client both
-/// declare the tasks extension), else inline. `body` gives the rendered result ([`render`]):
-/// definitive errors are already results, so the engine sees only retryable or unknown ones.
-pub async fn call<E, Fut>(
-    engine: Idempotency,
-    prepared: Prepared,
-    as_task: bool,
-    (policy, body): (ErrorPolicy<E>, Fut),
+/// A task tool's call, as the attribute's code hands it over: [`TaskCall::run`].
+#[derive(Debug)]
+pub struct TaskCall {
+    /// The server's engine.
+    pub engine: Idempotency,
+    /// The call's key and caller.
+    pub prepared: Prepared,
+    /// Whether to answer with a task: the server and the request's client both declare the
+    /// tasks extension.
+    pub as_task: bool,
+}
+
+impl TaskCall {
+    /// The whole call: as a task when `as_task`, else inline. `body` gives the rendered result
+    /// ([`render`]): definitive errors are already results, so the engine sees only retryable
+    /// or unknown ones.
+    pub async fn run<E, Fut>(
+        self,
+        policy: ErrorPolicy<E>,
+        body: Fut,
+    ) -> Result<CallToolResponse, ErrorData>
+    where
+        E: Display + Send + 'static,
+        Fut: Future<Output = Result<CallToolResult, E>> + Send + 'static,
+    {
+        call(self, policy, body).await
+    }
+}
+
+async fn call<E, Fut>(
+    task: TaskCall,
+    policy: ErrorPolicy<E>,
+    body: Fut,
 ) -> Result<CallToolResponse, ErrorData>
 where
     E: Display + Send + 'static,
     Fut: Future<Output = Result<CallToolResult, E>> + Send + 'static,
 {
+    let TaskCall {
+        engine,
+        prepared,
+        as_task,
+    } = task;
     if !as_task {
         let outcome = engine
             .execute_raw::<CallToolResult, E, _>(prepared, policy, body)
