@@ -261,26 +261,26 @@ mod evolution {
     use serde::{Deserialize, Serialize};
 
     #[derive(Serialize, Deserialize)]
-    pub struct V1 {
-        pub amount: u64,
-        pub currency: String,
+    pub(super) struct V1 {
+        pub(super) amount: u64,
+        pub(super) currency: String,
     }
 
     #[derive(Serialize, Deserialize)]
-    pub struct V2 {
-        pub amount: u64,
-        pub currency: String,
+    pub(super) struct V2 {
+        pub(super) amount: u64,
+        pub(super) currency: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub note: Option<String>,
+        pub(super) note: Option<String>,
     }
 
     /// The same field added without `skip_serializing_if`: it writes `"note": null`.
     #[derive(Serialize, Deserialize)]
-    pub struct V2Careless {
-        pub amount: u64,
-        pub currency: String,
+    pub(super) struct V2Careless {
+        pub(super) amount: u64,
+        pub(super) currency: String,
         #[serde(default)]
-        pub note: Option<String>,
+        pub(super) note: Option<String>,
     }
 }
 

@@ -111,7 +111,7 @@ impl Classify for ChargeError {
 }
 
 /// The payments MCP server.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Payments {
     engine: Idempotency,
     identity: Identity,

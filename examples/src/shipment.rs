@@ -75,7 +75,7 @@ impl Classify for ShipmentError {
 }
 
 /// The shipping MCP server.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Shipping {
     engine: Idempotency,
     identity: Identity,

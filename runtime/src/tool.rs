@@ -356,6 +356,13 @@ pub(crate) fn transactional_tools() -> Vec<&'static str> {
 /// means for that tool (with `recover = "rerun"`, sending the call again runs it again).
 #[doc(hidden)]
 #[derive(Debug)]
+#[cfg_attr(
+    not(feature = "rmcp"),
+    allow(
+        dead_code,
+        reason = "registered by the macro, read only by rmcp's `tasks/get`"
+    )
+)]
 pub struct TaskTool {
     name: &'static str,
     recover: Recover,
@@ -371,6 +378,7 @@ impl TaskTool {
 inventory::collect!(TaskTool);
 
 /// The recovery of the task tool `name`, when every registration of that name agrees on it.
+#[cfg(feature = "rmcp")]
 pub(crate) fn task_recovery(name: &str) -> Option<Recover> {
     let mut found = inventory::iter::<TaskTool>
         .into_iter()

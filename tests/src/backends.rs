@@ -21,6 +21,16 @@ pub struct Backend {
     redis: Option<RedisAt>,
 }
 
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend")
+            .field("schema", &self.schema)
+            .field("file", &self.file)
+            .field("redis", &self.redis)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Backend {
     fn of(store: Arc<dyn Store>) -> Backend {
         Backend {
@@ -144,6 +154,7 @@ impl Backend {
 }
 
 /// A Redis namespace, on the shared server or a cluster.
+#[derive(Debug)]
 struct RedisAt {
     namespace: String,
     trust_engine_clock: bool,

@@ -17,14 +17,22 @@ use idempotency::{
 
 pub use crate::sqlite_file::SqliteFile;
 
+/// The tests' time zero, in ms since the Unix epoch (a date in 2026); times are offsets from it.
 pub const T0: i64 = 1_796_000_000_000;
+/// One second, in ms.
 pub const S: i64 = 1_000;
+/// One minute, in ms.
 pub const M: i64 = 60 * S;
+/// The lease of every claim, in ms.
 pub const LEASE: i64 = 30 * S;
+/// The tool's window (how long a record answers repeats), in ms.
 pub const WINDOW: i64 = 15 * M;
+/// The tenant of every call.
 pub const TENANT: &str = "acme";
+/// The tool of every call.
 pub const TOOL: &str = "charge_card";
 
+/// The time `ms` after [`T0`].
 pub fn at(ms: i64) -> Timestamp {
     Timestamp::from_millis(T0 + ms)
 }
@@ -35,10 +43,12 @@ pub fn first_token(ms: i64) -> Token {
     Token(at(ms).as_millis())
 }
 
+/// `ms` (non-negative) as a [`Duration`].
 pub fn dur(ms: i64) -> Duration {
     Duration::from_millis(ms as u64)
 }
 
+/// The key of alice's call of [`TOOL`] at [`TENANT`] named `name` (the demo secret).
 pub fn key(name: &str) -> Key {
     Key::for_call(
         &idempotency::key::Secret::demo(),
@@ -49,10 +59,12 @@ pub fn key(name: &str) -> Key {
     .expect("key")
 }
 
+/// The fingerprint of the arguments `args` (the demo secret).
 pub fn fp(args: &str) -> Option<Fingerprint> {
     Some(Fingerprint::of(&idempotency::key::Secret::demo(), args).expect("fingerprint"))
 }
 
+/// A successful stored answer with `body`.
 pub fn answer(body: &str) -> StoredResponse {
     StoredResponse {
         ok: true,
@@ -60,6 +72,7 @@ pub fn answer(body: &str) -> StoredResponse {
     }
 }
 
+/// The claim of `key` at `now` ms, with [`LEASE`] and [`WINDOW`].
 pub fn req(key: Key, fingerprint: Option<Fingerprint>, now: i64) -> ClaimRequest<'static> {
     req_window(key, fingerprint, now, WINDOW)
 }
@@ -84,6 +97,7 @@ pub fn req_window(
     }
 }
 
+/// An outbox message of `topic` carrying `payload`.
 pub fn message(topic: &str, payload: &str) -> OutboxMessage {
     OutboxMessage {
         topic: topic.to_owned(),
@@ -91,6 +105,7 @@ pub fn message(topic: &str, payload: &str) -> OutboxMessage {
     }
 }
 
+/// Asserts that `r` is the store's `Fenced` refusal of `reference`.
 #[track_caller]
 pub fn assert_fenced(r: Result<(), StoreError>, reference: idempotency::Reference) {
     assert!(
@@ -99,6 +114,7 @@ pub fn assert_fenced(r: Result<(), StoreError>, reference: idempotency::Referenc
     );
 }
 
+/// Asserts that `r` is the store's `WrongState` refusal of `reference` in `state`.
 #[track_caller]
 pub fn assert_wrong_state(
     r: Result<(), StoreError>,
@@ -111,6 +127,7 @@ pub fn assert_wrong_state(
     );
 }
 
+/// Asserts that `r` is the store's `NotFound` refusal.
 #[track_caller]
 pub fn assert_not_found(r: Result<(), StoreError>) {
     assert!(
@@ -119,19 +136,33 @@ pub fn assert_not_found(r: Result<(), StoreError>) {
     );
 }
 
+/// Which store a [`Backend`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// The in-memory store.
     Memory,
+    /// The SQLite store.
     Sqlite,
+    /// The PostgreSQL store.
     Postgres,
+    /// The Redis store (a single node or a cluster).
     Redis,
 }
 
 /// The store under test.
 pub struct Backend {
+    /// The store.
     pub store: Arc<dyn Store>,
     /// Which store it is.
     pub kind: Kind,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend")
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Backend {
@@ -143,6 +174,7 @@ impl Backend {
         }
     }
 
+    /// Claims `key` at `now` ms (see [`req`]); a store error fails the test.
     pub async fn claim(&self, key: Key, fingerprint: Option<Fingerprint>, now: i64) -> Claim {
         self.store
             .claim(&req(key, fingerprint, now))
@@ -150,6 +182,7 @@ impl Backend {
             .expect("claim")
     }
 
+    /// Claims `key` at `now` ms, which must be a new claim: its token.
     pub async fn new_claim(&self, key: Key, fingerprint: Option<Fingerprint>, now: i64) -> Token {
         self.new_claim_window(key, fingerprint, now, WINDOW).await
     }
@@ -173,6 +206,7 @@ impl Backend {
         }
     }
 
+    /// Completes `key`'s claim `token` at `now` ms with `response` and `outbox`.
     pub async fn complete_with(
         &self,
         key: Key,
@@ -191,6 +225,7 @@ impl Backend {
         self.store.complete(&c).await
     }
 
+    /// Completes `key`'s claim `token` at `now` ms with a successful `body` and no outbox.
     pub async fn complete(
         &self,
         key: Key,
@@ -202,6 +237,7 @@ impl Backend {
             .await
     }
 
+    /// What alice may see of `reference` at `tenant`; a store error fails the test.
     pub async fn status(
         &self,
         tenant: &str,
@@ -213,6 +249,7 @@ impl Backend {
             .expect("status")
     }
 
+    /// Up to `limit` records still to settle at `now` ms; a store error fails the test.
     pub async fn unsettled(&self, now: i64, limit: u32) -> Vec<Unsettled> {
         self.store
             .unsettled(at(now), limit)
@@ -220,6 +257,7 @@ impl Backend {
             .expect("unsettled")
     }
 
+    /// Settles `key`'s claim `token` with `s` at `now` ms.
     pub async fn settle(
         &self,
         key: Key,

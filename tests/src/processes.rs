@@ -74,6 +74,7 @@ pub struct Finished {
     pub success: bool,
 }
 
+#[derive(Debug)]
 struct Worker {
     child: Child,
     stdin: ChildStdin,
@@ -102,6 +103,7 @@ pub fn worker_command(test: &str, id_env: &str, replica: usize) -> Command {
 }
 
 /// Workers released together.
+#[derive(Debug)]
 pub struct Workers(Vec<Worker>);
 
 impl Workers {
@@ -295,6 +297,7 @@ pub fn say(marker: &str, value: impl Display) {
 /// A worker process to be killed mid-call: this test binary run again as the one test `test`
 /// (which does nothing unless its environment says it is the worker), stdout read line by line,
 /// stderr kept for the failure message.
+#[derive(Debug)]
 pub struct Victim {
     child: Child,
     stdin: Option<ChildStdin>,

@@ -17,6 +17,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 
 /// A running proxy to `upstream`.
+#[derive(Debug)]
 pub struct Proxy {
     addr: SocketAddr,
     up: Arc<AtomicBool>,

@@ -19,19 +19,33 @@ use tokio::sync::{mpsc, Semaphore};
 /// A store method.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
+    /// `claim`.
     Claim,
+    /// `complete`.
     Complete,
+    /// `release`.
     Release,
+    /// `mark_unknown`.
     MarkUnknown,
+    /// `renew`.
     Renew,
+    /// `take_over`.
     TakeOver,
+    /// `settle`.
     Settle,
+    /// `status`.
     Status,
+    /// `watch`.
     Watch,
+    /// `purge`.
     Purge,
+    /// `unsettled`.
     Unsettled,
+    /// `fetch`.
     Fetch,
+    /// `ack`.
     Ack,
+    /// `swap_secret`.
     SwapSecret,
     /// A transactional call's `begin`.
     Begin,
@@ -77,6 +91,7 @@ pub struct Scripted {
 }
 
 impl Scripted {
+    /// `inner`, wrapped: every method passes through until a test scripts it.
     pub fn new(inner: Arc<dyn Store>) -> Arc<Self> {
         let (parked_tx, parked_rx) = mpsc::unbounded_channel();
         Arc::new_cyclic(|me| Scripted {

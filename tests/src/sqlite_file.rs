@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::pg::unique_name;
 
 /// A SQLite file in the temp directory, deleted (with its WAL files) when dropped.
+#[derive(Debug)]
 pub struct SqliteFile(pub PathBuf);
 
 impl SqliteFile {

@@ -1,13 +1,13 @@
 //! A PostgreSQL schema of a test's own.
 
 /// A PostgreSQL schema of this test, dropped with everything in it when the value is.
-pub struct Schema {
+pub(crate) struct Schema {
     url: String,
     name: String,
 }
 
 impl Schema {
-    pub async fn create(url: &str, what: &str) -> Schema {
+    pub(crate) async fn create(url: &str, what: &str) -> Schema {
         use sqlx::Connection;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -33,7 +33,7 @@ impl Schema {
     }
 
     /// `DATABASE_URL` with this schema as its `search_path` (sqlx's `options[...]` parameter).
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         let sep = if self.url.contains('?') { '&' } else { '?' };
         format!("{}{sep}options%5Bsearch_path%5D={}", self.url, self.name)
     }

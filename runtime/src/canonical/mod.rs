@@ -51,6 +51,8 @@ mod writer;
 
 use serde::ser::{self, Serialize};
 
+// The MCP arguments' shape check writes map keys as the key does.
+#[cfg(feature = "rmcp")]
 pub(crate) use keys::KeySer;
 use writer::{Mode, Ser, JCS};
 

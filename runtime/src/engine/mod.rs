@@ -161,6 +161,7 @@ impl Idempotency {
 
     /// Whether a transactional call of `caller`'s tenant is running now under `reference`: its
     /// record appears only at its commit. Another tenant's call is `false`.
+    #[cfg(feature = "rmcp")]
     pub(crate) async fn running_in_transaction(
         &self,
         caller: &Caller,

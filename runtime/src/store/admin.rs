@@ -62,6 +62,8 @@ pub struct StoreStats {
     pub bytes: u64,
 }
 
+// The backends that count their records here: the SQL stores and Redis.
+#[cfg(any(feature = "_sql", feature = "redis"))]
 impl StoreStats {
     /// Adds `n` records of `tool` that mean `standing`.
     pub(crate) fn count(&mut self, tool: &str, standing: Standing, n: u64) {

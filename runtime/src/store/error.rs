@@ -202,6 +202,7 @@ pub(crate) fn redact(url: &str) -> String {
 
 /// A store's database that could not be connected to: the target (never a password) and the
 /// driver's reason, as its source.
+#[cfg(any(feature = "_sql", test))]
 #[derive(Debug, thiserror::Error)]
 #[error("cannot connect to {target}")]
 pub(crate) struct Unreachable {
