@@ -388,8 +388,8 @@ async fn run(args: &Args) -> Result<Answer, Failed> {
                 }
                 return Err(format!("{reference} is not an unsettled claim (in flight past its lease, or unknown): nothing settled").into());
             };
-            if db.has_no_server_clock() && !force && claim.state == RecordState::InFlight {
-                if let Some(record) = db.record(reference).await? {
+            if db.has_no_server_clock() && !force && claim.state == RecordState::InFlight
+                && let Some(record) = db.record(reference).await? {
                     let ended = now.since(record.ends_at);
                     if ended < SQLITE_SETTLE_MARGIN {
                         return Err(Failed::Refused(format!(
@@ -402,7 +402,6 @@ async fn run(args: &Args) -> Result<Answer, Failed> {
                         )));
                     }
                 }
-            }
             db.store()
                 .settle(claim.key, claim.token, &settlement, now)
                 .await?;

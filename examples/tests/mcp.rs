@@ -849,10 +849,10 @@ async fn raw(
         loop {
             if let Some(enough) = until {
                 let text = String::from_utf8_lossy(&got);
-                if let Some((_, body)) = text.split_once("\r\n\r\n") {
-                    if enough(body) {
-                        return;
-                    }
+                if let Some((_, body)) = text.split_once("\r\n\r\n")
+                    && enough(body)
+                {
+                    return;
                 }
             }
             match stream.read(&mut buf).await {

@@ -120,14 +120,14 @@ async fn servers_with_skewed_clocks_tell_one_story() {
     // Claimed once the right server logs its claim (its processor then takes 3 s).
     let reference = tokio::time::timeout(Duration::from_secs(30), async {
         while let Some(line) = right_log.recv().await {
-            if line.contains("idempotency claim") {
-                if let Some((_, rest)) = line.split_once("reference=") {
-                    return rest
-                        .split_whitespace()
-                        .next()
-                        .unwrap_or_default()
-                        .to_owned();
-                }
+            if line.contains("idempotency claim")
+                && let Some((_, rest)) = line.split_once("reference=")
+            {
+                return rest
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
             }
         }
         panic!("the right server's log ended before its claim");

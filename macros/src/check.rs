@@ -70,14 +70,13 @@ pub(crate) fn function(cx: &mut Ctxt, f: &Function, opts: &Options) {
                 "`task` applies to rmcp tools: an MCP client that declared the tasks extension gets a task handle; wrap an rmcp #[tool] method, or drop `task`",
             ),
             Mode::Rmcp { .. } => {
-                if let syn::Type::Path(p) = &f.ok {
-                    if p.path.segments.last().is_some_and(|s| s.ident == "CallToolResponse") {
+                if let syn::Type::Path(p) = &f.ok
+                    && p.path.segments.last().is_some_and(|s| s.ident == "CallToolResponse") {
                         cx.spanned(
                             &f.ok,
                             "a `task` tool answers `T`, `Json<T>` or `CallToolResult`: its answer is the task's result (an `input_required` round cannot be one)",
                         );
                     }
-                }
             }
         }
     }

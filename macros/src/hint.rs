@@ -41,10 +41,10 @@ pub(crate) fn check_tool(cx: &mut Ctxt, attr: &Attribute) {
         Ok(m) => m,
         Err(e) => return cx.push(e),
     };
-    if let Some(list) = annotations(&metas) {
-        if let Err(e) = list.parse_args_with(Metas::parse_terminated) {
-            return cx.push(e);
-        }
+    if let Some(list) = annotations(&metas)
+        && let Err(e) = list.parse_args_with(Metas::parse_terminated)
+    {
+        return cx.push(e);
     }
     // `local` tools have non-`Send` futures; the engine's claim, renewals and background
     // settlement run on the multi-threaded runtime and need `Send`.

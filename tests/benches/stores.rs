@@ -984,10 +984,10 @@ fn main() {
     let tables = rt.block_on(async {
         let mut tables = Vec::new();
         let only = std::env::var("BENCH_ONLY").unwrap_or_default();
-        if only.is_empty() || only == "postgres" {
-            if let Some(t) = postgres(&cfg).await {
-                tables.push(t);
-            }
+        if (only.is_empty() || only == "postgres")
+            && let Some(t) = postgres(&cfg).await
+        {
+            tables.push(t);
         }
         if only.is_empty() || only == "sqlite" {
             tables.push(sqlite(&cfg).await);

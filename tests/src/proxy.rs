@@ -191,10 +191,10 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, (delay, inbound):
                             .lock()
                             .unwrap_or_else(PoisonError::into_inner)
                             .clone();
-                        if let Some(p) = pattern.filter(|p| !p.is_empty()) {
-                            if buf[..n].windows(p.len()).any(|w| w == p.as_slice()) {
-                                delay.withheld.store(true, Ordering::SeqCst);
-                            }
+                        if let Some(p) = pattern.filter(|p| !p.is_empty())
+                            && buf[..n].windows(p.len()).any(|w| w == p.as_slice())
+                        {
+                            delay.withheld.store(true, Ordering::SeqCst);
                         }
                     }
                     let due = Instant::now() + delay.now();

@@ -175,14 +175,14 @@ impl Idempotency {
         tool: &'static str,
         by: Option<tokio::time::Instant>,
     ) -> Result<(), Outcome<T, Failure<E>>> {
-        if !self.secret_check.passed() {
-            if let Err(source) = bounded(by, self.secret_check.ensure(&*self.core.store)).await {
-                tracing::error!(tool, error = %source, "idempotency: the store's secret check failed; nothing was run");
-                return Err(refused(Error::Store {
-                    tool: tool.into(),
-                    source,
-                }));
-            }
+        if !self.secret_check.passed()
+            && let Err(source) = bounded(by, self.secret_check.ensure(&*self.core.store)).await
+        {
+            tracing::error!(tool, error = %source, "idempotency: the store's secret check failed; nothing was run");
+            return Err(refused(Error::Store {
+                tool: tool.into(),
+                source,
+            }));
         }
         Ok(())
     }

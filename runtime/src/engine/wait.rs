@@ -160,10 +160,10 @@ impl Slot {
         let Ok(mut shared) = tokio::time::timeout(SHARED_READ_WAIT, self.read.lock()).await else {
             return read().await;
         };
-        if let Some((f, claim)) = &*shared {
-            if *f == fingerprint {
-                return Ok(claim.clone());
-            }
+        if let Some((f, claim)) = &*shared
+            && *f == fingerprint
+        {
+            return Ok(claim.clone());
         }
         let claim = read().await?;
         if matches!(claim, Claim::Completed { .. }) {

@@ -199,8 +199,8 @@ impl FromStr for Reference {
             input: s.chars().take(64).collect(),
         };
         let s_trim = s.trim();
-        let (hex, gen) = s_trim.split_once('-').ok_or_else(err)?;
-        if hex.len() != 16 || gen.is_empty() || gen.len() > 10 {
+        let (hex, generation_digits) = s_trim.split_once('-').ok_or_else(err)?;
+        if hex.len() != 16 || generation_digits.is_empty() || generation_digits.len() > 10 {
             return Err(err());
         }
         let mut prefix = [0u8; 8];
@@ -209,10 +209,10 @@ impl FromStr for Reference {
             let lo = hex_val(pair[1]).ok_or_else(err)?;
             prefix[i] = (hi << 4) | lo;
         }
-        if !gen.bytes().all(|b| b.is_ascii_digit()) {
+        if !generation_digits.bytes().all(|b| b.is_ascii_digit()) {
             return Err(err());
         }
-        let generation: u32 = gen.parse().map_err(|_| err())?;
+        let generation: u32 = generation_digits.parse().map_err(|_| err())?;
         if generation == 0 {
             return Err(err());
         }

@@ -93,94 +93,83 @@ impl TaskCall {
         E: Display + Send + 'static,
         Fut: Future<Output = Result<CallToolResult, E>> + Send + 'static,
     {
-        call(self, policy, body).await
-    }
-}
-
-async fn call<E, Fut>(
-    task: TaskCall,
-    policy: ErrorPolicy<E>,
-    body: Fut,
-) -> Result<CallToolResponse, ErrorData>
-where
-    E: Display + Send + 'static,
-    Fut: Future<Output = Result<CallToolResult, E>> + Send + 'static,
-{
-    let TaskCall {
-        engine,
-        prepared,
-        as_task,
-    } = task;
-    if !as_task {
-        let outcome = engine
-            .execute_raw::<CallToolResult, E, _>(prepared, policy, body)
-            .await;
-        return super::answer_verbatim(outcome).map(CallToolResponse::Complete);
-    }
-    let caller = prepared.caller.clone();
-    let (started, claimed) = tokio::sync::oneshot::channel::<RecordStatus>();
-    let reader = engine.clone();
-    let (engine, at_start) = (engine.clone(), engine);
-    let body = async move {
-        // The task id names this claim by its time in the store, read before the body acts: the
-        // record is this attempt's meanwhile (nobody else claims a call in flight, and a rerun
-        // keeps the claim's time). Unread, the call is answered inline once it is done.
-        if let Some(call) = Call::current() {
-            let reference = call.reference();
-            match at_start.status(&caller, reference).await {
-                Ok(Some(status)) if status.reference == reference => {
-                    let _ = started.send(status);
-                }
-                Ok(_) => {
-                    tracing::warn!(%reference, "idempotency: the task's claim was not found; answering inline");
-                }
-                Err(e) => {
-                    tracing::warn!(%reference, error = %e, "idempotency: the task's claim time could not be read; answering inline");
+        let TaskCall {
+            engine,
+            prepared,
+            as_task,
+        } = self;
+        if !as_task {
+            let outcome = engine
+                .execute_raw::<CallToolResult, E, _>(prepared, policy, body)
+                .await;
+            return super::answer_verbatim(outcome).map(CallToolResponse::Complete);
+        }
+        let caller = prepared.caller.clone();
+        let (started, claimed) = tokio::sync::oneshot::channel::<RecordStatus>();
+        let reader = engine.clone();
+        let (engine, at_start) = (engine.clone(), engine);
+        let body = async move {
+            // The task id names this claim by its time in the store, read before the body acts: the
+            // record is this attempt's meanwhile (nobody else claims a call in flight, and a rerun
+            // keeps the claim's time). Unread, the call is answered inline once it is done.
+            if let Some(call) = Call::current() {
+                let reference = call.reference();
+                match at_start.status(&caller, reference).await {
+                    Ok(Some(status)) if status.reference == reference => {
+                        let _ = started.send(status);
+                    }
+                    Ok(_) => {
+                        tracing::warn!(%reference, "idempotency: the task's claim was not found; answering inline");
+                    }
+                    Err(e) => {
+                        tracing::warn!(%reference, error = %e, "idempotency: the task's claim time could not be read; answering inline");
+                    }
                 }
             }
+            body.await
+        };
+        let caller = prepared.caller.clone();
+        let run = tokio::spawn(async move {
+            engine
+                .execute_raw::<CallToolResult, E, _>(prepared, policy, body)
+                .await
+        });
+        // The body starts only once the claim is stored: the claim is the task.
+        if let Ok(status) = claimed.await {
+            let now = reader.clock().now();
+            let state = detailed(&status, Attempt::Current, now);
+            return Ok(handle(TaskId::of(&status), &state.task));
         }
-        body.await
-    };
-    let caller = prepared.caller.clone();
-    let run = tokio::spawn(async move {
-        engine
-            .execute_raw::<CallToolResult, E, _>(prepared, policy, body)
-            .await
-    });
-    // The body starts only once the claim is stored: the claim is the task.
-    if let Ok(status) = claimed.await {
-        let now = reader.clock().now();
-        let state = detailed(&status, Attempt::Current, now);
-        return Ok(handle(TaskId::of(&status), &state.task));
-    }
-    // The body did not run: a repeat (the same task), or the wrapper's own answer.
-    let outcome: Outcome<CallToolResult, Failure<E>> = match run.await {
-        Ok(o) => o,
-        Err(e) => {
-            return Err(ErrorData::internal_error(
-                "the task could not be started",
-                Some(json!({"reason": e.to_string()})),
-            ))
-        }
-    };
-    // A repeat of a task is that task (the record's current claim), in the state `tasks/get`
-    // reports for it: completed (its stored answer, Ok or a final error), or working (running,
-    // or its outcome not known yet) — never an inline error in place of the task.
-    let repeat = match (&outcome.result, outcome.reference) {
-        (_, Some(r)) if outcome.replayed => Some(r),
-        (Err(Failure::Wrapper(Error::InFlight { reference, .. })), _)
-        | (Err(Failure::Wrapper(Error::OutcomeUnknown { reference, .. })), _) => Some(*reference),
-        _ => None,
-    };
-    if let Some(reference) = repeat {
-        if let Ok(Some(status)) = reader.status(&caller, reference).await {
-            if status.reference == reference {
-                let state = detailed(&status, Attempt::Current, reader.clock().now());
-                return Ok(handle(TaskId::of(&status), &state.task));
+        // The body did not run: a repeat (the same task), or the wrapper's own answer.
+        let outcome: Outcome<CallToolResult, Failure<E>> = match run.await {
+            Ok(o) => o,
+            Err(e) => {
+                return Err(ErrorData::internal_error(
+                    "the task could not be started",
+                    Some(json!({"reason": e.to_string()})),
+                ))
             }
+        };
+        // A repeat of a task is that task (the record's current claim), in the state `tasks/get`
+        // reports for it: completed (its stored answer, Ok or a final error), or working (running,
+        // or its outcome not known yet) — never an inline error in place of the task.
+        let repeat = match (&outcome.result, outcome.reference) {
+            (_, Some(r)) if outcome.replayed => Some(r),
+            (Err(Failure::Wrapper(Error::InFlight { reference, .. })), _)
+            | (Err(Failure::Wrapper(Error::OutcomeUnknown { reference, .. })), _) => {
+                Some(*reference)
+            }
+            _ => None,
+        };
+        if let Some(reference) = repeat
+            && let Ok(Some(status)) = reader.status(&caller, reference).await
+            && status.reference == reference
+        {
+            let state = detailed(&status, Attempt::Current, reader.clock().now());
+            return Ok(handle(TaskId::of(&status), &state.task));
         }
+        super::answer_verbatim(outcome).map(CallToolResponse::Complete)
     }
-    super::answer_verbatim(outcome).map(CallToolResponse::Complete)
 }
 
 /// The task handle of the claim `id`, as `tasks/get` shows it now (`task`).

@@ -106,15 +106,15 @@ impl RedisStoreBuilder {
             AckMode::Auto(t) => Some(t),
             AckMode::Off => None,
         };
-        if let Some(timeout) = timeout {
-            if timeout.is_zero() || timeout >= RESPONSE_TIMEOUT {
-                return Err(StoreError::Config {
+        if let Some(timeout) = timeout
+            && (timeout.is_zero() || timeout >= RESPONSE_TIMEOUT)
+        {
+            return Err(StoreError::Config {
                     problem: format!(
                         "the WAIT timeout must be above zero (zero waits forever) and below the {RESPONSE_TIMEOUT:?} response timeout"
                     ),
                     source: None,
                 });
-            }
         }
         Ok(())
     }

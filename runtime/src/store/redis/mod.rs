@@ -308,7 +308,7 @@ impl RedisStore {
 
     /// The shards in the order a sequential walk visits them, starting at a rotating one (so
     /// a walk that stops at its limit does not always favour the first shards).
-    fn shard_walk(&self) -> impl Iterator<Item = usize> {
+    fn shard_walk(&self) -> impl Iterator<Item = usize> + use<> {
         let start = self.inner.next_shard.fetch_add(1, Ordering::Relaxed) % SHARDS;
         (0..SHARDS).map(move |i| (start + i) % SHARDS)
     }

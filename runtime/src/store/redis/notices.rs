@@ -154,20 +154,18 @@ impl Notices {
         {
             let _one_at_a_time = listening.ops.lock().await;
             let (fresh, gone) = listening.add(channel, wake);
-            if !gone.is_empty() {
-                if let Err(e) = listening.sub.unsubscribe(&gone).await {
-                    tracing::debug!(error = %e, "idempotency: could not give up settlement channels");
-                }
+            if !gone.is_empty()
+                && let Err(e) = listening.sub.unsubscribe(&gone).await
+            {
+                tracing::debug!(error = %e, "idempotency: could not give up settlement channels");
             }
-            if fresh {
-                if let Err(e) = listening.sub.subscribe(channel).await {
-                    listening
-                        .waiting
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .remove(channel);
-                    return Err(redis_error(e));
-                }
+            if fresh && let Err(e) = listening.sub.subscribe(channel).await {
+                listening
+                    .waiting
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(channel);
+                return Err(redis_error(e));
             }
         }
         // Subscribed: now the mark, so a settlement from here on announces.
