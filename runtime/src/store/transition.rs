@@ -121,7 +121,7 @@ pub trait Fenced: RecordStore {
             outbox: c.outbox,
             now: c.now,
         };
-        done(op, self.transition(c.key, c.token, op))
+        done(op.name(), self.transition(c.key, c.token, op))
     }
 
     /// [`Transition::Release`] at `at`.
@@ -132,13 +132,13 @@ pub trait Fenced: RecordStore {
         at: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         let op = Transition::Release { at };
-        done(op, self.transition(key, token, op))
+        done(op.name(), self.transition(key, token, op))
     }
 
     /// [`Transition::MarkUnknown`].
     fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
         let op = Transition::MarkUnknown;
-        done(op, self.transition(key, token, op))
+        done(op.name(), self.transition(key, token, op))
     }
 
     /// [`Transition::Renew`]: the lease ends `lease` after `now`.
@@ -150,7 +150,7 @@ pub trait Fenced: RecordStore {
         lease: Duration,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         let op = Transition::Renew { now, lease };
-        done(op, self.transition(key, token, op))
+        done(op.name(), self.transition(key, token, op))
     }
 
     /// [`Transition::TakeOver`] under the new attempt's `token`: answers the record's reference.
@@ -180,18 +180,17 @@ pub trait Fenced: RecordStore {
         at: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let op = Transition::Settle { settlement, at };
-        done(op, self.transition(key, token, op))
+        done(op.name(), self.transition(key, token, op))
     }
 }
 
 impl<S: RecordStore + ?Sized> Fenced for S {}
 
-/// `fut`, the answer of `op`, which must be [`Transitioned::Done`].
+/// `fut`, the answer of the transition `name`, which must be [`Transitioned::Done`].
 fn done<'a>(
-    op: Transition<'_>,
+    name: &'static str,
     fut: BoxFuture<'a, Result<Transitioned, StoreError>>,
 ) -> BoxFuture<'a, Result<(), StoreError>> {
-    let name = op.name();
     Box::pin(async move {
         match fut.await? {
             Transitioned::Done => Ok(()),
@@ -278,4 +277,83 @@ pub(crate) fn dispatch<'a, S: Writes>(
         Transition::Settle { settlement, at } => store.settle(key, token, settlement, at),
     };
     Box::pin(async move { fut.await.map(|()| Transitioned::Done) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Claim, ClaimRequest, RecordStatus};
+
+    /// A store whose every transition answers `answer`.
+    struct Answers(Transitioned);
+
+    impl RecordStore for Answers {
+        fn claim<'a>(
+            &'a self,
+            _: &'a ClaimRequest<'a>,
+        ) -> BoxFuture<'a, Result<Claim, StoreError>> {
+            Box::pin(async { Err(StoreError::NotFound) })
+        }
+        fn transition<'a>(
+            &'a self,
+            _: Key,
+            _: Token,
+            _: Transition<'a>,
+        ) -> BoxFuture<'a, Result<Transitioned, StoreError>> {
+            let answer = self.0;
+            Box::pin(async move { Ok(answer) })
+        }
+        fn status<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+            _: Reference,
+        ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
+            Box::pin(async { Ok(None) })
+        }
+    }
+
+    fn key() -> Key {
+        Key::from_bytes([7; 32])
+    }
+
+    /// An answer the transition never gives is a contract error naming both, never a panic;
+    /// the right one is passed on.
+    #[tokio::test]
+    async fn a_wrong_answer_is_a_contract_error() {
+        let reference = key().reference(1);
+        let at = Timestamp::from_millis(1);
+        let taken = Answers(Transitioned::TakenOver(reference));
+        let e = taken
+            .release(key(), Token(1), at)
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(&e, StoreError::Contract { problem } if problem.contains("release") && problem.contains("TakenOver")),
+            "{e}"
+        );
+        assert_eq!(
+            taken
+                .take_over(key(), Token(2), at, Duration::from_secs(1))
+                .await
+                .expect("taken"),
+            reference
+        );
+        let done = Answers(Transitioned::Done);
+        let e = done
+            .take_over(key(), Token(2), at, Duration::from_secs(1))
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(&e, StoreError::Contract { problem } if problem.contains("take_over")),
+            "{e}"
+        );
+        // Through `dyn Store`'s supertrait too.
+        let store: std::sync::Arc<dyn crate::store::Store> =
+            std::sync::Arc::new(crate::store::MemoryStore::new());
+        assert!(matches!(
+            store.mark_unknown(key(), Token(1)).await,
+            Err(StoreError::NotFound)
+        ));
+    }
 }
