@@ -309,7 +309,11 @@ pub enum Settlement {
     Unknown,
 }
 
-/// One record's state machine: the per-call methods (see the module docs for each contract).
+/// One record's state machine, in six methods (see the module docs for each contract): three a
+/// store writes, [`claim`](RecordStore::claim), [`transition`](RecordStore::transition) (every
+/// fenced write, a [`Transition`]) and [`status`](RecordStore::status), and three with defaults,
+/// [`watch`](RecordStore::watch), [`transactions`](RecordStore::transactions) and
+/// [`window_clock`](RecordStore::window_clock). Callers make transitions through [`Fenced`].
 pub trait RecordStore: Send + Sync + 'static {
     /// Claims `req.key`, or reports why not, in one round trip (see the module docs' table).
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>>;
