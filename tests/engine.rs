@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idempotency::clock::Clock;
-use idempotency::store::{OutboxStore, RecordStore};
+use idempotency::store::{Fenced, OutboxStore, RecordStore};
 use idempotency::{
     clock::{ManualClock, Timestamp},
     error::UnknownReason,

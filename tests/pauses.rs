@@ -355,7 +355,7 @@ mod steps {
     use idempotency::clock::{Clock, ManualClock, Timestamp};
     use idempotency::error::UnknownReason;
     use idempotency::outcome::{ErrorPolicy, Failure, Outcome};
-    use idempotency::store::{MemoryStore, RecordState, Settlement, Store, StoredResponse};
+    use idempotency::store::{Fenced, MemoryStore, RecordState, Settlement, Store, StoredResponse};
     use idempotency::tool::{Prepared, ToolSpec};
     use idempotency::{Caller, Error, Idempotency};
     use idempotency_tests::scripted::{Act, Op, Scripted};

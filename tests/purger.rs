@@ -8,8 +8,8 @@ use std::time::Duration;
 use idempotency::clock::{ManualClock, Timestamp};
 use idempotency::key::Key;
 use idempotency::store::{
-    Claim, ClaimRequest, Completion, MemoryStore, RecordStore, Store, StoredResponse, Token,
-    DEFAULT_RETENTION,
+    Claim, ClaimRequest, Completion, Fenced, MemoryStore, RecordStore, Store, StoredResponse,
+    Token, DEFAULT_RETENTION,
 };
 use idempotency::tasks::Purger;
 use idempotency::{Caller, Idempotency};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use idempotency::clock::{Clock, ManualClock, SystemClock};
 use idempotency::outcome::{ErrorPolicy, Outcome};
-use idempotency::store::{RedisStore, StoreError};
+use idempotency::store::{Fenced, RedisStore, StoreError};
 use idempotency::tool::{Prepared, ToolSpec};
 use idempotency::{Caller, Error, Idempotency};
 use idempotency_tests::charge::current_reference;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use idempotency::clock::{Clock, ManualClock, SystemClock};
 use idempotency::outcome::Outcome;
 use idempotency::store::{
-    BoxError, Claim, ClaimRequest, Maintenance, PostgresStore, RecordState, RecordStore,
+    BoxError, Claim, ClaimRequest, Fenced, Maintenance, PostgresStore, RecordState, RecordStore,
     Settlement, Store, Token, Unsettled,
 };
 use idempotency::tasks::{Purger, Reconciler};

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use idempotency::key::Key;
 use idempotency::store::{
-    Claim, ClaimRequest, Completion, Maintenance, PostgresStore, RecordStore, Settlement,
+    Claim, ClaimRequest, Completion, Fenced, Maintenance, PostgresStore, RecordStore, Settlement,
     SqliteStore, StoreError,
 };
 use idempotency_tests::conformance::*;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use idempotency::clock::{Clock, ManualClock, Timestamp};
 use idempotency::error::UnknownReason;
 use idempotency::outcome::{ErrorPolicy, Failure, Outcome};
-use idempotency::store::{MemoryStore, RecordState, Settlement, Store};
+use idempotency::store::{Fenced, MemoryStore, RecordState, Settlement, Store};
 use idempotency::store::{StoredResponse, Unsettled};
 use idempotency::tool::{Prepared, ToolSpec};
 use idempotency::{Caller, Error, Idempotency, IdempotencyBuilder, Reference};

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use idempotency::store::{RecordState, Settlement, StoreError, StoredResponse};
+use idempotency::store::{Fenced, RecordState, Settlement, StoreError, StoredResponse};
 use idempotency::Reference;
 use serde_json::{json, Value};
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 use idempotency::clock::{Clock, SystemClock};
 use idempotency::key::{Key, Secret};
 use idempotency::store::{
-    Claim, ClaimRequest, Completion, PostgresStore, RedisStore, SqliteStore, Store, StoredResponse,
-    Token,
+    Claim, ClaimRequest, Completion, Fenced, PostgresStore, RedisStore, SqliteStore, Store,
+    StoredResponse, Token,
 };
 use idempotency::Caller;
 use idempotency_tests::redis_servers::{shared_cluster, shared_server};

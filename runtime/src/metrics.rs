@@ -30,8 +30,8 @@ use crate::key::{Key, Reference, SecretFingerprint};
 use crate::outcome::{Failure, Outcome};
 use crate::record::RecordStatus;
 use crate::store::{
-    BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
-    RecordStore, SecretStore, Settlement, Store, StoreError, Token, Unsettled, Wake,
+    BoxFuture, Claim, ClaimRequest, Maintenance, OutboxEntry, OutboxStore, Receipt, RecordStore,
+    SecretStore, Store, StoreError, Token, Transition, Transitioned, Unsettled, Wake,
 };
 
 /// Counter: calls by tool and answer.
@@ -202,46 +202,15 @@ impl RecordStore for Metered {
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         timed("claim", self.0.claim(req))
     }
-    fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
-        timed("complete", self.0.complete(c))
-    }
-    fn release(
-        &self,
-        key: Key,
-        token: Token,
-        at: Timestamp,
-    ) -> BoxFuture<'_, Result<(), StoreError>> {
-        timed("release", self.0.release(key, token, at))
-    }
-    fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
-        timed("mark_unknown", self.0.mark_unknown(key, token))
-    }
-    fn renew(
-        &self,
-        key: Key,
-        token: Token,
-        now: Timestamp,
-        lease: Duration,
-    ) -> BoxFuture<'_, Result<(), StoreError>> {
-        timed("renew", self.0.renew(key, token, now, lease))
-    }
-    fn take_over(
-        &self,
-        key: Key,
-        token: Token,
-        now: Timestamp,
-        lease: Duration,
-    ) -> BoxFuture<'_, Result<crate::key::Reference, StoreError>> {
-        timed("take_over", self.0.take_over(key, token, now, lease))
-    }
-    fn settle<'a>(
+    /// Timed under the transition's name ([`Transition::name`]): `complete`, `release`,
+    /// `mark_unknown`, `renew`, `take_over`, `settle`.
+    fn transition<'a>(
         &'a self,
         key: Key,
         token: Token,
-        settlement: &'a Settlement,
-        at: Timestamp,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        timed("settle", self.0.settle(key, token, settlement, at))
+        op: Transition<'a>,
+    ) -> BoxFuture<'a, Result<Transitioned, StoreError>> {
+        timed(op.name(), self.0.transition(key, token, op))
     }
     fn status<'a>(
         &'a self,

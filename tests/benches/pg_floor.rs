@@ -43,7 +43,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idempotency::key::Key;
-use idempotency::store::{Claim, PostgresStore, Store, StoredResponse, Token};
+use idempotency::store::{Claim, Fenced, PostgresStore, Store, StoredResponse, Token};
 use idempotency_tests::pg::TestSchema;
 use idempotency_tests::raw::{self, key, now, RESPONSE};
 use sqlx::PgPool;

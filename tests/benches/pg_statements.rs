@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idempotency::store::{Claim, Store, StoredResponse};
+use idempotency::store::{Claim, Fenced, Store, StoredResponse};
 use idempotency_tests::pg::TestSchema;
 use idempotency_tests::raw::{self, key, now, RESPONSE};
 

@@ -58,8 +58,8 @@ use std::time::{Duration, Instant};
 use idempotency::clock::{Clock, SystemClock};
 use idempotency::outcome::{ErrorPolicy, Outcome};
 use idempotency::store::{
-    Claim, ClaimRequest, Completion, RecordStore, RedisConnection, RedisStore, StoredResponse,
-    Token,
+    Claim, ClaimRequest, Completion, Fenced, RecordStore, RedisConnection, RedisStore,
+    StoredResponse, Token,
 };
 use idempotency::tool::Prepared;
 use idempotency::{key::Key, Caller, Error, Idempotency};

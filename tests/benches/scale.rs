@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use idempotency::store::{Maintenance, PostgresStore, SqliteStore};
+use idempotency::store::{Fenced, Maintenance, PostgresStore, SqliteStore};
 use idempotency::{
     clock::Timestamp,
     key::Key,

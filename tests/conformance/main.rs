@@ -13,8 +13,8 @@
 
 use idempotency::key::Key;
 use idempotency::store::{
-    Claim, ClaimRequest, MemoryStore, Receipt, RecordState, RecordStatus, RedisStore, Settlement,
-    SqliteStore, StoreError, StoredResponse, Token, Unsettled,
+    Claim, ClaimRequest, Fenced, MemoryStore, Receipt, RecordState, RecordStatus, RedisStore,
+    Settlement, SqliteStore, StoreError, StoredResponse, Token, Unsettled,
 };
 use idempotency_tests::conformance::*;
 use idempotency_tests::pg::{unique_name, TestSchema};

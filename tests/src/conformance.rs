@@ -9,7 +9,7 @@ use idempotency::{
     clock::Timestamp,
     key::{Fingerprint, Key},
     store::{
-        Claim, ClaimRequest, Completion, OutboxMessage, RecordStatus, Settlement, Store,
+        Claim, ClaimRequest, Completion, Fenced, OutboxMessage, RecordStatus, Settlement, Store,
         StoreError, StoredResponse, Token, Unsettled,
     },
     Caller,

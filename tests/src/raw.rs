@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use idempotency::store::{
-    Claim, ClaimRequest, Completion, PostgresStore, SqliteStore, Store, StoredResponse, Token,
+    Claim, ClaimRequest, Completion, Fenced, PostgresStore, SqliteStore, Store, StoredResponse,
+    Token,
 };
 use idempotency::{clock::Timestamp, key::Key, Caller};
 use sqlx::postgres::PgPoolOptions;

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use idempotency::clock::Timestamp;
 use idempotency::key::{Key, SecretFingerprint};
 use idempotency::store::{
-    Begun, BoxFuture, Claim, ClaimRequest, CommitError, Completion, Maintenance, OpenTransaction,
-    OutboxEntry, OutboxStore, Receipt, RecordStatus, RecordStore, SecretStore, Settlement, Store,
-    StoreError, Token, TransactionalStore, TxOutcome, Unsettled, Wake, WindowClock,
+    Begun, BoxFuture, Claim, ClaimRequest, CommitError, Maintenance, OpenTransaction, OutboxEntry,
+    OutboxStore, Receipt, RecordStatus, RecordStore, SecretStore, Store, StoreError, Token,
+    TransactionalStore, Transition, Transitioned, TxOutcome, Unsettled, Wake, WindowClock,
 };
 use idempotency::Reference;
 use tokio::sync::{mpsc, Semaphore};
@@ -248,50 +248,24 @@ impl RecordStore for Scripted {
             act => self.act(Op::Claim, act, move || self.inner.claim(req)),
         }
     }
-    fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.run(Op::Complete, move || self.inner.complete(c))
-    }
-    fn release(
-        &self,
-        key: Key,
-        token: Token,
-        at: Timestamp,
-    ) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.run(Op::Release, move || self.inner.release(key, token, at))
-    }
-    fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.run(Op::MarkUnknown, move || self.inner.mark_unknown(key, token))
-    }
-    fn renew(
-        &self,
-        key: Key,
-        token: Token,
-        now: Timestamp,
-        until: std::time::Duration,
-    ) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.run(Op::Renew, move || self.inner.renew(key, token, now, until))
-    }
-    fn take_over(
-        &self,
-        key: Key,
-        token: Token,
-        now: Timestamp,
-        until: std::time::Duration,
-    ) -> BoxFuture<'_, Result<idempotency::Reference, StoreError>> {
-        self.run(Op::TakeOver, move || {
-            self.inner.take_over(key, token, now, until)
-        })
-    }
-    fn settle<'a>(
+    /// Scripted per transition: `Op::Complete`, `Op::Release`, ... as the transition's kind; a
+    /// transition this wrapper does not know passes through unscripted.
+    fn transition<'a>(
         &'a self,
         key: Key,
         token: Token,
-        settlement: &'a Settlement,
-        at: Timestamp,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.run(Op::Settle, move || {
-            self.inner.settle(key, token, settlement, at)
-        })
+        op: Transition<'a>,
+    ) -> BoxFuture<'a, Result<Transitioned, StoreError>> {
+        let scripted = match op {
+            Transition::Complete { .. } => Op::Complete,
+            Transition::Release { .. } => Op::Release,
+            Transition::MarkUnknown => Op::MarkUnknown,
+            Transition::Renew { .. } => Op::Renew,
+            Transition::TakeOver { .. } => Op::TakeOver,
+            Transition::Settle { .. } => Op::Settle,
+            _ => return self.inner.transition(key, token, op),
+        };
+        self.run(scripted, move || self.inner.transition(key, token, op))
     }
     fn status<'a>(
         &'a self,

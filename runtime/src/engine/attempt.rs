@@ -18,7 +18,7 @@ use crate::error::{Error, UnknownReason};
 use crate::key::Caller;
 use crate::outcome::{Disposition, ErrorPolicy, Failure, Outcome};
 use crate::record::StoredResponse;
-use crate::store::StoreError;
+use crate::store::{Fenced, StoreError};
 use crate::tool::ToolSpec;
 
 /// A claimed call. Until its record is settled, dropping it (the caller's future dropped: client

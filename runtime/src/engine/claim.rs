@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::error::Error;
 use crate::key::Scope;
 use crate::outcome::{ErrorPolicy, Failure, Outcome};
-use crate::store::{Claim, ClaimRequest, StoreError, Token};
+use crate::store::{Claim, ClaimRequest, Fenced, StoreError, Token};
 
 use super::answer::{answered, claim_failed, refused, Gone};
 use super::attempt::{Attempt, Claimed};

@@ -16,7 +16,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::periodic::spawn_periodic;
 use crate::record::RecordState;
-use crate::store::{BoxError, BoxFuture, Settlement, Store, StoreError, Unsettled};
+use crate::store::{BoxError, BoxFuture, Fenced, Settlement, Store, StoreError, Unsettled};
 
 /// What you tell the reconciler about one unsettled claim.
 ///

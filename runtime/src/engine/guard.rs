@@ -9,7 +9,7 @@ use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::StoredResponse;
 use crate::store::OutboxMessage;
-use crate::store::{Completion, StoreError, Token};
+use crate::store::{Completion, Fenced, StoreError, Token};
 
 /// What an attempt holds of its claim, and what to do with it if dropped now.
 pub(super) struct Guard {

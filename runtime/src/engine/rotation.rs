@@ -12,7 +12,7 @@
 
 use crate::key::{Key, Reference};
 use crate::outcome::{Failure, Outcome};
-use crate::store::Claim;
+use crate::store::{Claim, Fenced};
 
 use super::answer::{gone, refused};
 use super::guard::{bounded, Fence, Guard};

@@ -20,8 +20,8 @@ use crate::clock::Timestamp;
 use crate::key::{Caller, Fingerprint, Key, Reference, SecretFingerprint};
 use crate::record::{RecordStatus, Standing};
 use crate::store::{
-    BoxFuture, Claim, ClaimRequest, Completion, Maintenance, OutboxEntry, OutboxStore, Receipt,
-    RecordStore, SecretStore, Settlement, Store, StoreError, Token, TransactionalStore, Unsettled,
+    BoxFuture, Claim, ClaimRequest, Maintenance, OutboxEntry, OutboxStore, Receipt, RecordStore,
+    SecretStore, Store, StoreError, Token, TransactionalStore, Transition, Transitioned, Unsettled,
     Wake,
 };
 
@@ -332,46 +332,22 @@ impl RecordStore for Waking {
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         self.store.claim(req)
     }
-    fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.after(c.key, self.store.complete(c))
-    }
-    fn release(
-        &self,
-        key: Key,
-        token: Token,
-        at: Timestamp,
-    ) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.after(key, self.store.release(key, token, at))
-    }
-    fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.after(key, self.store.mark_unknown(key, token))
-    }
-    fn renew(
-        &self,
-        key: Key,
-        token: Token,
-        now: Timestamp,
-        lease: Duration,
-    ) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.store.renew(key, token, now, lease)
-    }
-    fn take_over(
-        &self,
-        key: Key,
-        token: Token,
-        now: Timestamp,
-        lease: Duration,
-    ) -> BoxFuture<'_, Result<Reference, StoreError>> {
-        self.store.take_over(key, token, now, lease)
-    }
-    fn settle<'a>(
+    /// Wakes after the transitions that can end a flight (complete, release, mark unknown,
+    /// settle), not after a renewal or a takeover (the record stays in flight).
+    fn transition<'a>(
         &'a self,
         key: Key,
         token: Token,
-        settlement: &'a Settlement,
-        at: Timestamp,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.after(key, self.store.settle(key, token, settlement, at))
+        op: Transition<'a>,
+    ) -> BoxFuture<'a, Result<Transitioned, StoreError>> {
+        let fut = self.store.transition(key, token, op);
+        match op {
+            Transition::Complete { .. }
+            | Transition::Release { .. }
+            | Transition::MarkUnknown
+            | Transition::Settle { .. } => self.after(key, fut),
+            Transition::Renew { .. } | Transition::TakeOver { .. } => fut,
+        }
     }
     fn status<'a>(
         &'a self,

@@ -107,6 +107,15 @@ pub enum StoreError {
         /// The place and what it lacks, e.g. `the SQLite file /srv/app.db has no idempotency_migrations table`.
         place: String,
     },
+    /// The store broke the contract of [`RecordStore`](super::RecordStore): it answered a
+    /// [`Transition`](super::Transition) with what that transition never answers, or was asked
+    /// for a transition it does not know (one added after it was written). A bug in the store,
+    /// or a store older than this library; trying again will not help.
+    #[error("the idempotency store does not keep its contract: {problem}")]
+    Contract {
+        /// What it did, e.g. `its transition answered release with TakenOver(..)`.
+        problem: String,
+    },
     /// An outbox receipt this store did not hand out.
     #[error("outbox receipt {receipt:?} was not issued by this store")]
     ForeignReceipt {

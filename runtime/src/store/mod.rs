@@ -1,12 +1,16 @@
-//! Where records live: the three store traits, their types, and the backends.
+//! Where records live: the four store traits, their types, and the backends.
 //!
 //! A backend implements four object-safe traits; anything that implements all four is a
 //! [`Store`], which is what [`Idempotency::builder`](crate::Idempotency::builder) takes:
 //!
 //! - [`RecordStore`]: one record's state machine, per call: [`claim`](RecordStore::claim),
-//!   [`complete`](RecordStore::complete), [`release`](RecordStore::release),
-//!   [`mark_unknown`](RecordStore::mark_unknown), [`renew`](RecordStore::renew),
-//!   [`settle`](RecordStore::settle), [`status`](RecordStore::status);
+//!   [`transition`](RecordStore::transition) (the fenced writes, each a [`Transition`]),
+//!   [`status`](RecordStore::status), and three with defaults: [`watch`](RecordStore::watch),
+//!   [`transactions`](RecordStore::transactions), [`window_clock`](RecordStore::window_clock);
+//!   [`Fenced`], implemented for every record store, gives each transition a method of its own
+//!   ([`complete`](Fenced::complete), [`release`](Fenced::release),
+//!   [`mark_unknown`](Fenced::mark_unknown), [`renew`](Fenced::renew),
+//!   [`take_over`](Fenced::take_over), [`settle`](Fenced::settle));
 //! - [`Maintenance`]: background work over many records: [`purge`](Maintenance::purge),
 //!   [`unsettled`](Maintenance::unsettled);
 //! - [`OutboxStore`]: follow-on messages written with a completion: [`fetch`](OutboxStore::fetch),
@@ -14,6 +18,9 @@
 //! - [`SecretStore`]: the fingerprint of the secret the store's keys are made with
 //!   ([`swap_secret`](SecretStore::swap_secret)), so that an engine with another secret is
 //!   refused.
+//!
+//! A store author's guide (the contract on one page, and how to run the conformance suite
+//! against a new store) is `docs/store-authors.md`.
 //!
 //! The backends: [`MemoryStore`] (tests), `SqliteStore` (feature `sqlite`, the embedded default),
 //! `PostgresStore` (feature `postgres`) and `RedisStore` (feature `redis`: one Redis or a Redis
@@ -86,21 +93,22 @@
 //! ## Method contracts
 //!
 //! Every method takes its times from the caller (see [Time](#time)) and answers in one
-//! round trip where the notes above do not say otherwise. "Fenced" means: the update applies only
-//! when the record's current token is the one presented and its state is one the method allows;
-//! otherwise nothing changes and the answer says why: [`StoreError::Fenced`] (another token is
-//! current), [`StoreError::WrongState`] (the token is current, the state is not allowed) or
-//! [`StoreError::NotFound`] (no record for the key).
+//! round trip where the notes above do not say otherwise. The fenced writes are the
+//! [`Transition`]s of [`RecordStore::transition`] (one row each below). "Fenced" means: the
+//! update applies only when the record's current token is the one presented and its state is one
+//! the transition allows; otherwise nothing changes and the answer says why:
+//! [`StoreError::Fenced`] (another token is current), [`StoreError::WrongState`] (the token is
+//! current, the state is not allowed) or [`StoreError::NotFound`] (no record for the key).
 //!
 //! | method | allowed states | effect |
 //! |---|---|---|
 //! | [`RecordStore::claim`] | any | the table above; atomic: of concurrent claims of one key exactly one gets [`Claim::New`] |
-//! | [`RecordStore::complete`] | in flight, unknown | completed with the answer, replayed for the record's window from `now`; the outbox messages written in the same transaction (an unknown record takes its worker's late answer: same token, nobody took over) |
-//! | [`RecordStore::release`] | in flight, unknown | released at `at` (a repeat takes it over under the same reference) |
-//! | [`RecordStore::mark_unknown`] | in flight | unknown (never re-run; only a settlement ends it) |
-//! | [`RecordStore::renew`] | in flight | the lease ends `lease` after `now` |
-//! | [`RecordStore::take_over`] | in flight (lease ended at or before `now`), unknown | in flight under the new token, same generation (fenced by state and lease, not token) |
-//! | [`RecordStore::settle`] | in flight, unknown | the [`Settlement`] (completed: replayed for the record's window from `at`); a completed or released settlement bumps the token by one, so the original worker's late completion is fenced; an unknown one keeps it, so the worker's late answer (the truth) still lands |
+//! | [`Transition::Complete`] | in flight, unknown | completed with the answer, replayed for the record's window from `now`; the outbox messages written in the same transaction (an unknown record takes its worker's late answer: same token, nobody took over) |
+//! | [`Transition::Release`] | in flight, unknown | released at `at` (a repeat takes it over under the same reference) |
+//! | [`Transition::MarkUnknown`] | in flight | unknown (never re-run; only a settlement ends it) |
+//! | [`Transition::Renew`] | in flight | the lease ends `lease` after `now` |
+//! | [`Transition::TakeOver`] | in flight (lease ended at or before `now`), unknown | in flight under the new token, same generation (fenced by state and lease, not token); answers [`Transitioned::TakenOver`], every other transition [`Transitioned::Done`] |
+//! | [`Transition::Settle`] | in flight, unknown | the [`Settlement`] (completed: replayed for the record's window from `at`); a completed or released settlement bumps the token by one, so the original worker's late completion is fenced; an unknown one keeps it, so the worker's late answer (the truth) still lands |
 //! | [`RecordStore::status`] | any | the record of the reference's key, if the tenant (and, for a subject-scoped record, the subject) may see it (anyone else's is `None`, like one that does not exist); for a superseded generation, the key's current record, whose `reference` names the newer generation |
 //! | [`Maintenance::purge`] | completed, released | deletes up to `limit` records whose window ended before `older_than` |
 //! | [`Maintenance::unsettled`] | in flight (lease ended at or before `now`), unknown | up to `limit`, oldest claim first |
@@ -133,6 +141,7 @@ pub(crate) mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 pub(crate) mod transaction;
+mod transition;
 mod wake;
 
 pub use crate::record::{RecordState, RecordStatus, Standing, StoredResponse};
@@ -151,6 +160,7 @@ pub use redis::{RedisConnection, RedisStore, RedisStoreBuilder};
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::SqliteStore;
 pub use transaction::{Begun, CommitError, OpenTransaction, TransactionalStore, TxOutcome};
+pub use transition::{Fenced, Transition, Transitioned};
 pub use wake::Wake;
 
 /// The states in which the claim's own worker may still settle its record with its token
@@ -248,7 +258,8 @@ pub enum Claim {
     },
 }
 
-/// What a completion records.
+/// What a completion records: the argument of [`Fenced::complete`], which makes it the
+/// [`Transition::Complete`] of `key` under `token`.
 #[derive(Clone, Debug)]
 pub struct Completion<'a> {
     /// The call's key.
@@ -298,62 +309,28 @@ pub enum Settlement {
     Unknown,
 }
 
-/// One record's state machine: the per-call methods (see the module docs for each contract).
+/// One record's state machine, in six methods (see the module docs for each contract): three a
+/// store writes, [`claim`](RecordStore::claim), [`transition`](RecordStore::transition) (every
+/// fenced write, a [`Transition`]) and [`status`](RecordStore::status), and three with defaults,
+/// [`watch`](RecordStore::watch), [`transactions`](RecordStore::transactions) and
+/// [`window_clock`](RecordStore::window_clock). Callers make transitions through [`Fenced`].
 pub trait RecordStore: Send + Sync + 'static {
     /// Claims `req.key`, or reports why not, in one round trip (see the module docs' table).
     fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>>;
 
-    /// Records the outcome (fenced: the token must be current and the record in flight) and
-    /// writes `c.outbox` in the same transaction.
-    fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>>;
-
-    /// Gives the claim back at `at`: nothing was done, a repeat may run (fenced, in flight only).
-    fn release(
-        &self,
-        key: Key,
-        token: Token,
-        at: Timestamp,
-    ) -> BoxFuture<'_, Result<(), StoreError>>;
-
-    /// Marks the claim's outcome unknown (fenced, in flight only).
-    fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>>;
-
-    /// Extends an in-flight claim's lease to end `lease` after `now` (fenced), so a
-    /// long body is not taken for a dead worker.
-    fn renew(
-        &self,
-        key: Key,
-        token: Token,
-        now: Timestamp,
-        lease: Duration,
-    ) -> BoxFuture<'_, Result<(), StoreError>>;
-
-    /// Takes over a call whose worker is gone, to run its body again under the same reference
-    /// (`recover = "rerun"`): a record of `key` that is in flight with its lease ended at or
-    /// before `now`, or unknown, becomes in flight under `token` with its lease ending `lease`
-    /// after `now`, same generation. Atomic: of concurrent takeovers
-    /// (and claims) exactly one wins, because the winner's lease is live for the others. Fenced
-    /// by the state and the lease, not a token: any other state is [`StoreError::WrongState`],
-    /// no record [`StoreError::NotFound`]. The old worker's late completion is fenced by the new
-    /// token.
-    fn take_over(
-        &self,
-        key: Key,
-        token: Token,
-        now: Timestamp,
-        lease: Duration,
-    ) -> BoxFuture<'_, Result<Reference, StoreError>>;
-
-    /// Settles an in-flight or unknown claim at `at` (fenced by `token`, which it then bumps, so
-    /// the original worker's late completion is rejected). A `Completed` settlement answers
-    /// repeats for the record's own window (the one its claim recorded) from `at`.
-    fn settle<'a>(
+    /// Makes the fenced write `op` to the record of `key`, presenting `token` (for
+    /// [`Transition::TakeOver`], the new attempt's token, which the record then holds). Each
+    /// transition's allowed states, effect and answer are its variant's (and the module docs'
+    /// table): one that applies answers [`Transitioned::Done`] ([`Transitioned::TakenOver`] for a
+    /// takeover); one that does not changes nothing and answers [`StoreError::Fenced`],
+    /// [`StoreError::WrongState`] or [`StoreError::NotFound`]. A transition this store does not
+    /// know is [`StoreError::Contract`]. Callers use [`Fenced`]'s methods.
+    fn transition<'a>(
         &'a self,
         key: Key,
         token: Token,
-        settlement: &'a Settlement,
-        at: Timestamp,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
+        op: Transition<'a>,
+    ) -> BoxFuture<'a, Result<Transitioned, StoreError>>;
 
     /// The operation named by `reference`, if `tenant` and `subject` may see it: the record's
     /// tenant is `tenant` and, for a subject-scoped record, its subject is `subject` (anyone

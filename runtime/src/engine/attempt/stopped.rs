@@ -12,7 +12,7 @@ use crate::engine::guard::{bounded, OnDrop};
 use crate::error::{Error, UnknownReason};
 use crate::outcome::{ErrorPolicy, Failure, Outcome};
 use crate::record::RecordState;
-use crate::store::StoreError;
+use crate::store::{Fenced, StoreError};
 
 /// How long a stopped attempt spends on the store before it answers: its settling is bounded
 /// like any other, at most [`SETTLE_GRACE`] (the drop guard goes on in the background).

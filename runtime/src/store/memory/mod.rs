@@ -7,8 +7,10 @@ use std::time::Duration;
 
 mod maintenance;
 
+use super::transition::{dispatch, Writes};
 use super::{
     BoxFuture, Claim, ClaimRequest, Completion, RecordStore, Settlement, StoreError, Token,
+    Transition, Transitioned,
 };
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, Key, Reference, SecretFingerprint};
@@ -231,7 +233,50 @@ impl RecordStore for MemoryStore {
         Box::pin(async move { Ok(out) })
     }
 
-    fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn transition<'a>(
+        &'a self,
+        key: Key,
+        token: Token,
+        op: Transition<'a>,
+    ) -> BoxFuture<'a, Result<Transitioned, StoreError>> {
+        dispatch(self, key, token, op)
+    }
+
+    fn status<'a>(
+        &'a self,
+        tenant: &'a str,
+        subject: &'a str,
+        reference: Reference,
+    ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
+        let out = {
+            let inner = self.lock();
+            let (lo, hi) = reference.key_range();
+            inner
+                .rows
+                .range(Key::from_bytes(lo)..=Key::from_bytes(hi))
+                .find(|(_, r)| {
+                    r.tenant == tenant
+                        && r.subject.as_deref().is_none_or(|s| s == subject)
+                        && r.generation >= reference.generation()
+                })
+                .map(|(_, r)| RecordStatus {
+                    reference: reference.with_generation(r.generation),
+                    tool: r.tool.clone(),
+                    state: r.state,
+                    claimed_at: r.claimed_at,
+                    lease_expires_at: r.state.lease_shown(r.lease_expires_at, r.completed_at),
+                    completed_at: r.completed_at,
+                    expires_at: r.expires_at,
+                    response: r.response.clone(),
+                    read_at: None,
+                })
+        };
+        Box::pin(async move { Ok(out) })
+    }
+}
+
+impl Writes for MemoryStore {
+    fn complete<'a>(&'a self, c: Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
         let out = self.fenced(c.key, c.token, super::WORKER_SETTLES, |row, rest| {
             row.state = RecordState::Completed;
             row.response = Some(c.response.clone());
@@ -315,38 +360,6 @@ impl RecordStore for MemoryStore {
             Ok(reference)
         })();
         Box::pin(async move { out })
-    }
-
-    fn status<'a>(
-        &'a self,
-        tenant: &'a str,
-        subject: &'a str,
-        reference: Reference,
-    ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
-        let out = {
-            let inner = self.lock();
-            let (lo, hi) = reference.key_range();
-            inner
-                .rows
-                .range(Key::from_bytes(lo)..=Key::from_bytes(hi))
-                .find(|(_, r)| {
-                    r.tenant == tenant
-                        && r.subject.as_deref().is_none_or(|s| s == subject)
-                        && r.generation >= reference.generation()
-                })
-                .map(|(_, r)| RecordStatus {
-                    reference: reference.with_generation(r.generation),
-                    tool: r.tool.clone(),
-                    state: r.state,
-                    claimed_at: r.claimed_at,
-                    lease_expires_at: r.state.lease_shown(r.lease_expires_at, r.completed_at),
-                    completed_at: r.completed_at,
-                    expires_at: r.expires_at,
-                    response: r.response.clone(),
-                    read_at: None,
-                })
-        };
-        Box::pin(async move { Ok(out) })
     }
 
     fn settle<'a>(

@@ -1,6 +1,7 @@
 //! [`RecordStore`] for [`RedisStore`]: the claim (by `SET … NX GET` in `claim.rs`, else
-//! `claim.lua`), the fenced updates (`fenced.rs`, `cas.rs`), the status read, and the watch of
-//! a record a repeat waits on (`notices.rs`).
+//! `claim.lua`), the transitions ([`Writes`], which `transition` dispatches to: the fenced
+//! updates of `fenced.rs`, `cas.rs`), the status read, and the watch of a record a repeat waits
+//! on (`notices.rs`).
 
 use std::time::Duration;
 
@@ -13,9 +14,10 @@ use super::{ms, Inner, RedisStore};
 use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::{RecordState, RecordStatus, StoredResponse};
+use crate::store::transition::{dispatch, Writes};
 use crate::store::{
-    BoxFuture, Claim, ClaimRequest, Completion, RecordStore, Settlement, StoreError, Token, Wake,
-    WindowClock,
+    BoxFuture, Claim, ClaimRequest, Completion, RecordStore, Settlement, StoreError, Token,
+    Transition, Transitioned, Wake, WindowClock,
 };
 
 impl RecordStore for RedisStore {
@@ -110,55 +112,6 @@ impl RecordStore for RedisStore {
         })
     }
 
-    fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.fenced(c.key, c.token, Op::Complete(c)))
-    }
-
-    fn release(
-        &self,
-        key: Key,
-        token: Token,
-        at: Timestamp,
-    ) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.fenced(key, token, Op::Release(at)))
-    }
-
-    fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.fenced(key, token, Op::Unknown))
-    }
-
-    fn renew(
-        &self,
-        key: Key,
-        token: Token,
-        now: Timestamp,
-        lease: Duration,
-    ) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.fenced(key, token, Op::Renew(now, now + lease)))
-    }
-
-    /// The fenced script's takeover: fenced by the state and the lease on the server's clock
-    /// (its token is the new one); one script, so concurrent takeovers run one at a time.
-    fn take_over(
-        &self,
-        key: Key,
-        token: Token,
-        now: Timestamp,
-        lease: Duration,
-    ) -> BoxFuture<'_, Result<Reference, StoreError>> {
-        Box::pin(self.fenced_update(key, token, Op::TakeOver(now, now + lease)))
-    }
-
-    fn settle<'a>(
-        &'a self,
-        key: Key,
-        token: Token,
-        settlement: &'a Settlement,
-        at: Timestamp,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.fenced(key, token, Op::Settle(settlement, at)))
-    }
-
     /// One `GET` of the record the reference names (its times as the server recorded them).
     fn status<'a>(
         &'a self,
@@ -232,5 +185,65 @@ impl RecordStore for RedisStore {
             let k = self.inner.keys(key.reference(1).prefix());
             self.inner.notices.watch(&self.inner.conn, &k, wake).await
         })
+    }
+
+    fn transition<'a>(
+        &'a self,
+        key: Key,
+        token: Token,
+        op: Transition<'a>,
+    ) -> BoxFuture<'a, Result<Transitioned, StoreError>> {
+        dispatch(self, key, token, op)
+    }
+}
+
+impl Writes for RedisStore {
+    fn complete<'a>(&'a self, c: Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move { self.fenced(c.key, c.token, Op::Complete(&c)).await })
+    }
+
+    fn release(
+        &self,
+        key: Key,
+        token: Token,
+        at: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.fenced(key, token, Op::Release(at)))
+    }
+
+    fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.fenced(key, token, Op::Unknown))
+    }
+
+    fn renew(
+        &self,
+        key: Key,
+        token: Token,
+        now: Timestamp,
+        lease: Duration,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.fenced(key, token, Op::Renew(now, now + lease)))
+    }
+
+    /// The fenced script's takeover: fenced by the state and the lease on the server's clock
+    /// (its token is the new one); one script, so concurrent takeovers run one at a time.
+    fn take_over(
+        &self,
+        key: Key,
+        token: Token,
+        now: Timestamp,
+        lease: Duration,
+    ) -> BoxFuture<'_, Result<Reference, StoreError>> {
+        Box::pin(self.fenced_update(key, token, Op::TakeOver(now, now + lease)))
+    }
+
+    fn settle<'a>(
+        &'a self,
+        key: Key,
+        token: Token,
+        settlement: &'a Settlement,
+        at: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.fenced(key, token, Op::Settle(settlement, at)))
     }
 }

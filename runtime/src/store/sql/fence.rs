@@ -67,7 +67,7 @@ pub(crate) fn why_fenced(
     Ok(())
 }
 
-/// Why a takeover ([`RecordStore::take_over`](crate::store::RecordStore::take_over)) changed
+/// Why a takeover ([`Transition::TakeOver`](crate::store::Transition::TakeOver)) changed
 /// nothing, from the row as a follow-up read found it (`None`: no row): no record of this key,
 /// or one in a state (or with a live lease) a takeover may not touch.
 pub(crate) fn why_not_taken(key: &Key, row: Option<FenceRow>) -> StoreError {

@@ -1,6 +1,6 @@
-//! [`RecordStore`] for [`SqliteStore`]: the claim (one prepared batch, `CLAIM`), the fenced
-//! updates (complete, release, mark unknown, renew, settle) and the takeover, and the status
-//! read.
+//! [`RecordStore`] for [`SqliteStore`]: the claim (one prepared batch, `CLAIM`), the status
+//! read, and the transitions ([`Writes`], which `transition` dispatches to): the fenced updates
+//! (complete, release, mark unknown, renew, settle) and the takeover.
 
 use std::time::Duration;
 
@@ -17,9 +17,10 @@ use crate::store::sql::{
     self, db_error, raced, ref_of, ref_value, rest_of, state_code, why_fenced, Fence, RecordRow,
     CLAIM_ATTEMPTS, FENCE_ATTEMPTS,
 };
+use crate::store::transition::{dispatch, Writes};
 use crate::store::{
     BoxFuture, Claim, ClaimRequest, Completion, RecordStore, Settlement, StoreError, Token,
-    TransactionalStore, WindowClock, WORKER_SETTLES,
+    TransactionalStore, Transition, Transitioned, WindowClock, WORKER_SETTLES,
 };
 
 /// A claim that waited this long for its connection watches itself ([`CLAIM_WATCHED`]): the
@@ -177,7 +178,52 @@ impl RecordStore for SqliteStore {
         })
     }
 
-    fn complete<'a>(&'a self, c: &'a Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
+    /// A primary-key probe: the reference is the primary key.
+    fn transactions(&self) -> Option<&dyn TransactionalStore> {
+        Some(self)
+    }
+
+    fn status<'a>(
+        &'a self,
+        tenant: &'a str,
+        subject: &'a str,
+        reference: Reference,
+    ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
+        Box::pin(async move {
+            // A generation below 1 is read, and refused as corrupt, rather than hidden.
+            let row = sqlx::query(
+                "SELECT tool, key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at, \
+                 response FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND (generation >= $3 OR generation < 1) \
+                 AND (subject = '' OR subject = $4)",
+            )
+            .bind(ref_value(&reference))
+            .bind(tenant)
+            .bind(i64::from(reference.generation()))
+            .bind(subject)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
+            let Some(row) = row else { return Ok(None) };
+            let tool: String = row.try_get(0).map_err(db_error)?;
+            RecordRow::read(&row, 1)
+                .map_err(db_error)?
+                .status(reference, tool, None)
+                .map(Some)
+        })
+    }
+
+    fn transition<'a>(
+        &'a self,
+        key: Key,
+        token: Token,
+        op: Transition<'a>,
+    ) -> BoxFuture<'a, Result<Transitioned, StoreError>> {
+        dispatch(self, key, token, op)
+    }
+}
+
+impl Writes for SqliteStore {
+    fn complete<'a>(&'a self, c: Completion<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             if c.outbox.is_empty() {
                 let state = state_code(RecordState::Completed, Some(c.response.ok));
@@ -195,7 +241,7 @@ impl RecordStore for SqliteStore {
                     .await;
             }
             for _ in 0..FENCE_ATTEMPTS {
-                if self.complete_with_outbox(c).await? {
+                if self.complete_with_outbox(&c).await? {
                     return Ok(());
                 }
                 why_fenced(&c.key, c.token, self.row_now(&c.key).await?, WORKER_SETTLES)?;
@@ -283,40 +329,6 @@ impl RecordStore for SqliteStore {
             )
             .bind(lease_expires_at.as_millis())
         }))
-    }
-
-    /// A primary-key probe: the reference is the primary key.
-    fn transactions(&self) -> Option<&dyn TransactionalStore> {
-        Some(self)
-    }
-
-    fn status<'a>(
-        &'a self,
-        tenant: &'a str,
-        subject: &'a str,
-        reference: Reference,
-    ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
-        Box::pin(async move {
-            // A generation below 1 is read, and refused as corrupt, rather than hidden.
-            let row = sqlx::query(
-                "SELECT tool, key_rest, generation, state, fingerprint, claimed_at, ends_at, completed_at, \
-                 response FROM idempotency_records WHERE ref = $1 AND tenant = $2 AND (generation >= $3 OR generation < 1) \
-                 AND (subject = '' OR subject = $4)",
-            )
-            .bind(ref_value(&reference))
-            .bind(tenant)
-            .bind(i64::from(reference.generation()))
-            .bind(subject)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db_error)?;
-            let Some(row) = row else { return Ok(None) };
-            let tool: String = row.try_get(0).map_err(db_error)?;
-            RecordRow::read(&row, 1)
-                .map_err(db_error)?
-                .status(reference, tool, None)
-                .map(Some)
-        })
     }
 
     fn settle<'a>(
