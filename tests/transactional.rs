@@ -1018,3 +1018,96 @@ mod over_mcp {
         status_while_running(sqlite("transactional_mcp").await).await;
     }
 }
+
+/// A repeat that waits for a transactional call in progress waits as any repeat does: counted
+/// in `idempotency_waited_total`, and answered with the committed answer without running it.
+/// The call's transaction is metered as store calls are (`begin`, `commit`, and the waiting
+/// repeat's `running`).
+#[test]
+fn a_waiting_repeat_of_a_transactional_call_is_counted() {
+    use metrics_util::debugging::DebugValue;
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // The repeats counted as waiting, and the store operations timed with how many times each
+    // (a snapshot drains the histograms: their counts are kept here).
+    let timed = std::cell::RefCell::new(std::collections::BTreeMap::<String, usize>::new());
+    let waited = || -> u64 {
+        let mut waited = 0;
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            let key = key.key();
+            match value {
+                DebugValue::Counter(n) if key.name() == "idempotency_waited_total" => waited += n,
+                DebugValue::Histogram(v) if key.name() == "idempotency_store_seconds" => {
+                    if let Some(op) = key.labels().find(|l| l.key() == "operation") {
+                        *timed.borrow_mut().entry(op.value().to_owned()).or_default() += v.len();
+                    }
+                }
+                _ => {}
+            }
+        }
+        waited
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    metrics::with_local_recorder(&recorder, || {
+        rt.block_on(async {
+            let s = sqlite("tx_waited_counted").await;
+            let (inside, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+            let c = Arc::new(Ctx {
+                gate: Some((inside.clone(), go.clone())),
+                ..ctx(&s).await
+            });
+            let mut first = tokio::spawn({
+                let c = c.clone();
+                async move { place_order(&c, order("o-30", Then::Answer)).await }
+            });
+            inside.notified().await;
+            let repeat = Arc::new(Ctx {
+                engine: c.engine.clone(),
+                db: s.db,
+                runs: AtomicUsize::new(0),
+                gate: None,
+            });
+            let waiting = tokio::spawn({
+                let repeat = repeat.clone();
+                async move { place_order_waiting(&repeat, order("o-30", Then::Answer)).await }
+            });
+            // The first call is held until the repeat has begun to wait (the counter says so);
+            // a repeat that is never counted fails here, not by hanging.
+            let counted = async {
+                while waited() == 0 {
+                    assert!(
+                        !waiting.is_finished(),
+                        "the repeat answered without waiting"
+                    );
+                    tokio::select! {
+                        biased;
+                        ended = &mut first => panic!("the first call ended while held: {ended:?}"),
+                        () = tokio::task::yield_now() => {}
+                    }
+                }
+            };
+            tokio::time::timeout(std::time::Duration::from_secs(30), counted)
+                .await
+                .expect("the waiting repeat is counted");
+            go.notify_one();
+            let placed = first.await.expect("join").expect("placed");
+            let answered = waiting.await.expect("join").expect("the committed answer");
+            assert_eq!(placed, answered);
+            assert_eq!(
+                repeat.runs.load(Ordering::SeqCst),
+                0,
+                "the repeat did not run it"
+            );
+            assert_eq!(s.far.orders().await, 1);
+        })
+    });
+    // The last histogram values (a snapshot takes them), then the operations timed.
+    waited();
+    let timed = timed.into_inner();
+    for op in ["begin", "commit", "running"] {
+        assert!(timed.get(op).is_some_and(|n| *n >= 1), "{op}: {timed:?}");
+    }
+}

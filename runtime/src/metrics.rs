@@ -185,10 +185,8 @@ fn wrapper_answer(e: &Error) -> &'static str {
 /// dispatcher) is measured.
 pub(crate) struct Metered(pub(crate) Arc<dyn Store>);
 
-fn timed<'a, T: 'a>(
-    operation: &'static str,
-    fut: BoxFuture<'a, Result<T, StoreError>>,
-) -> BoxFuture<'a, Result<T, StoreError>> {
+/// `fut`, a store call, timed into [`STORE_SECONDS`] under `operation`.
+pub(crate) fn timed<'a, T: 'a>(operation: &'static str, fut: BoxFuture<'a, T>) -> BoxFuture<'a, T> {
     Box::pin(async move {
         let started = Instant::now();
         let out = fut.await;

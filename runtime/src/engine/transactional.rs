@@ -93,9 +93,10 @@ impl Idempotency {
             let key = req.key;
             // Before the transaction begins: no time the database gives the record is earlier.
             let sent = tokio::time::Instant::now();
+            let begin = crate::metrics::timed("begin", store.begin(&req));
             let begun = match by {
-                None => store.begin(&req).await,
-                Some(by) => tokio::time::timeout_at(by, store.begin(&req))
+                None => begin.await,
+                Some(by) => tokio::time::timeout_at(by, begin)
                     .await
                     .unwrap_or_else(|elapsed| Err(StoreError::Unavailable(Box::new(elapsed)))),
             };
@@ -248,7 +249,7 @@ where
     let result = match ended {
         Ended::TimedOut(after) => {
             tracing::warn!(tool, %reference, ?after, "idempotency timeout: the transaction is rolled back");
-            settle(settle_by, tx.rollback()).await;
+            roll_back(tx, settle_by).await;
             Err(rolled_back(
                 format!("it ran past its timeout ({after:?})"),
                 None,
@@ -256,7 +257,7 @@ where
         }
         Ended::Panicked(message) => {
             tracing::error!(tool, %reference, panic = %message, "idempotency handler panicked: the transaction is rolled back");
-            settle(settle_by, tx.rollback()).await;
+            roll_back(tx, settle_by).await;
             Err(rolled_back(format!("the handler failed ({message})"), None))
         }
         Ended::Done(Ok(value)) => match serde_json::to_string(&value) {
@@ -279,7 +280,7 @@ where
                 }
             }
             Err(e) => {
-                settle(settle_by, tx.rollback()).await;
+                roll_back(tx, settle_by).await;
                 Err(rolled_back(
                     format!("its answer cannot be stored ({e})"),
                     None,
@@ -289,7 +290,7 @@ where
         Ended::Done(Err(err)) => match (policy.classify)(&err) {
             Disposition::Retryable => {
                 tracing::debug!(tool, %reference, "idempotency rollback (retryable error)");
-                settle(settle_by, tx.rollback()).await;
+                roll_back(tx, settle_by).await;
                 Err(Failure::Handler(err))
             }
             Disposition::Definitive => match (policy.encode)(&err) {
@@ -312,7 +313,7 @@ where
                     }
                 }
                 Err(message) => {
-                    settle(settle_by, tx.rollback()).await;
+                    roll_back(tx, settle_by).await;
                     Err(rolled_back(
                         format!("its error cannot be stored ({message})"),
                         None,
@@ -322,7 +323,7 @@ where
             Disposition::Unknown => {
                 // Its writes here are rolled back; what it did elsewhere, it cannot tell.
                 tracing::warn!(tool, %reference, "idempotency outcome unknown (handler): the transaction is rolled back");
-                settle(settle_by, tx.rollback()).await;
+                roll_back(tx, settle_by).await;
                 Err(Failure::Wrapper(Error::OutcomeUnknown {
                     tool: tool.into(),
                     reference,
@@ -346,7 +347,7 @@ async fn commit(
     outcome: TxOutcome,
     settle_by: Option<tokio::time::Instant>,
 ) -> Result<(), CommitError> {
-    let committing = tx.commit(outcome);
+    let committing = crate::metrics::timed("commit", tx.commit(outcome));
     match settle_by {
         None => committing.await,
         Some(by) => tokio::time::timeout_at(by, committing)
@@ -359,12 +360,10 @@ async fn commit(
     }
 }
 
-/// A rollback, bounded: one that does not answer by `settle_by` is abandoned (its connection
-/// closed, which rolls the transaction back).
-async fn settle(
-    settle_by: Option<tokio::time::Instant>,
-    rollback: crate::store::BoxFuture<'static, ()>,
-) {
+/// Rolls `tx` back, bounded: a rollback that does not answer by `settle_by` is abandoned (its
+/// connection closed, which rolls the transaction back).
+async fn roll_back(tx: Box<dyn OpenTransaction>, settle_by: Option<tokio::time::Instant>) {
+    let rollback = crate::metrics::timed("rollback", tx.rollback());
     match settle_by {
         None => rollback.await,
         Some(by) => {

@@ -269,7 +269,9 @@ impl Look<'_> {
                     .await?;
                 Ok(status.is_some_and(|s| running(&s, reference, core.clock.now())))
             }
-            Look::Transaction { store, tenant } => store.running(tenant, reference).await,
+            Look::Transaction { store, tenant } => {
+                crate::metrics::timed("running", store.running(tenant, reference)).await
+            }
         }
     }
 }
