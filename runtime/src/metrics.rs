@@ -11,7 +11,7 @@
 //! |---|---|---|---|
 //! | `idempotency_calls_total` | counter | `tool`, `answer` | calls by answer: `fresh` (the body ran), `replayed` (a stored answer), `in_flight`, `unknown` (outcome unknown), `mismatch` (payload mismatch), `refused` (nothing was done: store down, arguments or caller that cannot be keyed, a reference taken, a stored answer that cannot be read), `rolled_back` (a transactional call) |
 //! | `idempotency_call_seconds` | histogram | `tool`, `answer` | how long a call took, by answer (as above) |
-//! | `idempotency_store_seconds` | histogram | `operation` | the store's latency per operation (`claim`, `complete`, `release`, `mark_unknown`, `renew`, `take_over`, `settle`, `status`, `purge`, `unsettled`, `fetch`, `ack`, `swap_secret`), failures included |
+//! | `idempotency_store_seconds` | histogram | `operation` | the store's latency per operation (`claim`, `complete`, `release`, `mark_unknown`, `renew`, `take_over`, `settle`, `status`, `watch`, `purge`, `unsettled`, `fetch`, `ack`, `swap_secret`; a transactional call's `begin`, `commit`, `rollback`, and a waiting repeat's `running`), failures included |
 //! | `idempotency_waited_total` | counter | `tool` | repeats that waited for the call in progress (`wait`) |
 //! | `idempotency_cache_total` | counter | `tool`, `result` | lookups in the engine's cache of completed answers: `hit` (replayed with no store round trip) or `miss` |
 //! | `idempotency_cache_evictions_total` | counter | `tool` | answers the cache let go to make room (counted under the tool of the answer put) |
@@ -21,18 +21,11 @@
 //! | `idempotency_reruns_total` | counter | `tool` | calls whose worker was gone run again under their reference (`recover = "rerun"`) |
 //! | `idempotency_purged_total` | counter | – | records the purger deleted |
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::clock::Timestamp;
 use crate::error::Error;
-use crate::key::{Key, Reference, SecretFingerprint};
 use crate::outcome::{Failure, Outcome};
-use crate::record::RecordStatus;
-use crate::store::{
-    BoxFuture, Claim, ClaimRequest, Maintenance, OutboxEntry, OutboxStore, Receipt, RecordStore,
-    SecretStore, Store, StoreError, Token, Transition, Transitioned, Unsettled, Wake,
-};
+use crate::store::BoxFuture;
 
 /// Counter: calls by tool and answer.
 pub const CALLS: &str = "idempotency_calls_total";
@@ -180,11 +173,6 @@ fn wrapper_answer(e: &Error) -> &'static str {
     }
 }
 
-/// A store whose every operation is timed into [`STORE_SECONDS`]. The engine wraps its store in
-/// one, so everything that goes through the engine (calls, lease expiry, reconciler, purger,
-/// dispatcher) is measured.
-pub(crate) struct Metered(pub(crate) Arc<dyn Store>);
-
 /// `fut`, a store call, timed into [`STORE_SECONDS`] under `operation`.
 pub(crate) fn timed<'a, T: 'a>(operation: &'static str, fut: BoxFuture<'a, T>) -> BoxFuture<'a, T> {
     Box::pin(async move {
@@ -194,86 +182,6 @@ pub(crate) fn timed<'a, T: 'a>(operation: &'static str, fut: BoxFuture<'a, T>) -
             .record(started.elapsed().as_secs_f64());
         out
     })
-}
-
-impl RecordStore for Metered {
-    fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
-        timed("claim", self.0.claim(req))
-    }
-    /// Timed under the transition's name ([`Transition::name`]): `complete`, `release`,
-    /// `mark_unknown`, `renew`, `take_over`, `settle`.
-    fn transition<'a>(
-        &'a self,
-        key: Key,
-        token: Token,
-        op: Transition<'a>,
-    ) -> BoxFuture<'a, Result<Transitioned, StoreError>> {
-        timed(op.name(), self.0.transition(key, token, op))
-    }
-    fn status<'a>(
-        &'a self,
-        tenant: &'a str,
-        subject: &'a str,
-        reference: Reference,
-    ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
-        timed("status", self.0.status(tenant, subject, reference))
-    }
-    fn watch<'a>(
-        &'a self,
-        key: Key,
-        reference: Reference,
-        wake: Wake,
-    ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        timed("watch", self.0.watch(key, reference, wake))
-    }
-    fn transactions(&self) -> Option<&dyn crate::store::TransactionalStore> {
-        self.0.transactions()
-    }
-    fn window_clock(&self) -> crate::store::WindowClock {
-        self.0.window_clock()
-    }
-}
-
-impl Maintenance for Metered {
-    fn purge(
-        &self,
-        now: Timestamp,
-        older_than: Timestamp,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<u64, StoreError>> {
-        timed("purge", self.0.purge(now, older_than, limit))
-    }
-    fn unsettled(
-        &self,
-        now: Timestamp,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
-        timed("unsettled", self.0.unsettled(now, limit))
-    }
-}
-
-impl OutboxStore for Metered {
-    fn fetch(
-        &self,
-        now: Timestamp,
-        invisible_until: Timestamp,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
-        timed("fetch", self.0.fetch(now, invisible_until, limit))
-    }
-    fn ack<'a>(&'a self, receipt: &'a Receipt) -> BoxFuture<'a, Result<(), StoreError>> {
-        timed("ack", self.0.ack(receipt))
-    }
-}
-
-impl SecretStore for Metered {
-    fn swap_secret(
-        &self,
-        expected: Option<SecretFingerprint>,
-        new: SecretFingerprint,
-    ) -> BoxFuture<'_, Result<Option<SecretFingerprint>, StoreError>> {
-        timed("swap_secret", self.0.swap_secret(expected, new))
-    }
 }
 
 #[cfg(test)]

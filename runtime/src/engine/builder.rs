@@ -8,9 +8,10 @@ use crate::clock::{Clock, SystemClock};
 use crate::key::Secret;
 use crate::store::{Store, StoreError};
 
+use super::client::Client;
 use super::expiry::{Background, Reconcile};
 use super::secret::SecretCheck;
-use super::wait::{Waiters, Waking};
+use super::wait::Waiters;
 use super::Idempotency;
 
 /// Builds an [`Idempotency`]: the store, and optionally the clock and the lease.
@@ -64,8 +65,8 @@ impl IdempotencyBuilder {
     pub(super) fn over(store: Arc<dyn Store>) -> Self {
         let waiters = Arc::new(Waiters::default());
         Self {
-            store: Arc::new(Waking {
-                store: Arc::new(crate::metrics::Metered(store)),
+            store: Arc::new(Client {
+                store,
                 waiters: waiters.clone(),
             }),
             clock: Arc::new(SystemClock),

@@ -21,6 +21,7 @@ mod builder;
 mod cache;
 mod call;
 mod claim;
+mod client;
 mod core;
 mod enqueue;
 pub(crate) mod expiry;

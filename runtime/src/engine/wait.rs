@@ -1,13 +1,14 @@
 //! Repeats that wait for the call in progress (`wait`): the engine's waiters, woken at once when
 //! this engine settles the record they wait on, and a store that says so.
 //!
-//! A waiter holds no claim and no store connection: it parks on its key's [`Notify`]. A store
-//! that hears of other processes' settlements ([`RecordStore::watch`]: PostgreSQL's notices)
-//! wakes it too; otherwise, now and then (50 ms doubling to 500 ms, each pause jittered down to
-//! half), it reads the record's status, which is how it sees a settlement made by another
-//! process (with notices it still reads, from 500 ms doubling to 2 s, for a lease that passed).
-//! The first waiter of this engine to see a settlement wakes the others on the key. When either says the record may have moved on, the
-//! engine claims again, which answers as any repeat would (replay, run, unknown...).
+//! A waiter holds no claim and no store connection: it parks on its key's [`Notify`]. A store that
+//! hears of other processes' settlements ([`RecordStore::watch`](crate::store::RecordStore::watch):
+//! PostgreSQL's notices) wakes it too; otherwise, now and then (50 ms doubling to 500 ms, each
+//! pause jittered down to half), it reads the record's status, which is how it sees a settlement
+//! made by another process (with notices it still reads, from 500 ms doubling to 2 s, for a lease
+//! that passed). The first waiter of this engine to see a settlement wakes the others on the key.
+//! When either says the record may have moved on, the engine claims again, which answers as any
+//! repeat would (replay, run, unknown...).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,19 +18,16 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::clock::Timestamp;
-use crate::key::{Caller, Fingerprint, Key, Reference, SecretFingerprint};
+use crate::key::{Caller, Fingerprint, Key, Reference};
 use crate::record::{RecordStatus, Standing};
-use crate::store::{
-    BoxFuture, Claim, ClaimRequest, Maintenance, OutboxEntry, OutboxStore, Receipt, RecordStore,
-    SecretStore, Store, StoreError, Token, TransactionalStore, Transition, Transitioned, Unsettled,
-    Wake,
-};
+use crate::store::{Claim, StoreError, TransactionalStore, Wake};
 
 /// The first pause between two status reads of a waiter, and the longest (it doubles).
 const FIRST_POLL: Duration = Duration::from_millis(50);
 const LAST_POLL: Duration = Duration::from_millis(500);
-/// The same, when the store sends word of settlements ([`RecordStore::watch`]): the reads only
-/// catch what no notice tells (a lease that passed, a notice lost with its connection).
+/// The same, when the store sends word of settlements
+/// ([`RecordStore::watch`](crate::store::RecordStore::watch)): the reads only catch what no notice
+/// tells (a lease that passed, a notice lost with its connection).
 const FIRST_POLL_HEARD: Duration = Duration::from_millis(500);
 const LAST_POLL_HEARD: Duration = Duration::from_secs(2);
 
@@ -93,7 +91,7 @@ impl Waiters {
     }
 
     /// Wakes whoever waits on `key` (the record may have moved on).
-    fn wake(&self, key: Key) {
+    pub(super) fn wake(&self, key: Key) {
         if self.count.load(Ordering::Acquire) == 0 {
             return;
         }
@@ -307,114 +305,6 @@ fn jittered(pause: Duration) -> Duration {
 /// and the status tool give ([`RecordStatus::standing`]).
 fn running(s: &RecordStatus, reference: Reference, now: Timestamp) -> bool {
     s.standing(reference, now) == Standing::InFlight
-}
-
-/// A store that wakes the engine's waiters on a key after each settlement of it (whatever the
-/// store answered: a waiter that wakes for nothing reads the record and waits on).
-pub(super) struct Waking {
-    pub(super) store: Arc<dyn Store>,
-    pub(super) waiters: Arc<Waiters>,
-}
-
-impl Waking {
-    fn after<'a, T: 'a>(
-        &'a self,
-        key: Key,
-        fut: BoxFuture<'a, Result<T, StoreError>>,
-    ) -> BoxFuture<'a, Result<T, StoreError>> {
-        Box::pin(async move {
-            let out = fut.await;
-            self.waiters.wake(key);
-            out
-        })
-    }
-}
-
-impl RecordStore for Waking {
-    fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
-        self.store.claim(req)
-    }
-    /// Wakes after the transitions that can end a flight (complete, release, mark unknown,
-    /// settle), not after a renewal or a takeover (the record stays in flight).
-    fn transition<'a>(
-        &'a self,
-        key: Key,
-        token: Token,
-        op: Transition<'a>,
-    ) -> BoxFuture<'a, Result<Transitioned, StoreError>> {
-        let fut = self.store.transition(key, token, op);
-        match op {
-            Transition::Complete { .. }
-            | Transition::Release { .. }
-            | Transition::MarkUnknown
-            | Transition::Settle { .. } => self.after(key, fut),
-            Transition::Renew { .. } | Transition::TakeOver { .. } => fut,
-        }
-    }
-    fn status<'a>(
-        &'a self,
-        tenant: &'a str,
-        subject: &'a str,
-        reference: Reference,
-    ) -> BoxFuture<'a, Result<Option<RecordStatus>, StoreError>> {
-        self.store.status(tenant, subject, reference)
-    }
-    fn watch<'a>(
-        &'a self,
-        key: Key,
-        reference: Reference,
-        wake: Wake,
-    ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        self.store.watch(key, reference, wake)
-    }
-    fn transactions(&self) -> Option<&dyn crate::store::TransactionalStore> {
-        self.store.transactions()
-    }
-    fn window_clock(&self) -> crate::store::WindowClock {
-        self.store.window_clock()
-    }
-}
-
-impl Maintenance for Waking {
-    fn purge(
-        &self,
-        now: Timestamp,
-        older_than: Timestamp,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<u64, StoreError>> {
-        self.store.purge(now, older_than, limit)
-    }
-    fn unsettled(
-        &self,
-        now: Timestamp,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<Unsettled>, StoreError>> {
-        self.store.unsettled(now, limit)
-    }
-}
-
-impl OutboxStore for Waking {
-    fn fetch(
-        &self,
-        now: Timestamp,
-        invisible_until: Timestamp,
-        limit: u32,
-    ) -> BoxFuture<'_, Result<Vec<OutboxEntry>, StoreError>> {
-        self.store.fetch(now, invisible_until, limit)
-    }
-    fn ack<'a>(&'a self, receipt: &'a Receipt) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.store.ack(receipt)
-    }
-}
-
-impl SecretStore for Waking {
-    fn swap_secret(
-        &self,
-        expected: Option<SecretFingerprint>,
-        new: SecretFingerprint,
-    ) -> BoxFuture<'_, Result<Option<SecretFingerprint>, StoreError>> {
-        self.store.swap_secret(expected, new)
-    }
 }
 
 #[cfg(test)]
