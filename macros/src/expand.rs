@@ -9,11 +9,12 @@ use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Meta};
 
 use crate::ast::{is_attr, Context, Function, ItemFn, Mode, Request};
-use crate::attr::{ClientKey, MissingKey, OnError, Options, Recover, Scope};
+use crate::attr::{ClientKey, MissingKey, OnError, Options};
 use crate::ctxt::Ctxt;
+use crate::descriptor::{descriptor, Descriptor};
 use crate::emit::with_error;
 use crate::tokens::{
-    const_name, is_last, key_access, local, merge_client_key, merge_hint, replace_self, respan,
+    is_last, key_access, local, merge_client_key, merge_hint, replace_self, respan,
 };
 use crate::{check, fallback, hint};
 
@@ -114,99 +115,14 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
     let p = quote!(#krate::__private);
     let item = &f.item;
     let vis = &item.vis;
-    let fn_name = &item.sig.ident;
-    let name = &f.name;
     let rmcp = matches!(f.mode, Mode::Rmcp { .. });
 
-    let window = opts.window_ms();
-    let mut spec = quote!(#p::ToolSpec::new(#name, #p::Duration::from_millis(#window)));
-    if let Some(t) = &opts.timeout {
-        let ms = t.value;
-        spec.extend(quote!(.with_timeout(#p::Duration::from_millis(#ms))));
-    }
-    if let Some(w) = &opts.wait {
-        let ms = w.value;
-        spec.extend(quote!(.with_wait(#p::Duration::from_millis(#ms))));
-    }
-    if let Some(scope) = &opts.scope {
-        let variant = match scope.value {
-            Scope::Tenant => quote!(Tenant),
-            Scope::Subject => quote!(Subject),
-        };
-        spec.extend(quote!(.with_scope(#p::Scope::#variant)));
-    }
-    if let Some(ignore) = &opts.ignore {
-        let fields = &ignore.value;
-        spec.extend(quote!(.ignoring(&[#(#fields),*])));
-    }
-    if let Some(recover) = &opts.recover {
-        let variant = match recover.value {
-            Recover::Unknown => quote!(Unknown),
-            Recover::Rerun => quote!(Rerun),
-            Recover::Reconcile => quote!(Reconcile),
-        };
-        spec.extend(quote!(.with_recover(#p::Recover::#variant)));
-    }
-    let mut registration = TokenStream::new();
-    if opts.transactional.is_some() {
-        spec.extend(quote!(.with_transactional()));
-        // Registered at link time: `start` refuses a store that cannot run it, naming it.
-        registration = quote! {
-            #p::inventory::submit! { #p::TransactionalTool::new(#name) }
-        };
-    }
-    if opts.task.is_some() {
-        // Registered at link time: `tasks/get` says what its recovery means for a lost worker.
-        let recover = match opts.recover.as_ref().map(|r| r.value) {
-            None | Some(Recover::Unknown) => quote!(Unknown),
-            Some(Recover::Rerun) => quote!(Rerun),
-            Some(Recover::Reconcile) => quote!(Reconcile),
-        };
-        registration = quote! {
-            #p::inventory::submit! { #p::TaskTool::new(#name, #p::Recover::#recover) }
-        };
-    }
-    let mut local_descriptor = TokenStream::new();
-    let (spec_path, descriptor) = if f.in_trait {
-        // A trait impl holds only the trait's items: the descriptor is the body's own.
-        let c = local("__IDEM_TOOL");
-        local_descriptor = quote!(const #c: #p::ToolSpec = #spec;);
-        (quote!(#c), TokenStream::new())
-    } else if f.method {
-        let c = const_name(fn_name);
-        let descriptor = quote! {
-            #[doc(hidden)]
-            #[allow(dead_code)]
-            pub const #c: #p::ToolSpec = #spec;
-        };
-        // The wrapper reads its own copy: in a trait impl marked by nothing, rustc then reports
-        // the associated const it cannot hold, not also a missing `Self::` item.
-        let own = local("__IDEM_TOOL");
-        local_descriptor = quote!(const #own: #p::ToolSpec = #spec;);
-        (quote!(#own), descriptor)
-    } else {
-        // A relative `crate = "..."` path must also resolve inside the module.
-        let absolute = krate.leading_colon.is_some()
-            || krate.segments.first().is_some_and(|s| s.ident == "crate");
-        let glob = if absolute {
-            quote!()
-        } else {
-            quote!(
-                #[allow(unused_imports)]
-                use super::*;
-            )
-        };
-        let descriptor = quote! {
-            #[doc(hidden)]
-            #[allow(non_snake_case, dead_code)]
-            #vis mod #fn_name {
-                #glob
-                /// The wrapped tool's descriptor: name, window, timeout.
-                pub const TOOL: #p::ToolSpec = #spec;
-            }
-        };
-        (quote!(#fn_name::TOOL), descriptor)
-    };
+    let Descriptor {
+        spec_path,
+        descriptor,
+        local_descriptor,
+        registration,
+    } = descriptor(f, opts, &p);
 
     let (ok, err, ret) = (&f.ok, &f.err, &f.ret);
     let pe = respan(&p, err.span());

@@ -23,6 +23,7 @@ mod ast;
 mod attr;
 mod check;
 mod ctxt;
+mod descriptor;
 mod emit;
 mod expand;
 mod fallback;
@@ -150,6 +151,7 @@ mod layering {
         ("check", include_str!("check.rs")),
         ("fallback", include_str!("fallback.rs")),
         ("tokens", include_str!("tokens.rs")),
+        ("descriptor", include_str!("descriptor.rs")),
         ("expand", include_str!("expand.rs")),
     ];
 

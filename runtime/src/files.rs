@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 const MAX_LINES: usize = 500;
 
 /// Files still over the limit, with the size they may not grow past. Split one, remove its line.
-const OVER: &[(&str, usize)] = &[("macros/src/expand.rs", 537)];
+const OVER: &[(&str, usize)] = &[];
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
