@@ -79,6 +79,7 @@ impl Call {
     /// call's record, or not at all.
     ///
     /// ```no_run
+    /// # #[cfg(feature = "sqlite")]
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     /// use idempotency::Call;
     /// let call = Call::current().ok_or("not inside an #[idempotent] body")?;
