@@ -70,7 +70,7 @@ impl ServerHandler for Notes {
 
 /// Spans exported by the SDK while `f` runs, under a subscriber with tracing-opentelemetry's
 /// layer (for this thread: the tests run on current-thread runtimes).
-async fn exported<F: std::future::Future<Output = ()>>(f: F) -> Vec<SpanData> {
+async fn exported<F: std::future::Future<Output = ()>>(calls: usize, f: F) -> Vec<SpanData> {
     let spans = InMemorySpanExporter::default();
     let exporter = spans.clone();
     // The README's two lines ("Metrics"), as written there (see the test below).
@@ -78,13 +78,41 @@ async fn exported<F: std::future::Future<Output = ()>>(f: F) -> Vec<SpanData> {
     let provider = SdkTracerProvider::builder().with_batch_exporter(exporter).build(); // opentelemetry_sdk 0.33
     #[rustfmt::skip]
     let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("my-server")); // 0.34 (tests/otel.rs)
-    let subscriber = tracing_subscriber::registry().with(layer);
+    let (closed, mut closes) = tokio::sync::watch::channel(0usize);
+    let subscriber = tracing_subscriber::registry()
+        .with(layer)
+        .with(CallsClosed(closed));
     {
         let _guard = tracing::subscriber::set_default(subscriber);
         f.await;
     }
+    // A call's span closes when the server's task for it ends, which may be after its client
+    // has the answer: flushing before then would export it without that span.
+    tokio::time::timeout(Duration::from_secs(30), closes.wait_for(|n| *n >= calls))
+        .await
+        .expect("every call's span closes")
+        .expect("the subscriber is alive");
     let _ = provider.force_flush();
     spans.get_finished_spans().expect("exported spans")
+}
+
+/// Counts the call spans ([`calls`]) that have closed, so [`exported`] flushes after the last.
+struct CallsClosed(tokio::sync::watch::Sender<usize>);
+
+impl<S> tracing_subscriber::Layer<S> for CallsClosed
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_close(&self, id: tracing::span::Id, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        // The engine's span is named `tools/call`; `otel.name` adds the tool for the export.
+        if ctx.span(&id).is_some_and(|s| s.name() == "tools/call") {
+            self.0.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+fn is_call(name: &str) -> bool {
+    name == "tools/call keep_note" || name == "tools/call charge_card"
 }
 
 /// The README's export lines are the ones [`exported`] runs, character for character.
@@ -106,10 +134,7 @@ fn the_readme_export_lines_are_these() {
 }
 
 fn calls(spans: &[SpanData]) -> Vec<&SpanData> {
-    spans
-        .iter()
-        .filter(|s| s.name == "tools/call keep_note" || s.name == "tools/call charge_card")
-        .collect()
+    spans.iter().filter(|s| is_call(&s.name)).collect()
 }
 
 #[tokio::test]
@@ -119,7 +144,7 @@ async fn a_clients_traceparent_parents_the_call_span() {
         identity: Identity::stdio(Caller::new("acme", "alice")),
         tool_router: Notes::tool_router(),
     };
-    let spans = exported(async {
+    let spans = exported(3, async {
         let (client_io, server_io) = tokio::io::duplex(64 * 1024);
         tokio::spawn(async move {
             if let Ok(s) = server.serve(server_io).await {
@@ -154,14 +179,20 @@ async fn a_clients_traceparent_parents_the_call_span() {
     assert_eq!(calls.len(), 3, "{spans:#?}");
     let trace = TraceId::from_hex(TRACE).expect("hex");
     let parent = SpanId::from_hex(PARENT).expect("hex");
-    let with = calls[0];
-    assert_eq!(with.span_context.trace_id(), trace);
+    // The three spans are exported in the order they closed, which need not be the calls'
+    // order: exactly one is in the client's trace (the malformed traceparent names the same
+    // trace id, so a lenient parse would put a second one there).
+    let (with, others): (Vec<&SpanData>, Vec<&SpanData>) = calls
+        .iter()
+        .partition(|s| s.span_context.trace_id() == trace);
+    let [with] = with.as_slice() else {
+        panic!("one call span in the client's trace: {calls:#?}")
+    };
     assert_eq!(with.parent_span_id, parent);
     assert!(with.parent_span_is_remote);
     assert_eq!(with.span_context.trace_state().get("vendor"), Some("1"));
-    for other in &calls[1..] {
+    for other in &others {
         // In a trace of the server's own (under rmcp's request span, if any), never the client's.
-        assert_ne!(other.span_context.trace_id(), trace, "{other:#?}");
         assert!(!other.parent_span_is_remote, "{other:#?}");
     }
 }
@@ -169,7 +200,7 @@ async fn a_clients_traceparent_parents_the_call_span() {
 #[tokio::test]
 async fn a_session_is_the_spans_mcp_session_id() {
     let engine = Idempotency::new(MemoryStore::new());
-    let spans = exported(async {
+    let spans = exported(1, async {
         let spec = ToolSpec::new("charge_card", Duration::from_secs(900));
         let mut prepared = Prepared::call(&Caller::new("acme", "alice"), &spec, &1u8).expect("key");
         prepared.origin.session = Some("session-7".into());

@@ -261,45 +261,24 @@ async fn a_call_at_both_steps_of_a_rotation_runs_once(open: Open<'_>) {
 }
 
 /// 300 calls, each at `one` and `two` at once: each ran once, and both answered its answer.
-async fn race(one: &Idempotency, two: &Idempotency, what: &str) {
+/// The calls race in rounds of [`AT_ONCE`], so a loser's wait overlaps the others'.
+async fn race(one: &Idempotency, two: &Idempotency, what: &'static str) {
     const CALLS: u64 = 300;
+    const AT_ONCE: u64 = 10;
     let far_file = std::env::temp_dir().join(format!("{}.db", unique_name("rotation-far")));
     let far = FarSide::open(&far_file.to_string_lossy()).await;
     let mut race = Race::default();
-    for call in 0..CALLS {
-        let barrier = Arc::new(tokio::sync::Barrier::new(2));
-        let at = |engine: &Idempotency| {
-            let (engine, barrier, far) = (engine.clone(), barrier.clone(), far.clone());
-            let args = json!({ "amount": call, "race": what });
-            tokio::spawn(async move {
-                let caller = Caller::new("acme", "alice");
-                let prepared = Prepared::call(&caller, &CHARGE_CARD, &args).expect("key");
-                barrier.wait().await;
-                engine
-                    .execute(prepared, ErrorPolicy::retryable(), async move {
-                        Ok::<_, Error>(far.charge(&format!("call {call}")).await)
-                    })
-                    .await
-                    .result
-            })
-        };
-        let (a, b) = (at(one), at(two));
-        let answers = [
-            a.await.expect("the call's task"),
-            b.await.expect("the call's task"),
-        ];
-        let charges = far.charges(&format!("call {call}")).await;
-        match charges.as_slice() {
-            [] => race.stranded += 1,
-            [_] => {}
-            _ => race.twice += 1,
+    for round in (0..CALLS).step_by(usize::try_from(AT_ONCE).expect("small")) {
+        let mut calls = tokio::task::JoinSet::new();
+        for call in round..(round + AT_ONCE).min(CALLS) {
+            let (one, two, far) = (one.clone(), two.clone(), far.clone());
+            calls.spawn(async move { race_once(call, [one, two], far, what).await });
         }
-        race.not_the_runs_answer += answers
-            .iter()
-            .filter(|a| !matches!(a, Ok(id) if charges.first() == Some(id)))
-            .count();
-        if let Some(e) = answers.iter().find_map(|a| a.as_ref().err()) {
-            tracing::info!(call, error = %e, "an answer other than the run's");
+        while let Some(once) = calls.join_next().await {
+            let once = once.expect("the call's task");
+            race.stranded += once.stranded;
+            race.twice += once.twice;
+            race.not_the_runs_answer += once.not_the_runs_answer;
         }
     }
     let effects = far.effects().await;
@@ -312,6 +291,45 @@ async fn race(one: &Idempotency, two: &Idempotency, what: &str) {
         "{what}: {race:?}"
     );
     assert_eq!(effects, i64::try_from(CALLS).expect("small"));
+}
+
+/// Call `call` at both replicas at once (a barrier between them): what it ended with.
+async fn race_once(call: u64, at: [Idempotency; 2], far: FarSide, what: &str) -> Race {
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let tasks = at.map(|engine| {
+        let (barrier, far) = (barrier.clone(), far.clone());
+        let args = json!({ "amount": call, "race": what });
+        tokio::spawn(async move {
+            let caller = Caller::new("acme", "alice");
+            let prepared = Prepared::call(&caller, &CHARGE_CARD, &args).expect("key");
+            barrier.wait().await;
+            engine
+                .execute(prepared, ErrorPolicy::retryable(), async move {
+                    Ok::<_, Error>(far.charge(&format!("call {call}")).await)
+                })
+                .await
+                .result
+        })
+    });
+    let mut answers = Vec::with_capacity(2);
+    for task in tasks {
+        answers.push(task.await.expect("the call's task"));
+    }
+    let charges = far.charges(&format!("call {call}")).await;
+    let mut race = Race::default();
+    match charges.as_slice() {
+        [] => race.stranded += 1,
+        [_] => {}
+        _ => race.twice += 1,
+    }
+    race.not_the_runs_answer += answers
+        .iter()
+        .filter(|a| !matches!(a, Ok(id) if charges.first() == Some(id)))
+        .count();
+    if let Some(e) = answers.iter().find_map(|a| a.as_ref().err()) {
+        tracing::info!(call, error = %e, "an answer other than the run's");
+    }
+    race
 }
 
 // ---------------------------------------------------------------------------------------------
