@@ -63,7 +63,9 @@
 //! - `rmcp`: the MCP integration ([`mcp`]) for the official Rust SDK;
 //! - `tls`: the SQL stores reach a PostgreSQL that requires TLS (`sslmode=require`, as managed
 //!   databases do), through rustls with the webpki roots;
-//! - `test-util`: [`clock::ManualClock`], a clock tests move by hand.
+//! - `test-util`: [`clock::ManualClock`], a clock tests move by hand;
+//! - `conformance`: [`store::conformance`], the suite every built-in store passes, to prove a
+//!   store of your own.
 //!
 //! Runtime note: the engine uses Tokio's timers (leases, timeouts), so it runs inside a Tokio
 //! runtime with time enabled, as `#[tokio::main]` provides.
@@ -75,6 +77,11 @@
 #[cfg(all(doctest, feature = "rmcp", feature = "sqlite"))]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+
+// The store author's page (`docs/store-authors.md`), its example compiled and run as a doctest.
+#[cfg(all(doctest, feature = "conformance"))]
+#[doc = include_str!("../../docs/store-authors.md")]
+pub struct StoreAuthorsDoctests;
 
 mod canonical;
 pub mod clock;

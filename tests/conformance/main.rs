@@ -1,135 +1,89 @@
-//! One conformance suite, run against every store: `MemoryStore` (the reference), `SqliteStore`
-//! (a temporary file), `PostgresStore` (a schema of its own per test; skipped with a printed
-//! line without `DATABASE_URL`) and `RedisStore`, on one Redis 7 and on a 3-master + 3-replica
-//! Redis Cluster (completions and releases by the compare-and-set script `settle.lua`), and the
-//! same on Valkey (by `SET … IFEQ` there; ignored without a `valkey-server`, see
-//! `tests/build.rs`), servers of this test process's own, a namespace per test. Every case
-//! passes explicit times, so window edges are exact.
+//! The store conformance suite (`idempotency::store::conformance`, feature `conformance`), run
+//! against every store: `MemoryStore` (the reference), `SqliteStore` (a temporary file),
+//! `PostgresStore` (a schema of its own per test; skipped with a printed line without
+//! `DATABASE_URL`) and `RedisStore`, on one Redis 7 and on a 3-master + 3-replica Redis Cluster
+//! (completions and releases by the compare-and-set script `settle.lua`), and the same on Valkey
+//! (by `SET … IFEQ` there; ignored without a `valkey-server`, see `tests/build.rs`), servers of
+//! this test process's own, a namespace per test.
 //!
-//! The cases are split by topic (the files beside this one); this file runs each on every store.
+//! The cases live in the runtime; this file makes one test per case and store, each on a fresh
+//! store, and checks that it lists every case the suite has.
 //!
 //! What only the SQL stores have (migrations, undecodable rows, plans) is in
-//! `sql_conformance.rs`; the fixtures both use are in `idempotency_tests::conformance`.
+//! `sql_conformance.rs`, in this binary too; its fixtures are in `idempotency_tests::conformance`.
 
-use idempotency::key::Key;
-use idempotency::store::{
-    Claim, ClaimRequest, Fenced, MemoryStore, Receipt, RecordState, RecordStatus, RedisStore,
-    Settlement, SqliteStore, StoreError, StoredResponse, Token, Unsettled,
-};
-use idempotency_tests::conformance::*;
+use std::future::ready;
+
+use idempotency::store::conformance::{self, Options};
+use idempotency::store::{MemoryStore, RedisStore, SqliteStore};
+use idempotency_tests::conformance::SqliteFile;
 use idempotency_tests::pg::{unique_name, TestSchema};
 use idempotency_tests::redis_servers::{
     shared_cluster, shared_server, shared_valkey, shared_valkey_cluster,
 };
 
-mod background;
-mod claims;
-mod concurrency;
-mod fencing;
-mod outbox;
-mod settle;
-mod status;
 // What only the SQL stores have: its own cases, in this binary too.
 #[path = "../sql_conformance.rs"]
 mod sql_conformance;
 
-use background::*;
-use claims::*;
-use concurrency::{
-    a_gone_call_is_taken_over_once_under_its_reference, concurrent_claims_have_one_winner,
-    concurrent_takeovers_have_one_winner,
-};
-use fencing::*;
-use outbox::*;
-use settle::*;
-use status::*;
+async fn memory(case: &str) {
+    conformance::run_case(case, || async { MemoryStore::new() }).await;
+}
 
-macro_rules! suite {
-    ($($case:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let b = super::Backend { store: std::sync::Arc::new(super::MemoryStore::new()), kind: super::Kind::Memory };
-                    super::$case(&b).await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let file = super::SqliteFile::new(stringify!($case));
-                    let store = super::SqliteStore::open(&file.0).await.expect("open the SQLite store");
-                    let b = super::Backend { store: std::sync::Arc::new(store.clone()), kind: super::Kind::Sqlite };
-                    super::$case(&b).await;
-                    store.pool().close().await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(schema) = super::TestSchema::create("conf").await else { return };
-                    let store = schema.store().await;
-                    let b = super::Backend { store: std::sync::Arc::new(store.clone()), kind: super::Kind::Postgres };
-                    super::$case(&b).await;
-                    store.pool().close().await;
-                    schema.drop_schema().await;
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let url = super::shared_server().url();
-                    let store = super::redis_store().connect(&url).await.expect("connect to Redis");
-                    let b = super::Backend { store: std::sync::Arc::new(store), kind: super::Kind::Redis };
-                    super::$case(&b).await;
-                }
-            )*
-        }
-        mod valkey {
-            $(
-                #[cfg_attr(no_valkey, ignore = "needs valkey-server (see tests/build.rs)")]
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let url = super::shared_valkey().url();
-                    let store = super::redis_store().connect(&url).await.expect("connect to Valkey");
-                    let b = super::Backend { store: std::sync::Arc::new(store), kind: super::Kind::Redis };
-                    super::$case(&b).await;
-                }
-            )*
-        }
-        mod valkey_cluster {
-            $(
-                #[cfg_attr(no_valkey, ignore = "needs valkey-server (see tests/build.rs)")]
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let seeds = super::shared_valkey_cluster().seeds();
-                    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
-                    let store = super::redis_store().connect_cluster(&seeds).await.expect("connect to the Valkey cluster");
-                    let b = super::Backend { store: std::sync::Arc::new(store), kind: super::Kind::Redis };
-                    super::$case(&b).await;
-                }
-            )*
-        }
-        mod redis_cluster {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let seeds = super::shared_cluster().seeds();
-                    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
-                    let store = super::redis_store().connect_cluster(&seeds).await.expect("connect to the cluster");
-                    let b = super::Backend { store: std::sync::Arc::new(store), kind: super::Kind::Redis };
-                    super::$case(&b).await;
-                }
-            )*
-        }
+/// SQLite takes one writer at a time: its contention cases make 200 concurrent claims.
+async fn sqlite(case: &str) {
+    let file = SqliteFile::new(case);
+    let store = SqliteStore::open(&file.0)
+        .await
+        .expect("open the SQLite store");
+    let options = Options::default().crowd(200);
+    conformance::run_case_with(case, || ready(store.clone()), options).await;
+    store.pool().close().await;
+}
+
+async fn postgres(case: &str) {
+    let Some(schema) = TestSchema::create("conf").await else {
+        return;
     };
+    let store = schema.store().await;
+    conformance::run_case(case, || ready(store.clone())).await;
+    store.pool().close().await;
+    schema.drop_schema().await;
+}
+
+async fn redis(case: &str) {
+    let url = shared_server().url();
+    let store = redis_store().connect(&url).await.expect("connect to Redis");
+    conformance::run_case(case, || ready(store.clone())).await;
+}
+
+async fn valkey(case: &str) {
+    let url = shared_valkey().url();
+    let store = redis_store()
+        .connect(&url)
+        .await
+        .expect("connect to Valkey");
+    conformance::run_case(case, || ready(store.clone())).await;
+}
+
+async fn redis_cluster(case: &str) {
+    let seeds = shared_cluster().seeds();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let store = redis_store()
+        .connect_cluster(&seeds)
+        .await
+        .expect("connect to the cluster");
+    conformance::run_case(case, || ready(store.clone())).await;
+}
+
+async fn valkey_cluster(case: &str) {
+    let seeds = shared_valkey_cluster().seeds();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let store = redis_store()
+        .connect_cluster(&seeds)
+        .await
+        .expect("connect to the Valkey cluster");
+    conformance::run_case(case, || ready(store.clone())).await;
 }
 
 /// A Redis store of a namespace of its own (tests share one server), deciding by the times the
@@ -142,6 +96,35 @@ fn redis_store() -> idempotency::store::RedisStoreBuilder {
         .namespace(unique_name("conf"))
         .trust_engine_clock()
         .replica_ack_timeout(std::time::Duration::from_secs(2))
+}
+
+/// One module per store (`memory::window_edges`, `redis_cluster::window_edges`, …), one test per
+/// case in each, and `CASES`, the names it was given.
+macro_rules! suite {
+    ($($case:ident),* $(,)?) => {
+        /// The cases this file makes a test of, for each store.
+        const CASES: &[&str] = &[$(stringify!($case)),*];
+        suite!(@store memory, []; $($case),*);
+        suite!(@store sqlite, []; $($case),*);
+        suite!(@store postgres, [cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]; $($case),*);
+        suite!(@store redis, []; $($case),*);
+        suite!(@store redis_cluster, []; $($case),*);
+        suite!(@store valkey, [cfg_attr(no_valkey, ignore = "needs valkey-server (see tests/build.rs)")]; $($case),*);
+        suite!(@store valkey_cluster, [cfg_attr(no_valkey, ignore = "needs valkey-server (see tests/build.rs)")]; $($case),*);
+    };
+    // `$attrs` is one token tree (`[…]`), so that it can be repeated for each case.
+    (@store $store:ident, $attrs:tt; $($case:ident),*) => {
+        mod $store {
+            $(suite!(@case $store, $attrs, $case);)*
+        }
+    };
+    (@case $store:ident, [$($attr:meta)?], $case:ident) => {
+        $(#[$attr])?
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $case() {
+            super::$store(stringify!($case)).await;
+        }
+    };
 }
 
 suite!(
@@ -170,3 +153,13 @@ suite!(
     concurrent_takeovers_have_one_winner,
     a_gone_call_is_taken_over_once_under_its_reference,
 );
+
+/// A case added to the suite gets a test on every store here, or this fails.
+#[test]
+fn every_case_of_the_suite_has_a_test_per_store() {
+    let mut listed = CASES.to_vec();
+    let mut suite: Vec<&str> = conformance::cases().collect();
+    listed.sort_unstable();
+    suite.sort_unstable();
+    assert_eq!(listed, suite, "suite!(…) must list conformance::cases()");
+}

@@ -27,7 +27,7 @@
 //! Cluster, native expiry).
 //!
 //! Every backend answers the same questions with the same semantics; one conformance suite
-//! (`tests/conformance.rs`) runs against all of them.
+//! ([`conformance`], feature `conformance`) runs against all of them, and against yours.
 //!
 //! ## Time
 //!
@@ -129,6 +129,9 @@ use crate::key::{Fingerprint, Key, Reference, SecretFingerprint};
 
 mod access;
 mod admin;
+#[cfg(feature = "conformance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
+pub mod conformance;
 mod error;
 mod memory;
 mod outbox;

@@ -1,15 +1,19 @@
 //! Status lookups: tenant and subject scope, exact generations.
 
-use super::*;
+use super::fixtures::*;
+use crate::key::Key;
+use crate::store::{Claim, ClaimRequest, RecordState, RecordStatus, StoreError};
 
 // ---------------------------------------------------------------------------------------------
 // Status
 // ---------------------------------------------------------------------------------------------
 
-pub(super) async fn status_is_tenant_scoped_and_generation_exact(b: &Backend) {
+pub(super) async fn status_is_tenant_scoped_and_generation_exact(b: &Subject) {
     let k = key("status");
     let t = b.new_claim(k, None, 0).await;
-    b.complete(k, t, S, "done").await.expect("complete");
+    b.complete(k, t, S, "done")
+        .await
+        .expect("expected the completion to apply");
     assert_eq!(
         b.status(TENANT, k.reference(1)).await,
         Some(RecordStatus {
@@ -78,7 +82,9 @@ pub(super) async fn status_is_tenant_scoped_and_generation_exact(b: &Backend) {
             .await,
     );
     assert_eq!(in_flight, ka.reference(1));
-    b.complete(ka, ta, S, "done").await.expect("complete");
+    b.complete(ka, ta, S, "done")
+        .await
+        .expect("expected the completion to apply");
     taken(
         b.store
             .claim(&claim(kb, "acme", "charge_card", 2 * S))
@@ -103,7 +109,7 @@ pub(super) async fn status_is_tenant_scoped_and_generation_exact(b: &Backend) {
         b.store
             .purge(at(2 * (S + WINDOW)), at(2 * (S + WINDOW)), 10)
             .await
-            .expect("purge"),
+            .expect("expected the purge to succeed"),
         1
     );
     assert!(

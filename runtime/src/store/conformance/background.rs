@@ -1,17 +1,20 @@
 //! Background reads: purge and the unsettled list.
 
-use super::*;
+use super::fixtures::*;
+use crate::store::{Claim, Fenced, RecordState, Unsettled};
 
 // ---------------------------------------------------------------------------------------------
 // Purge and reconciliation
 // ---------------------------------------------------------------------------------------------
 
-pub(super) async fn purge_deletes_only_settled_records_past_the_cutoff(b: &Backend) {
+pub(super) async fn purge_deletes_only_settled_records_past_the_cutoff(b: &Subject) {
     let cutoff = 30 * M;
     let completed = |name: &'static str, window: i64| async move {
         let k = key(name);
         let t = b.new_claim_window(k, None, 0, window).await;
-        b.complete(k, t, 0, name).await.expect("complete");
+        b.complete(k, t, 0, name)
+            .await
+            .expect("expected the completion to apply");
         k
     };
     let gone = completed("expired", WINDOW).await;
@@ -19,7 +22,10 @@ pub(super) async fn purge_deletes_only_settled_records_past_the_cutoff(b: &Backe
     let edge = completed("edge", cutoff).await; // expires_at == cutoff: not before it
     let released = key("released");
     let t = b.new_claim(released, None, 0).await;
-    b.store.release(released, t, at(S)).await.expect("release");
+    b.store
+        .release(released, t, at(S))
+        .await
+        .expect("expected the release to apply");
     let in_flight = key("in-flight");
     b.new_claim(in_flight, None, 0).await;
     let unknown = key("unknown");
@@ -27,20 +33,20 @@ pub(super) async fn purge_deletes_only_settled_records_past_the_cutoff(b: &Backe
     b.store
         .mark_unknown(unknown, t)
         .await
-        .expect("mark unknown");
+        .expect("expected marking it unknown to apply");
 
     assert_eq!(
         b.store
             .purge(at(cutoff), at(cutoff), 100)
             .await
-            .expect("purge"),
+            .expect("expected the purge to succeed"),
         2
     );
     assert_eq!(
         b.store
             .purge(at(cutoff), at(cutoff), 100)
             .await
-            .expect("purge"),
+            .expect("expected the purge to succeed"),
         0
     );
     assert!(matches!(
@@ -76,35 +82,43 @@ pub(super) async fn purge_deletes_only_settled_records_past_the_cutoff(b: &Backe
         b.store
             .purge(at(cutoff), at(cutoff), 3)
             .await
-            .expect("purge"),
+            .expect("expected the purge to succeed"),
         3
     );
     assert_eq!(
         b.store
             .purge(at(cutoff), at(cutoff), 3)
             .await
-            .expect("purge"),
+            .expect("expected the purge to succeed"),
         2
     );
     assert_eq!(
         b.store
             .purge(at(cutoff), at(cutoff), 3)
             .await
-            .expect("purge"),
+            .expect("expected the purge to succeed"),
         0
     );
 }
 
-pub(super) async fn unsettled_lists_expired_leases_and_unknowns(b: &Backend) {
+pub(super) async fn unsettled_lists_expired_leases_and_unknowns(b: &Subject) {
     let (k1, k2, k3, k4, k5) = (key("k1"), key("k2"), key("k3"), key("k4"), key("k5"));
     b.new_claim(k1, None, 0).await;
     b.new_claim(k2, None, 10 * S).await;
     let t3 = b.new_claim(k3, None, 5 * S).await;
-    b.store.mark_unknown(k3, t3).await.expect("mark unknown");
+    b.store
+        .mark_unknown(k3, t3)
+        .await
+        .expect("expected marking it unknown to apply");
     let t4 = b.new_claim(k4, None, S).await;
-    b.complete(k4, t4, 2 * S, "done").await.expect("complete");
+    b.complete(k4, t4, 2 * S, "done")
+        .await
+        .expect("expected the completion to apply");
     let t5 = b.new_claim(k5, None, 2 * S).await;
-    b.store.release(k5, t5, at(3 * S)).await.expect("release");
+    b.store
+        .release(k5, t5, at(3 * S))
+        .await
+        .expect("expected the release to apply");
 
     let due = b.unsettled(LEASE, 10).await;
     assert_eq!(

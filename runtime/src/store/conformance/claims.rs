@@ -1,12 +1,13 @@
 //! The claim table: new, in flight, completed within its window and at its edges, payload mismatches.
 
-use super::*;
+use super::fixtures::*;
+use crate::store::{Claim, Fenced, RecordState, RecordStatus, StoredResponse, Token};
 
 // ---------------------------------------------------------------------------------------------
 // The claim table
 // ---------------------------------------------------------------------------------------------
 
-pub(super) async fn no_row_is_new_then_in_flight(b: &Backend) {
+pub(super) async fn no_row_is_new_then_in_flight(b: &Subject) {
     let k = key("a");
     assert_eq!(
         b.claim(k, None, 0).await,
@@ -25,7 +26,7 @@ pub(super) async fn no_row_is_new_then_in_flight(b: &Backend) {
     );
 }
 
-pub(super) async fn in_flight_stays_in_flight_after_its_lease(b: &Backend) {
+pub(super) async fn in_flight_stays_in_flight_after_its_lease(b: &Subject) {
     let k = key("a");
     b.new_claim(k, None, 0).await;
     let in_flight = Claim::InFlight {
@@ -37,12 +38,12 @@ pub(super) async fn in_flight_stays_in_flight_after_its_lease(b: &Backend) {
     assert_eq!(b.claim(k, None, 10 * WINDOW).await, in_flight);
 }
 
-pub(super) async fn completed_replays_within_its_window(b: &Backend) {
+pub(super) async fn completed_replays_within_its_window(b: &Subject) {
     let k = key("a");
     let t = b.new_claim(k, None, 0).await;
     b.complete(k, t, S, r#"{"charge":1}"#)
         .await
-        .expect("complete");
+        .expect("expected the completion to apply");
     assert_eq!(
         b.claim(k, None, 2 * S).await,
         Claim::Completed {
@@ -58,9 +59,9 @@ pub(super) async fn completed_replays_within_its_window(b: &Backend) {
         ok: false,
         body: r#""declined""#.into(),
     };
-    b.complete_with(k2, t2, S, &declined, &[])
+    b.complete_with(k2, t2, S, &declined)
         .await
-        .expect("complete");
+        .expect("expected the completion to apply");
     assert_eq!(
         b.claim(k2, None, 2 * S).await,
         Claim::Completed {
@@ -71,12 +72,14 @@ pub(super) async fn completed_replays_within_its_window(b: &Backend) {
     );
 }
 
-pub(super) async fn window_edges(b: &Backend) {
+pub(super) async fn window_edges(b: &Subject) {
     // Completed at t with window w.
     let t = S;
     let k = key("edge");
     let token = b.new_claim(k, None, 0).await;
-    b.complete(k, token, t, "first").await.expect("complete");
+    b.complete(k, token, t, "first")
+        .await
+        .expect("expected the completion to apply");
     assert!(
         matches!(
             b.claim(k, None, t + WINDOW - S).await,
@@ -95,7 +98,9 @@ pub(super) async fn window_edges(b: &Backend) {
 
     let k = key("after");
     let token = b.new_claim(k, None, 0).await;
-    b.complete(k, token, t, "first").await.expect("complete");
+    b.complete(k, token, t, "first")
+        .await
+        .expect("expected the completion to apply");
     let fresh = b.claim(k, None, t + WINDOW + S).await;
     assert_eq!(
         fresh,
@@ -120,10 +125,12 @@ pub(super) async fn window_edges(b: &Backend) {
     );
 }
 
-pub(super) async fn slow_completion_counts_the_window_from_completion(b: &Backend) {
+pub(super) async fn slow_completion_counts_the_window_from_completion(b: &Subject) {
     let k = key("slow");
     let t = b.new_claim(k, None, 0).await;
-    b.complete(k, t, 20 * M, "slow").await.expect("complete");
+    b.complete(k, t, 20 * M, "slow")
+        .await
+        .expect("expected the completion to apply");
     assert_eq!(
         b.claim(k, None, 30 * M).await,
         Claim::Completed {
@@ -139,7 +146,7 @@ pub(super) async fn slow_completion_counts_the_window_from_completion(b: &Backen
     assert!(matches!(b.claim(k, None, 35 * M).await, Claim::New { .. }));
 }
 
-pub(super) async fn fingerprint_mismatch(b: &Backend) {
+pub(super) async fn fingerprint_mismatch(b: &Subject) {
     let (args, other) = (fp(r#"{"order":7,"qty":1}"#), fp(r#"{"order":7,"qty":2}"#));
     let k = key("order-7");
     let t = b.new_claim(k, args, 0).await;
@@ -155,7 +162,9 @@ pub(super) async fn fingerprint_mismatch(b: &Backend) {
         "no fingerprint never mismatches"
     );
     assert!(matches!(b.claim(k, args, S).await, Claim::InFlight { .. }));
-    b.complete(k, t, 2 * S, "shipped").await.expect("complete");
+    b.complete(k, t, 2 * S, "shipped")
+        .await
+        .expect("expected the completion to apply");
     assert_eq!(
         b.claim(k, other, 3 * S).await,
         Claim::Mismatch {
@@ -178,7 +187,10 @@ pub(super) async fn fingerprint_mismatch(b: &Backend) {
 
     let k = key("order-8");
     let t = b.new_claim(k, args, 0).await;
-    b.store.mark_unknown(k, t).await.expect("mark unknown");
+    b.store
+        .mark_unknown(k, t)
+        .await
+        .expect("expected marking it unknown to apply");
     assert_eq!(
         b.claim(k, other, 2 * S).await,
         Claim::Mismatch {
@@ -197,7 +209,10 @@ pub(super) async fn fingerprint_mismatch(b: &Backend) {
     // Released: taken over whatever the arguments; the new arguments are the record's now.
     let k = key("order-9");
     let t = b.new_claim(k, args, 0).await;
-    b.store.release(k, t, at(S)).await.expect("release");
+    b.store
+        .release(k, t, at(S))
+        .await
+        .expect("expected the release to apply");
     assert_eq!(
         b.claim(k, other, 2 * S).await,
         Claim::New {
@@ -217,7 +232,7 @@ pub(super) async fn fingerprint_mismatch(b: &Backend) {
 /// millisecond, with the clock stepped back, and after the window passed. A takeover of a call
 /// whose worker is gone (`recover = "rerun"`) continues that claim and keeps its time. (An MCP
 /// task id names one claim by its time.)
-pub(super) async fn each_claim_of_a_record_has_a_later_claim_time(b: &Backend) {
+pub(super) async fn each_claim_of_a_record_has_a_later_claim_time(b: &Subject) {
     let k = key("claims");
     let claimed_at = |s: Option<RecordStatus>| s.expect("the record").claimed_at;
     let new = |c: Claim| match c {
@@ -229,13 +244,19 @@ pub(super) async fn each_claim_of_a_record_has_a_later_claim_time(b: &Backend) {
     assert_eq!(first, at(10 * S));
 
     // Released, and claimed again in the same millisecond.
-    b.store.release(k, t1, at(10 * S)).await.expect("release");
+    b.store
+        .release(k, t1, at(10 * S))
+        .await
+        .expect("expected the release to apply");
     let t2 = new(b.claim(k, None, 10 * S).await);
     let second = claimed_at(b.status(TENANT, k.reference(1)).await);
     assert!(second > first, "{second} after {first}");
 
     // Released, and claimed again by a clock 10 s behind.
-    b.store.release(k, t2, at(10 * S)).await.expect("release");
+    b.store
+        .release(k, t2, at(10 * S))
+        .await
+        .expect("expected the release to apply");
     new(b.claim(k, None, 0).await);
     let third = claimed_at(b.status(TENANT, k.reference(1)).await);
     assert!(third > second, "{third} after {second}");
@@ -245,11 +266,13 @@ pub(super) async fn each_claim_of_a_record_has_a_later_claim_time(b: &Backend) {
     b.store
         .take_over(k, t4, at(LEASE), dur(LEASE))
         .await
-        .expect("take over");
+        .expect("expected the takeover to apply");
     assert_eq!(claimed_at(b.status(TENANT, k.reference(1)).await), third);
 
     // Completed; once its window has passed, the next claim (a new operation) is later too.
-    b.complete(k, t4, LEASE, "done").await.expect("complete");
+    b.complete(k, t4, LEASE, "done")
+        .await
+        .expect("expected the completion to apply");
     new(b.claim(k, None, LEASE + WINDOW).await);
     let fifth = claimed_at(b.status(TENANT, k.reference(2)).await);
     assert!(fifth > third, "{fifth} after {third}");

@@ -1,12 +1,19 @@
 //! Takeovers, unknown records, tokens and fencing, lease renewal.
 
-use super::*;
+use super::fixtures::*;
+use crate::store::{Claim, Fenced, RecordState, Settlement, StoredResponse};
 
-pub(super) async fn released_is_taken_over_under_the_same_reference(b: &Backend) {
+pub(super) async fn released_is_taken_over_under_the_same_reference(b: &Subject) {
     let k = key("retry");
     let t1 = b.new_claim(k, None, 0).await;
-    b.store.release(k, t1, at(S)).await.expect("release");
-    let released = b.status(TENANT, k.reference(1)).await.expect("status");
+    b.store
+        .release(k, t1, at(S))
+        .await
+        .expect("expected the release to apply");
+    let released = b
+        .status(TENANT, k.reference(1))
+        .await
+        .expect("expected the record");
     assert_eq!(
         (
             released.state,
@@ -23,7 +30,10 @@ pub(super) async fn released_is_taken_over_under_the_same_reference(b: &Backend)
             token: first_token(2 * S)
         }
     );
-    let taken = b.status(TENANT, k.reference(1)).await.expect("status");
+    let taken = b
+        .status(TENANT, k.reference(1))
+        .await
+        .expect("expected the record");
     assert_eq!(
         (taken.state, taken.claimed_at, taken.completed_at),
         (RecordState::InFlight, at(2 * S), None)
@@ -31,16 +41,19 @@ pub(super) async fn released_is_taken_over_under_the_same_reference(b: &Backend)
     assert_fenced(b.complete(k, t1, 3 * S, "stale").await, k.reference(1));
     b.complete(k, first_token(2 * S), 3 * S, "done")
         .await
-        .expect("complete");
+        .expect("expected the completion to apply");
     assert!(
         matches!(b.claim(k, None, 4 * S).await, Claim::Completed { response, .. } if response == answer("done"))
     );
 }
 
-pub(super) async fn unknown_answers_unknown_until_settled(b: &Backend) {
+pub(super) async fn unknown_answers_unknown_until_settled(b: &Subject) {
     let k = key("lost");
     let t = b.new_claim(k, None, 0).await;
-    b.store.mark_unknown(k, t).await.expect("mark unknown");
+    b.store
+        .mark_unknown(k, t)
+        .await
+        .expect("expected marking it unknown to apply");
     let unknown = Claim::Unknown {
         reference: k.reference(1),
         since: at(0),
@@ -64,18 +77,18 @@ pub(super) async fn unknown_answers_unknown_until_settled(b: &Backend) {
 
 /// A worker of a record that was settled by the reconciler and then purged (48 h later) wakes
 /// up after the key was claimed again: its token is not the new record's, so it is fenced.
-pub(super) async fn tokens_are_not_reused_after_a_purge(b: &Backend) {
+pub(super) async fn tokens_are_not_reused_after_a_purge(b: &Subject) {
     let k = key("purged");
     let old = b.new_claim(k, None, 0).await;
     b.settle(k, old, &Settlement::Released, S)
         .await
-        .expect("settle");
+        .expect("expected the settlement to apply");
     let later = 50 * 60 * M; // 50 h
     assert_eq!(
         b.store
             .purge(at(later), at(later), 10)
             .await
-            .expect("purge"),
+            .expect("expected the purge to succeed"),
         1
     );
     let new = b.new_claim(k, None, later).await;
@@ -88,10 +101,13 @@ pub(super) async fn tokens_are_not_reused_after_a_purge(b: &Backend) {
     );
 }
 
-pub(super) async fn stale_tokens_are_fenced(b: &Backend) {
+pub(super) async fn stale_tokens_are_fenced(b: &Subject) {
     let k = key("fenced");
     let t1 = b.new_claim(k, None, 0).await;
-    b.store.release(k, t1, at(S)).await.expect("release");
+    b.store
+        .release(k, t1, at(S))
+        .await
+        .expect("expected the release to apply");
     let t2 = b.new_claim(k, None, 2 * S).await;
     assert_eq!(t2, first_token(2 * S), "the taking-over claim's own token");
     let r = k.reference(1);
@@ -105,7 +121,9 @@ pub(super) async fn stale_tokens_are_fenced(b: &Backend) {
         "nothing changed"
     );
 
-    b.complete(k, t2, 3 * S, "done").await.expect("complete");
+    b.complete(k, t2, 3 * S, "done")
+        .await
+        .expect("expected the completion to apply");
     assert_wrong_state(b.store.release(k, t2, at(4 * S)).await, r, "completed");
     assert_wrong_state(
         b.store.renew(k, t2, at(0), dur(3 * LEASE)).await,
@@ -131,9 +149,9 @@ pub(super) async fn stale_tokens_are_fenced(b: &Backend) {
         ok: false,
         body: "declined".to_owned(),
     };
-    b.complete_with(e, te, S, &declined, &[])
+    b.complete_with(e, te, S, &declined)
         .await
-        .expect("complete with an error answer");
+        .expect("expected the completion with an error answer to apply");
     let re = e.reference(1);
     assert_wrong_state(b.store.release(e, te, at(2 * S)).await, re, "completed");
     assert_wrong_state(
@@ -160,7 +178,7 @@ pub(super) async fn stale_tokens_are_fenced(b: &Backend) {
     assert_not_found(b.settle(missing, t1, &Settlement::Released, 0).await);
 }
 
-pub(super) async fn late_completion_after_settle_is_fenced(b: &Backend) {
+pub(super) async fn late_completion_after_settle_is_fenced(b: &Subject) {
     let k = key("late");
     let t = b.new_claim(k, None, 0).await;
     let due = b.unsettled(LEASE, 10).await;
@@ -170,7 +188,7 @@ pub(super) async fn late_completion_after_settle_is_fenced(b: &Backend) {
     );
     b.settle(k, t, &Settlement::Completed(answer("settled")), LEASE + S)
         .await
-        .expect("settle");
+        .expect("expected the settlement to apply");
     assert_fenced(
         b.complete(k, t, LEASE + 2 * S, "late").await,
         k.reference(1),
@@ -191,13 +209,13 @@ pub(super) async fn late_completion_after_settle_is_fenced(b: &Backend) {
     );
 }
 
-pub(super) async fn renew_extends_the_lease(b: &Backend) {
+pub(super) async fn renew_extends_the_lease(b: &Subject) {
     let k = key("long");
     let t = b.new_claim(k, None, 0).await;
     b.store
         .renew(k, t, at(0), dur(3 * LEASE))
         .await
-        .expect("renew");
+        .expect("expected the renewal to apply");
     assert_eq!(
         b.status(TENANT, k.reference(1))
             .await

@@ -1,13 +1,14 @@
 //! Settlements: completed, released, unknown.
 
-use super::*;
+use super::fixtures::*;
+use crate::store::{Claim, Fenced, RecordState, Settlement};
 
-pub(super) async fn settle_completed_answers_repeats_for_the_window(b: &Backend) {
+pub(super) async fn settle_completed_answers_repeats_for_the_window(b: &Subject) {
     let k = key("found");
     let t = b.new_claim(k, None, 0).await;
     b.settle(k, t, &Settlement::Completed(answer("found")), M)
         .await
-        .expect("settle");
+        .expect("expected the settlement to apply");
     assert_eq!(
         b.claim(k, None, 2 * M).await,
         Claim::Completed {
@@ -35,13 +36,16 @@ pub(super) async fn settle_completed_answers_repeats_for_the_window(b: &Backend)
     );
 }
 
-pub(super) async fn settle_released_lets_a_repeat_run_under_the_same_reference(b: &Backend) {
+pub(super) async fn settle_released_lets_a_repeat_run_under_the_same_reference(b: &Subject) {
     let k = key("not-charged");
     let t = b.new_claim(k, None, 0).await;
-    b.store.mark_unknown(k, t).await.expect("mark unknown");
+    b.store
+        .mark_unknown(k, t)
+        .await
+        .expect("expected marking it unknown to apply");
     b.settle(k, t, &Settlement::Released, M)
         .await
-        .expect("settle");
+        .expect("expected the settlement to apply");
     assert_eq!(
         b.status(TENANT, k.reference(1)).await.map(|s| s.state),
         Some(RecordState::Released)
@@ -59,12 +63,12 @@ pub(super) async fn settle_released_lets_a_repeat_run_under_the_same_reference(b
 /// keeps its token: the worker, paused or cut off past its lease, may still report, and its
 /// answer is the truth the round lacked. Its release (a retryable error: nothing was done) lands
 /// too.
-pub(super) async fn settle_unknown_keeps_it_unknown_until_its_worker_reports(b: &Backend) {
+pub(super) async fn settle_unknown_keeps_it_unknown_until_its_worker_reports(b: &Subject) {
     let k = key("unclear");
     let t = b.new_claim(k, None, 0).await;
     b.settle(k, t, &Settlement::Unknown, LEASE)
         .await
-        .expect("settle");
+        .expect("expected the settlement to apply");
     assert_eq!(
         b.claim(k, None, LEASE + S).await,
         Claim::Unknown {
@@ -95,7 +99,7 @@ pub(super) async fn settle_unknown_keeps_it_unknown_until_its_worker_reports(b: 
     let tr = b.new_claim(r, None, 0).await;
     b.settle(r, tr, &Settlement::Unknown, LEASE)
         .await
-        .expect("settle");
+        .expect("expected the settlement to apply");
     b.store
         .release(r, tr, at(LEASE + S))
         .await
@@ -108,15 +112,15 @@ pub(super) async fn settle_unknown_keeps_it_unknown_until_its_worker_reports(b: 
 
 /// A settlement that knows (completed, released) bumps the token: the worker's late answer after
 /// it is fenced, and the settled answer stands.
-pub(super) async fn a_settlement_after_unknown_fences_the_worker(b: &Backend) {
+pub(super) async fn a_settlement_after_unknown_fences_the_worker(b: &Subject) {
     let k = key("unclear-found");
     let t = b.new_claim(k, None, 0).await;
     b.settle(k, t, &Settlement::Unknown, LEASE)
         .await
-        .expect("settle unknown");
+        .expect("expected the unknown settlement to apply");
     b.settle(k, t, &Settlement::Completed(answer("found")), LEASE + S)
         .await
-        .expect("settle completed");
+        .expect("expected the completed settlement to apply");
     assert_fenced(
         b.complete(k, t, LEASE + 2 * S, "late").await,
         k.reference(1),

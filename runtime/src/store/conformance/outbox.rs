@@ -1,18 +1,19 @@
 //! The outbox, written with the completion.
 
-use super::*;
+use super::fixtures::*;
+use crate::store::{Completion, Fenced, Receipt, StoreError};
 
 // ---------------------------------------------------------------------------------------------
 // Outbox
 // ---------------------------------------------------------------------------------------------
 
-pub(super) async fn outbox_is_written_with_the_completion(b: &Backend) {
+pub(super) async fn outbox_is_written_with_the_completion(b: &Subject) {
     let redeliver = dur(60 * S);
     let fetch = |now: i64, limit: u32| async move {
         b.store
             .fetch(at(now), at(now) + redeliver, limit)
             .await
-            .expect("fetch")
+            .expect("expected the outbox fetch to succeed")
     };
     let k = key("with-receipt");
     let t = b.new_claim(k, None, 0).await;
@@ -20,9 +21,16 @@ pub(super) async fn outbox_is_written_with_the_completion(b: &Backend) {
         message("receipt_email", r#"{"to":"alice@example.com"}"#),
         message("ledger", "{}"),
     ];
-    b.complete_with(k, t, S, &answer("charged"), &msgs)
+    b.store
+        .complete(&Completion {
+            key: k,
+            token: t,
+            response: &answer("charged"),
+            now: at(S),
+            outbox: &msgs,
+        })
         .await
-        .expect("complete");
+        .expect("expected the completion to apply");
 
     let first = fetch(S, 10).await;
     assert_eq!(
@@ -56,7 +64,10 @@ pub(super) async fn outbox_is_written_with_the_completion(b: &Backend) {
             .collect::<Vec<_>>(),
         vec![(first[0].receipt.clone(), 1), (first[1].receipt.clone(), 1)]
     );
-    b.store.ack(&first[0].receipt).await.expect("ack");
+    b.store
+        .ack(&first[0].receipt)
+        .await
+        .expect("expected the ack to succeed");
     let rest = fetch(S + 120 * S, 10).await;
     assert_eq!(
         rest.iter()
@@ -64,7 +75,10 @@ pub(super) async fn outbox_is_written_with_the_completion(b: &Backend) {
             .collect::<Vec<_>>(),
         vec![(first[1].receipt.clone(), 2)]
     );
-    b.store.ack(&first[1].receipt).await.expect("ack");
+    b.store
+        .ack(&first[1].receipt)
+        .await
+        .expect("expected the ack to succeed");
     b.store
         .ack(&first[1].receipt)
         .await
@@ -81,13 +95,26 @@ pub(super) async fn outbox_is_written_with_the_completion(b: &Backend) {
     // Nothing for a completion without messages, nor for a fenced one.
     let k2 = key("no-receipt");
     let t2 = b.new_claim(k2, None, 0).await;
-    b.complete(k2, t2, S, "plain").await.expect("complete");
+    b.complete(k2, t2, S, "plain")
+        .await
+        .expect("expected the completion to apply");
     let k3 = key("fenced-receipt");
     let t3 = b.new_claim(k3, None, 0).await;
-    b.store.release(k3, t3, at(S)).await.expect("release");
+    b.store
+        .release(k3, t3, at(S))
+        .await
+        .expect("expected the release to apply");
     b.new_claim(k3, None, 2 * S).await;
     assert_fenced(
-        b.complete_with(k3, t3, 3 * S, &answer("late"), &msgs).await,
+        b.store
+            .complete(&Completion {
+                key: k3,
+                token: t3,
+                response: &answer("late"),
+                now: at(3 * S),
+                outbox: &msgs,
+            })
+            .await,
         k3.reference(1),
     );
     assert!(fetch(20 * M, 10).await.is_empty());
@@ -96,9 +123,16 @@ pub(super) async fn outbox_is_written_with_the_completion(b: &Backend) {
     let k4 = key("three");
     let t4 = b.new_claim(k4, None, 0).await;
     let three = [message("a", "1"), message("b", "2"), message("c", "3")];
-    b.complete_with(k4, t4, 30 * M, &answer("ok"), &three)
+    b.store
+        .complete(&Completion {
+            key: k4,
+            token: t4,
+            response: &answer("ok"),
+            now: at(30 * M),
+            outbox: &three,
+        })
         .await
-        .expect("complete");
+        .expect("expected the completion to apply");
     let two = fetch(30 * M, 2).await;
     assert_eq!(
         two.iter().map(|e| e.topic.as_str()).collect::<Vec<_>>(),

@@ -1,20 +1,27 @@
 //! Concurrent claims and takeovers: one winner.
 
-use super::*;
+use super::fixtures::*;
+use crate::key::Key;
+use crate::store::{Claim, Fenced, StoreError, Token};
 
 // ---------------------------------------------------------------------------------------------
 // Contention
 // ---------------------------------------------------------------------------------------------
 
-pub(super) async fn crowd(b: &Backend, k: Key, now: i64) -> Vec<Claim> {
+async fn crowd(b: &Subject, k: Key, now: i64) -> Vec<Claim> {
     let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..b.crowd() {
+    for _ in 0..b.crowd {
         let store = b.store.clone();
-        tasks.spawn(async move { store.claim(&req(k, None, now)).await.expect("claim") });
+        tasks.spawn(async move {
+            store
+                .claim(&req(k, None, now))
+                .await
+                .expect("expected the claim to be answered")
+        });
     }
     let mut out = Vec::new();
     while let Some(r) = tasks.join_next().await {
-        out.push(r.expect("task"));
+        out.push(r.expect("a concurrent caller panicked"));
     }
     out
 }
@@ -33,7 +40,7 @@ fn one_winner(claims: &[Claim], expected: Claim) {
     assert_eq!(others, 0, "the others are told it is in flight");
 }
 
-pub(super) async fn concurrent_claims_have_one_winner(b: &Backend) {
+pub(super) async fn concurrent_claims_have_one_winner(b: &Subject) {
     let k = key("crowd");
     one_winner(
         &crowd(b, k, 0).await,
@@ -44,10 +51,13 @@ pub(super) async fn concurrent_claims_have_one_winner(b: &Backend) {
     );
 }
 
-pub(super) async fn concurrent_takeovers_have_one_winner(b: &Backend) {
+pub(super) async fn concurrent_takeovers_have_one_winner(b: &Subject) {
     let k = key("released-crowd");
     let t = b.new_claim(k, None, 0).await;
-    b.store.release(k, t, at(S)).await.expect("release");
+    b.store
+        .release(k, t, at(S))
+        .await
+        .expect("expected the release to apply");
     one_winner(
         &crowd(b, k, 2 * S).await,
         Claim::New {
@@ -58,7 +68,9 @@ pub(super) async fn concurrent_takeovers_have_one_winner(b: &Backend) {
 
     let k = key("expired-crowd");
     let t = b.new_claim_window(k, None, 0, S).await;
-    b.complete(k, t, 0, "old").await.expect("complete");
+    b.complete(k, t, 0, "old")
+        .await
+        .expect("expected the completion to apply");
     one_winner(
         &crowd(b, k, 2 * S).await,
         Claim::New {
@@ -71,7 +83,7 @@ pub(super) async fn concurrent_takeovers_have_one_winner(b: &Backend) {
 /// `take_over` (recover = "rerun"): only a call whose worker is gone (in flight with its lease
 /// ended, or unknown) is taken over, under the same reference and a new token that fences the
 /// old worker; of a crowd of takeovers exactly one wins.
-pub(super) async fn a_gone_call_is_taken_over_once_under_its_reference(b: &Backend) {
+pub(super) async fn a_gone_call_is_taken_over_once_under_its_reference(b: &Subject) {
     let k = key("gone");
     let t1 = b.new_claim(k, None, 0).await;
     let r = k.reference(1);
@@ -89,7 +101,7 @@ pub(super) async fn a_gone_call_is_taken_over_once_under_its_reference(b: &Backe
         b.store
             .take_over(k, t2, at(LEASE), dur(LEASE))
             .await
-            .expect("taken over"),
+            .expect("expected the takeover to apply"),
         r
     );
     assert_wrong_state(
@@ -131,17 +143,22 @@ pub(super) async fn a_gone_call_is_taken_over_once_under_its_reference(b: &Backe
     // Unknown: taken over at once (nothing renews an unknown record).
     let u = key("gone-unknown");
     let tu = b.new_claim(u, None, 0).await;
-    b.store.mark_unknown(u, tu).await.expect("mark unknown");
+    b.store
+        .mark_unknown(u, tu)
+        .await
+        .expect("expected marking it unknown to apply");
     let tv = Token(tu.0 + 1);
     assert_eq!(
         b.store
             .take_over(u, tv, at(S), dur(LEASE))
             .await
-            .expect("taken over"),
+            .expect("expected the takeover to apply"),
         u.reference(1)
     );
     assert_fenced(b.store.mark_unknown(u, tu).await, u.reference(1));
-    b.complete(u, tv, 2 * S, "done").await.expect("complete");
+    b.complete(u, tv, 2 * S, "done")
+        .await
+        .expect("expected the completion to apply");
 
     assert_not_found(
         b.store
@@ -154,7 +171,7 @@ pub(super) async fn a_gone_call_is_taken_over_once_under_its_reference(b: &Backe
     let c = key("gone-crowd");
     b.new_claim(c, None, 0).await;
     let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..b.crowd() as i64 {
+    for i in 0..b.crowd as i64 {
         let store = b.store.clone();
         tasks.spawn(async move {
             store
@@ -164,7 +181,7 @@ pub(super) async fn a_gone_call_is_taken_over_once_under_its_reference(b: &Backe
     }
     let mut won = 0;
     while let Some(r) = tasks.join_next().await {
-        match r.expect("task") {
+        match r.expect("a concurrent caller panicked") {
             Ok(_) => won += 1,
             Err(StoreError::WrongState { state, .. }) => assert_eq!(state, "in_flight"),
             Err(e) => panic!("{e:?}"),
