@@ -79,6 +79,12 @@ where
     }
 }
 
+/// The record the store answered with instead of a claim, and the engine's time then.
+pub(super) struct Found {
+    pub(super) claim: Claim,
+    pub(super) now: Timestamp,
+}
+
 /// A stored answer, replayed: the handler's value or its definitive error, decoded.
 pub(super) fn replay<T, E>(
     tool: &'static str,

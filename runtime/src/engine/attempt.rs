@@ -6,7 +6,6 @@ use std::future::Future;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 
 use super::cache::Completed;
 use super::call::Call;
@@ -16,9 +15,9 @@ use super::lease::Lease;
 use crate::clock::Timestamp;
 use crate::error::{Error, UnknownReason};
 use crate::key::Caller;
-use crate::outcome::{Disposition, ErrorPolicy, Failure, Outcome};
+use crate::outcome::{ErrorPolicy, Failure, Outcome};
 use crate::record::StoredResponse;
-use crate::store::{Fenced, StoreError};
+use crate::store::{Fenced, OutboxMessage, StoreError};
 use crate::tool::ToolSpec;
 
 /// A claimed call. Until its record is settled, dropping it (the caller's future dropped: client
@@ -49,30 +48,12 @@ pub(super) struct Claimed {
     pub(super) sent: tokio::time::Instant,
 }
 
-enum Finished<O> {
-    Done(O),
-    Panicked(String),
-    TimedOut(Duration),
-    /// The body was stopped: the lease passed unrenewed, or the record was settled elsewhere.
-    Stopped(Stop),
-}
-
-/// Why a body was stopped before it finished.
-pub(super) enum Stop {
-    /// This worker's lease passed without a renewal the store accepted (the store unreachable,
-    /// or the process paused): the store's rounds may now settle the call, so it acts no more.
-    LeaseEnded,
-    /// A renewal found the record settled or taken over by someone else.
-    Settled(StoreError),
-}
-
+mod hold;
 mod running;
 mod stopped;
 
+pub(super) use hold::{run, Abandoned, Finished, Hold, Stop, Unrecorded, SETTLE_GRACE};
 pub(super) use running::{panic_message, Halted, Running};
-
-/// How long the store may take to settle a record after the body, beyond the call's timeout.
-const SETTLE_GRACE: Duration = Duration::from_secs(1);
 
 impl Attempt {
     pub(super) fn new(core: &Core, spec: ToolSpec, held: Held, claimed: Claimed) -> Self {
@@ -104,142 +85,28 @@ impl Attempt {
         self.guard.core.clock.now().max(self.claimed_at)
     }
 
-    fn tool(&self) -> &'static str {
-        self.spec.name
-    }
-
-    /// Runs `body` and records what it returned; the answer this attempt gives. With a timeout,
-    /// the answer comes within the timeout plus [`SETTLE_GRACE`] whatever the store does: a
-    /// store call after the body that has not answered by then is abandoned (this attempt's drop
-    /// guard settles the record in the background) and the answer is "outcome unknown".
-    pub(super) async fn run<T, E, Fut>(
-        mut self,
-        policy: ErrorPolicy<E>,
-        body: Fut,
-    ) -> Outcome<T, Failure<E>>
-    where
-        T: Serialize + DeserializeOwned,
-        Fut: Future<Output = Result<T, E>> + Send,
-    {
-        let started = tokio::time::Instant::now();
-        let deadline = self.spec.timeout.map(|t| started + t);
-        let settle_by = deadline.map(|d| d + SETTLE_GRACE);
-        let call = Call::new(self.guard.reference, self.tool());
-        let mut running = Running {
-            body: Box::pin(call.clone().scope(body)),
-            started: &self.guard.started,
-            lease: Some(&self.held_until),
-        };
-        let finished = self.drive(&mut running, deadline).await;
-        drop(running);
-        let result = match finished {
-            Finished::TimedOut(after) => {
-                tracing::warn!(tool = self.tool(), reference = %self.guard.reference, ?after, "idempotency timeout: outcome unknown");
-                self.mark_unknown(settle_by).await;
-                Err(self.unknown(UnknownReason::TimedOut(after), None))
-            }
-            Finished::Panicked(message) => {
-                tracing::error!(tool = self.tool(), reference = %self.guard.reference, panic = %message, "idempotency handler panicked: outcome unknown");
-                self.mark_unknown(settle_by).await;
-                Err(self.unknown(UnknownReason::Panicked(message), None))
-            }
-            Finished::Stopped(Stop::LeaseEnded) => {
-                return self.lease_ended(&policy, settle_by).await
-            }
-            Finished::Stopped(Stop::Settled(e)) => {
-                // The record was settled (or taken over) by someone else while the body ran:
-                // the body acts no more, and its caller gets the record's truth.
-                self.guard.on_drop = OnDrop::Nothing;
-                tracing::warn!(tool = self.tool(), reference = %self.guard.reference, error = %e,
-                    "idempotency: the claim was settled elsewhere while the body ran; the body was stopped");
-                return self.settled_elsewhere(e, &policy, settle_by).await;
-            }
-            Finished::Done(Ok(value)) => match serde_json::to_string(&value) {
-                Ok(body) => {
-                    let response = StoredResponse { ok: true, body };
-                    match self.record(response, &call, settle_by).await {
-                        Ok(Recorded::Mine) => Ok(value),
-                        Ok(Recorded::Elsewhere(e)) => {
-                            return self.settled_elsewhere(e, &policy, settle_by).await
-                        }
-                        Err(e) => Err(self.unknown(UnknownReason::NotRecorded, Some(e))),
-                    }
-                }
-                Err(e) => {
-                    self.mark_unknown(settle_by).await;
-                    Err(self.unstorable(e.to_string()))
-                }
-            },
-            Finished::Done(Err(err)) => match (policy.classify)(&err) {
-                Disposition::Retryable => {
-                    tracing::debug!(tool = self.tool(), reference = %self.guard.reference, "idempotency release (retryable error)");
-                    match self.release(settle_by).await {
-                        Ok(()) => Err(Failure::Handler(err)),
-                        Err(source) => Err(Failure::Wrapper(Error::NotReleased {
-                            tool: self.tool().into(),
-                            reference: self.guard.reference,
-                            handler: (policy.describe)(&err),
-                            source,
-                        })),
-                    }
-                }
-                Disposition::Definitive => match (policy.encode)(&err) {
-                    Ok(body) => {
-                        let response = StoredResponse { ok: false, body };
-                        match self.record(response, &call, settle_by).await {
-                            Ok(Recorded::Mine) => Err(Failure::Handler(err)),
-                            Ok(Recorded::Elsewhere(e)) => {
-                                return self.settled_elsewhere(e, &policy, settle_by).await
-                            }
-                            Err(e) => Err(self.unknown(UnknownReason::NotRecorded, Some(e))),
-                        }
-                    }
-                    Err(message) => {
-                        self.mark_unknown(settle_by).await;
-                        Err(self.unstorable(message))
-                    }
-                },
-                Disposition::Unknown => {
-                    let reason = UnknownReason::Handler((policy.describe)(&err));
-                    tracing::warn!(tool = self.tool(), reference = %self.guard.reference, "idempotency outcome unknown (handler)");
-                    self.mark_unknown(settle_by).await;
-                    Err(self.unknown(reason, None))
-                }
-            },
-        };
-        Outcome {
-            result,
-            replayed: false,
-            reference: Some(self.guard.reference),
-        }
-    }
-
     pub(super) fn unknown<E>(
         &self,
         reason: UnknownReason,
         source: Option<StoreError>,
     ) -> Failure<E> {
-        Failure::Wrapper(Error::OutcomeUnknown {
-            tool: self.tool().into(),
+        Failure::Wrapper(self.unknown_error(reason, source))
+    }
+
+    fn unknown_error(&self, reason: UnknownReason, source: Option<StoreError>) -> Error {
+        Error::OutcomeUnknown {
+            tool: self.spec.name.into(),
             reference: self.guard.reference,
             reason,
             source,
-        })
-    }
-
-    fn unstorable<E>(&self, message: String) -> Failure<E> {
-        Failure::Wrapper(Error::Unstorable {
-            tool: self.tool().into(),
-            reference: self.guard.reference,
-            message,
-        })
+        }
     }
 
     /// Polls the body until it finishes, panics, runs past `deadline` or is stopped, while
     /// renewing the lease every third of it concurrently (a slow or hung renewal never delays the
     /// body or the deadline). The body is stopped, not polled again, once this worker's lease
     /// passes unrenewed ([`Lease`]) or a renewal finds the record settled by someone else.
-    async fn drive<Fut: Future>(
+    async fn drive_renewing<Fut: Future>(
         &self,
         running: &mut Running<'_, Fut>,
         deadline: Option<tokio::time::Instant>,
@@ -319,20 +186,20 @@ impl Attempt {
         }
     }
 
-    /// Completes the record with `response` and the call's outbox. The guard stays armed (to
+    /// Completes the record with `response` and the call's `outbox`. The guard stays armed (to
     /// complete it in the background) until the store has answered. `Err` only when the answer
     /// could not be recorded; [`Recorded::Elsewhere`] when the record was settled by someone
     /// else first (that settlement stands).
-    async fn record(
+    async fn complete(
         &mut self,
         response: StoredResponse,
-        call: &Call,
+        outbox: Vec<OutboxMessage>,
         settle_by: Option<tokio::time::Instant>,
     ) -> Result<Recorded, StoreError> {
         let now = self.now();
         self.guard.on_drop = OnDrop::Complete(Box::new(Answer {
             response,
-            outbox: call.outbox.take(),
+            outbox,
             now,
         }));
         let OnDrop::Complete(answer) = &self.guard.on_drop else {
@@ -451,6 +318,112 @@ impl Attempt {
                     }
                 }
             }
+        }
+    }
+}
+
+impl Hold for Attempt {
+    fn reference(&self) -> crate::key::Reference {
+        self.guard.reference
+    }
+
+    fn tool(&self) -> &'static str {
+        self.spec.name
+    }
+
+    fn bound(&self) -> Option<Duration> {
+        self.spec.timeout
+    }
+
+    fn call(&self) -> Call {
+        Call::new(self.guard.reference, self.spec.name)
+    }
+
+    fn started(&self) -> &std::sync::atomic::AtomicBool {
+        &self.guard.started
+    }
+
+    fn lease(&self) -> Option<&Lease> {
+        Some(&self.held_until)
+    }
+
+    async fn drive<Fut: Future + Send>(
+        &self,
+        running: &mut Running<'_, Fut>,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Finished<Fut::Output> {
+        self.drive_renewing(running, deadline).await
+    }
+
+    async fn record(
+        &mut self,
+        response: StoredResponse,
+        outbox: Vec<OutboxMessage>,
+        settle_by: Option<tokio::time::Instant>,
+    ) -> Result<(), Unrecorded> {
+        match self.complete(response, outbox, settle_by).await {
+            Ok(Recorded::Mine) => Ok(()),
+            Ok(Recorded::Elsewhere(e)) => Err(Unrecorded::Elsewhere(e)),
+            Err(e) => Err(Unrecorded::Failed(
+                self.unknown_error(UnknownReason::NotRecorded, Some(e)),
+            )),
+        }
+    }
+
+    async fn give_back(
+        &mut self,
+        settle_by: Option<tokio::time::Instant>,
+    ) -> Result<(), StoreError> {
+        self.release(settle_by).await
+    }
+
+    async fn abandon(&mut self, why: Abandoned, settle_by: Option<tokio::time::Instant>) -> Error {
+        let (tool, reference) = (self.tool(), self.guard.reference);
+        match &why {
+            Abandoned::TimedOut(after) => {
+                tracing::warn!(tool, %reference, ?after, "idempotency timeout: outcome unknown");
+            }
+            Abandoned::Panicked(message) => {
+                tracing::error!(tool, %reference, panic = %message, "idempotency handler panicked: outcome unknown");
+            }
+            Abandoned::Handler(_) => {
+                tracing::warn!(tool, %reference, "idempotency outcome unknown (handler)");
+            }
+            Abandoned::Unstorable { .. } => {}
+        }
+        self.mark_unknown(settle_by).await;
+        let reason = match why {
+            Abandoned::TimedOut(after) => UnknownReason::TimedOut(after),
+            Abandoned::Panicked(message) => UnknownReason::Panicked(message),
+            Abandoned::Handler(description) => UnknownReason::Handler(description),
+            Abandoned::Unstorable { message, .. } => {
+                return Error::Unstorable {
+                    tool: tool.into(),
+                    reference,
+                    message,
+                }
+            }
+        };
+        self.unknown_error(reason, None)
+    }
+
+    async fn stopped<T: DeserializeOwned, E>(
+        mut self,
+        stop: Stop,
+        policy: &ErrorPolicy<E>,
+        settle_by: Option<tokio::time::Instant>,
+    ) -> Outcome<T, Failure<E>> {
+        match stop {
+            Stop::LeaseEnded => self.lease_ended(policy, settle_by).await,
+            Stop::Settled(e) => {
+                // The record was settled (or taken over) by someone else while the body ran:
+                // the body acts no more, and its caller gets the record's truth.
+                self.guard.on_drop = OnDrop::Nothing;
+                tracing::warn!(tool = self.tool(), reference = %self.guard.reference, error = %e,
+                    "idempotency: the claim was settled elsewhere while the body ran; the body was stopped");
+                self.settled_elsewhere(e, policy, settle_by).await
+            }
+            Stop::Outrun(e) => self.settled_elsewhere(e, policy, settle_by).await,
         }
     }
 }

@@ -2,18 +2,13 @@
 //! record under a previous secret's key), taking over a call whose worker is gone
 //! (`recover = "rerun"`), and the fencing token of each attempt.
 
-use std::future::Future;
-
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-
 use crate::error::Error;
 use crate::key::Scope;
-use crate::outcome::{ErrorPolicy, Failure, Outcome};
+use crate::outcome::{Failure, Outcome};
 use crate::store::{Claim, ClaimRequest, Fenced, StoreError, Token};
 
 use super::answer::{answered, claim_failed, refused, Gone};
-use super::attempt::{Attempt, Claimed};
+use super::attempt::Claimed;
 use super::guard::{bounded, Fence, Guard, Held, Landing};
 use super::keyed::{Claiming, Keyed};
 use super::{noise, Idempotency};
@@ -87,25 +82,19 @@ impl Idempotency {
     }
 
     /// `recover = "rerun"`: takes over the call whose worker is gone (`takeover.gone`; under the
-    /// call's key, or while secrets are rotated the previous secret's key holding it) and runs
-    /// the body again under its reference (same generation). One runner: a takeover that loses
+    /// call's key, or while secrets are rotated the previous secret's key holding it), to run the
+    /// body again under its reference (same generation). One runner: a takeover that loses
     /// (another repeat or replica took it over first, or the record settled meanwhile) answers
     /// "in progress", unless the repeat may wait until a time still to come (`takeover.until`):
-    /// then the body comes back with that answer (`Err`), to wait for the rerun's answer. A
-    /// takeover whose reply is lost (or whose caller goes away meanwhile) is given back in the
+    /// then it is [`TakeOver::Lost`], to claim again and wait for the rerun's answer. A takeover
+    /// whose reply is lost (or whose caller goes away meanwhile) is given back in the
     /// background, fenced by its own token, as a lost claim is: nothing ran under it, and the
     /// next repeat runs it at once.
-    pub(super) async fn rerun<T, E, Fut>(
+    pub(super) async fn take_over<T, E>(
         &self,
         keyed: &Keyed,
         takeover: Takeover,
-        policy: ErrorPolicy<E>,
-        body: Fut,
-    ) -> Result<Outcome<T, Failure<E>>, Lost<E, Fut>>
-    where
-        T: Serialize + DeserializeOwned,
-        Fut: Future<Output = Result<T, E>> + Send,
-    {
+    ) -> TakeOver<T, E> {
         let Takeover {
             gone: Gone { reference, since },
             now,
@@ -136,12 +125,11 @@ impl Idempotency {
                     reference,
                     token,
                 };
-                Ok(
-                    Attempt::new(&self.core, *keyed.spec(), held, Claimed { at: now, sent })
-                        .for_caller(keyed.prepared.caller.clone())
-                        .run(policy, body)
-                        .await,
-                )
+                TakeOver::Taken(Taken {
+                    held,
+                    claimed: Claimed { at: now, sent },
+                    rerun: true,
+                })
             }
             Err(StoreError::WrongState { .. } | StoreError::NotFound) => {
                 tracing::info!(tool, %reference, "idempotency: another repeat took over the call first (or it settled)");
@@ -149,9 +137,9 @@ impl Idempotency {
                     Some(u) if tokio::time::Instant::now() < u => {
                         // Then claims again (finding the rerun in progress, or its answer).
                         super::wait::pace(&mut 0, until).await;
-                        Err(Lost { policy, body })
+                        TakeOver::Lost
                     }
-                    _ => Ok(answered(Error::InFlight {
+                    _ => TakeOver::Answered(answered(Error::InFlight {
                         tool: tool.into(),
                         reference,
                         since,
@@ -160,7 +148,7 @@ impl Idempotency {
             }
             Err(source) => {
                 tracing::warn!(tool, %reference, error = %source, "idempotency: could not take over a call whose worker is gone; nothing was run");
-                Ok(refused(Error::Store {
+                TakeOver::Answered(refused(Error::Store {
                     tool: tool.into(),
                     source,
                 }))
@@ -247,14 +235,25 @@ impl Idempotency {
     }
 }
 
-/// A takeover that lost the race ([`Idempotency::rerun`]) while its repeat may still wait: the
-/// policy and body handed back, to wait for the rerun's answer.
-pub(super) struct Lost<E, Fut> {
-    pub(super) policy: ErrorPolicy<E>,
-    pub(super) body: Fut,
+/// A claim acquired: what it holds, when it was made, and whether it took over a call whose
+/// worker is gone (its answer is then not kept in the cache).
+pub(super) struct Taken {
+    pub(super) held: Held,
+    pub(super) claimed: Claimed,
+    pub(super) rerun: bool,
 }
 
-/// What a takeover ([`Idempotency::rerun`]) takes over, and when: the call whose worker is
+/// How a takeover ([`Idempotency::take_over`]) ended.
+pub(super) enum TakeOver<T, E> {
+    /// Taken over: the body runs again under the call's reference.
+    Taken(Taken),
+    /// Lost the race while its repeat may still wait: claim again, to wait for the rerun.
+    Lost,
+    /// The wrapper's answer ("in progress", or the store failed): nothing ran.
+    Answered(Outcome<T, Failure<E>>),
+}
+
+/// What a takeover ([`Idempotency::take_over`]) takes over, and when: the call whose worker is
 /// gone, the engine's time, by when the store must answer, and until when the repeat may wait.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Takeover {

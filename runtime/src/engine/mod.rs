@@ -12,9 +12,10 @@ use crate::error::Error;
 use crate::key::{Caller, Reference, Secret};
 use crate::outcome::{ErrorPolicy, Failure, Outcome};
 use crate::record::RecordStatus;
-use crate::store::{Claim, Store, StoreError};
+use crate::store::{Store, StoreError};
 use crate::tool::{Prepared, Recover};
 
+mod acquire;
 mod answer;
 mod attempt;
 mod builder;
@@ -26,6 +27,7 @@ mod core;
 mod enqueue;
 pub(crate) mod expiry;
 mod guard;
+mod hooks;
 mod keyed;
 mod lease;
 mod rotation;
@@ -37,19 +39,21 @@ mod transaction;
 mod transactional;
 mod wait;
 
-use answer::{answer_found, gone, replay};
-use attempt::{Attempt, Claimed};
-use claim::Takeover;
+use acquire::{Acquired, Opened};
+use answer::{answer_found, replay};
+use attempt::Attempt;
+use claim::Taken;
 use core::Core;
 use expiry::Background;
-use guard::Held;
 use keyed::Keyed;
 use secret::SecretCheck;
-use wait::{Look, Waited, Waiters};
+use transactional::InTx;
+use wait::{Repeat, Waited, Waiters};
 
 pub use builder::IdempotencyBuilder;
 pub use call::Call;
 pub use enqueue::EnqueueError;
+pub(crate) use hooks::Hooks;
 #[cfg(feature = "_sql")]
 pub use transaction::{Transaction, TransactionError};
 
@@ -174,18 +178,6 @@ impl Idempotency {
         }
     }
 
-    /// How long a repeat of `spec` that finds its call in progress waits (the tool's wait, else
-    /// the engine's, bounded by the timeout), and until when, from `started`; `None`: not at all.
-    fn wait_for(
-        &self,
-        spec: &crate::tool::ToolSpec,
-        started: tokio::time::Instant,
-    ) -> (Duration, Option<tokio::time::Instant>) {
-        let wait = spec.wait.unwrap_or(self.wait);
-        let wait = spec.timeout.map_or(wait, |t| wait.min(t));
-        (wait, (!wait.is_zero()).then(|| started + wait))
-    }
-
     /// Runs `body` at most once for `prepared`'s key: claims first, then runs, then records; a
     /// repeat gets the stored answer or the wrapper's honest error, converted into `E`.
     /// What `#[idempotent]` does on plain functions.
@@ -219,6 +211,22 @@ impl Idempotency {
     where
         T: Serialize + DeserializeOwned,
         Fut: Future<Output = Result<T, E>> + Send,
+    {
+        self.execute_hooked(prepared, policy, body, ()).await
+    }
+
+    /// [`Idempotency::execute_raw`] with a kind of call's `hooks` (a task's: [`Hooks`]).
+    pub(crate) async fn execute_hooked<T, E, Fut, H>(
+        &self,
+        prepared: Prepared,
+        policy: ErrorPolicy<E>,
+        body: Fut,
+        hooks: H,
+    ) -> Outcome<T, Failure<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        Fut: Future<Output = Result<T, E>> + Send,
+        H: Hooks,
     {
         let spec = prepared.spec;
         if let Some(b) = &self.background {
@@ -254,14 +262,8 @@ impl Idempotency {
         let recorded = span.clone();
         // The key and fingerprint under the current secret, derived once for every stage.
         let keyed = Keyed::new(prepared, &self.secret);
-        let out = if let Some(out) = self.cached(&keyed, &policy) {
-            out
-        } else if spec.transactional {
-            tracing::Instrument::instrument(self.run_transactional(keyed, policy, body), span).await
-        } else {
-            let call = self.claim_and_run(keyed, policy, body);
-            tracing::Instrument::instrument(call, span).await
-        };
+        let call = self.pipeline(keyed, policy, body, hooks);
+        let out = tracing::Instrument::instrument(call, span).await;
         let answer = crate::metrics::call(spec.name, &out, began.elapsed());
         recorded.record("idempotency.outcome", answer);
         recorded.record("idempotency.replayed", out.replayed);
@@ -280,27 +282,6 @@ impl Idempotency {
         out
     }
 
-    /// The answer this engine keeps for `keyed`'s call, if it may serve it now: replayed with
-    /// no store round trip.
-    fn cached<T, E>(&self, keyed: &Keyed, policy: &ErrorPolicy<E>) -> Option<Outcome<T, Failure<E>>>
-    where
-        T: DeserializeOwned,
-    {
-        let cache = self.cache.as_ref()?;
-        let tool = keyed.tool();
-        match cache.get(&keyed.key(), keyed.fingerprint(), self.core.clock.now()) {
-            cache::Found::Hit(reference, response) => {
-                crate::metrics::cache(tool, true);
-                tracing::debug!(tool, %reference, "idempotency replay from the local cache");
-                Some(replay(tool, reference, &response, policy))
-            }
-            cache::Found::Miss => {
-                crate::metrics::cache(tool, false);
-                None
-            }
-        }
-    }
-
     /// What a call of `keyed` that this engine claims keeps of its answer, if anything.
     fn keep(&self, keyed: &Keyed) -> Option<cache::Keep> {
         let cache = self.cache.as_ref()?;
@@ -313,110 +294,69 @@ impl Idempotency {
         })
     }
 
-    async fn claim_and_run<T, E, Fut>(
+    /// One call, whatever its kind: keyed once, then *acquire* (a cached answer, a claim or a
+    /// takeover, an open transaction), *wait* (a repeat that finds the call in flight, if it
+    /// may), *run* (under the claim or inside the transaction, the hook first) and *answer*.
+    async fn pipeline<T, E, Fut, H>(
         &self,
         keyed: Keyed,
-        mut policy: ErrorPolicy<E>,
-        mut body: Fut,
+        policy: ErrorPolicy<E>,
+        body: Fut,
+        hooks: H,
     ) -> Outcome<T, Failure<E>>
     where
         T: Serialize + DeserializeOwned,
         Fut: Future<Output = Result<T, E>> + Send,
+        H: Hooks,
     {
-        let (spec, caller) = (keyed.spec(), &keyed.prepared.caller);
+        let spec = *keyed.spec();
         let tool = spec.name;
-        let started = tokio::time::Instant::now();
-        // With a timeout, a store that does not answer the claim within it cannot hold the
-        // caller: nothing ran, and the claim it may have made is released.
-        let by = spec.timeout.map(|t| started + t);
-        // A repeat that finds the call in progress may wait for it: up to the wait, and the
-        // timeout. It claims again only once the record may have moved on.
-        let (wait, wait_until) = self.wait_for(spec, started);
-        let mut slot: Option<wait::Slot> = None;
-        // When the claim that answered was sent: a won claim's lease is counted from it.
-        let mut sent;
-        // Reads that found the call still in progress after a wake: each pauses longer.
-        let mut idle_reads = 0;
-        let (claim, now) = loop {
-            let now = self.core.clock.now();
-            if slot.is_some() {
-                // However the store answers, a waiting repeat reads it at most every few ms.
-                wait::pace(&mut idle_reads, wait_until).await;
-            }
-            sent = tokio::time::Instant::now();
-            let claim = match &slot {
-                None => self.claim_any(&keyed, now, by).await,
-                Some(woken) => {
-                    woken
-                        .read_again(keyed.fingerprint(), || self.claim_any(&keyed, now, by))
-                        .await
+        let mut repeat = Repeat::new(&spec, self.wait, self.max_waiters);
+        let run = loop {
+            match self.acquire(&keyed, &mut repeat).await {
+                Acquired::Hit {
+                    reference,
+                    response,
+                } => return replay(tool, reference, &response, &policy),
+                Acquired::Refused(out) => return out,
+                Acquired::Found(found) => {
+                    return answer_found(tool, found.claim, found.now, &policy)
                 }
-            };
-            let claim = match claim {
-                Ok(c) => c,
-                Err(out) => return out,
-            };
-            // A call whose worker is gone runs again under its reference when the tool says its
-            // side effect deduplicates on it; a waiting repeat that loses that race waits on.
-            if let (Some(gone), Recover::Rerun) = (gone(&claim, now), spec.recover) {
-                slot = None;
-                let takeover = Takeover {
-                    gone,
-                    now,
-                    by,
-                    until: wait_until,
-                };
-                (policy, body) = match self.rerun(&keyed, takeover, policy, body).await {
-                    Ok(out) => return out,
-                    Err(lost) => (lost.policy, lost.body),
-                };
-                continue;
-            }
-            let (Some(until), Claim::InFlight { reference, .. }) = (wait_until, &claim) else {
-                break (claim, now);
-            };
-            let Some(holder) = self.waited_key(&keyed, &claim, now) else {
-                break (claim, now);
-            };
-            slot = self.waiters.keep_or_enter(slot, holder, self.max_waiters);
-            let Some(waiting) = &slot else {
-                tracing::info!(tool, %reference, max = self.max_waiters, "idempotency: too many repeats waiting; answering in progress at once");
-                break (claim, now);
-            };
-            tracing::debug!(tool, %reference, "idempotency: waiting for the call in progress");
-            crate::metrics::waited(tool);
-            let waited = crate::progress::reporting(
-                *reference,
-                started,
-                wait,
-                waiting.wait(&self.core, Look::Record(caller), *reference, until),
-            )
-            .await;
-            let waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            tracing::Span::current().record("idempotency.waited_ms", waited_ms);
-            if let Waited::Over = waited {
-                break (claim, now);
+                Acquired::InFlight(on) => match repeat.wait(&self.core, &self.waiters, &on).await {
+                    Waited::Moved => {}
+                    Waited::Over => {
+                        return answer_found(tool, on.found.claim, on.found.now, &policy);
+                    }
+                },
+                Acquired::Claimed(taken) => break Run::Claimed(taken),
+                Acquired::Opened(opened) => break Run::Opened(opened),
             }
         };
-        drop(slot);
-        match claim {
-            Claim::New { reference, token } => {
-                tracing::debug!(tool, %reference, "idempotency claim");
-                let keep = self.keep(&keyed);
-                let held = Held {
-                    key: keyed.key(),
-                    reference,
-                    token,
-                };
-                Attempt::new(&self.core, *spec, held, Claimed { at: now, sent })
+        // Running, it waits no more: its place among the waiters is given back.
+        drop(repeat);
+        // The run stage: one for both holds, the hook first.
+        match run {
+            Run::Claimed(taken) => {
+                let keep = if taken.rerun { None } else { self.keep(&keyed) };
+                let body = hooks.on_claimed(taken.held.reference, body);
+                let attempt = Attempt::new(&self.core, spec, taken.held, taken.claimed)
                     .keeping(keep)
-                    .for_caller(keyed.prepared.caller)
-                    .run(policy, body)
-                    .await
+                    .for_caller(keyed.prepared.caller);
+                attempt::run(attempt, policy, body).await
             }
-            found => answer_found(tool, found, now, &policy),
+            Run::Opened(opened) => {
+                let body = hooks.on_claimed(opened.tx.reference(), body);
+                let keep = self.keep(&keyed);
+                attempt::run(InTx::new(opened, keep), policy, body).await
+            }
         }
     }
+}
+
+/// What a call runs under: its claim, or its open transaction.
+enum Run {
+    Claimed(Taken),
+    Opened(Opened),
 }
 
 /// 64 bits that differ from one call to the next and from one process to the next (a randomly

@@ -22,6 +22,8 @@ use crate::key::{Caller, Fingerprint, Key, Reference};
 use crate::record::{RecordStatus, Standing};
 use crate::store::{Claim, StoreError, TransactionalStore, Wake};
 
+use super::answer::Found;
+
 /// The first pause between two status reads of a waiter, and the longest (it doubles).
 const FIRST_POLL: Duration = Duration::from_millis(50);
 const LAST_POLL: Duration = Duration::from_millis(500);
@@ -235,6 +237,118 @@ impl Slot {
             pause = (pause * 2).min(last);
         }
     }
+}
+
+/// A call's schedule as a repeat, one for every kind of call: by when the store must answer it
+/// (its timeout), how long and until when it may wait for the call in progress (the tool's wait,
+/// else the engine's, bounded by the timeout), its place among the engine's waiting repeats while
+/// it waits, and the pause before it claims again.
+pub(super) struct Repeat {
+    tool: &'static str,
+    started: tokio::time::Instant,
+    by: Option<tokio::time::Instant>,
+    wait: Duration,
+    until: Option<tokio::time::Instant>,
+    /// At most this many repeats of the engine wait at once.
+    max: usize,
+    slot: Option<Slot>,
+    /// Claims that found the call still in progress after a wake: each pauses longer.
+    idle_reads: u32,
+    tries: u32,
+}
+
+impl Repeat {
+    /// The schedule of a call of `spec` starting now, in an engine that waits `wait` when the
+    /// tool does not say, with at most `max` repeats waiting at once.
+    pub(super) fn new(spec: &crate::tool::ToolSpec, wait: Duration, max: usize) -> Self {
+        let started = tokio::time::Instant::now();
+        let wait = spec.wait.unwrap_or(wait);
+        let wait = spec.timeout.map_or(wait, |t| wait.min(t));
+        Repeat {
+            tool: spec.name,
+            started,
+            by: spec.timeout.map(|t| started + t),
+            wait,
+            until: (!wait.is_zero()).then(|| started + wait),
+            max,
+            slot: None,
+            idle_reads: 0,
+            tries: 0,
+        }
+    }
+
+    /// Whether this is the call's first try (and counts it).
+    pub(super) fn first_try(&mut self) -> bool {
+        self.tries += 1;
+        self.tries == 1
+    }
+
+    /// By when the store must have answered: the call's timeout, if it has one.
+    pub(super) fn by(&self) -> Option<tokio::time::Instant> {
+        self.by
+    }
+
+    /// Until when this repeat may wait for the call in progress; `None`: not at all.
+    pub(super) fn until(&self) -> Option<tokio::time::Instant> {
+        self.until
+    }
+
+    /// Whether this repeat may wait for the call in progress.
+    pub(super) fn may_wait(&self) -> bool {
+        self.until.is_some()
+    }
+
+    /// Its place among the waiters, while it waits.
+    pub(super) fn slot(&self) -> Option<&Slot> {
+        self.slot.as_ref()
+    }
+
+    /// Gives its place among the waiters back (it claims afresh, or runs).
+    pub(super) fn leave(&mut self) {
+        self.slot = None;
+    }
+
+    /// While it waits, before it claims again: the pause ([`pace`]).
+    pub(super) async fn pace(&mut self) {
+        if self.slot.is_some() {
+            pace(&mut self.idle_reads, self.until).await;
+        }
+    }
+
+    /// Waits for the call `on` in progress, among `waiters` (unless too many wait already: then
+    /// `Over` at once), as long as this repeat may; progress reported meanwhile.
+    pub(super) async fn wait(
+        &mut self,
+        core: &super::core::Core,
+        waiters: &Arc<Waiters>,
+        on: &InFlight<'_>,
+    ) -> Waited {
+        let (tool, reference) = (self.tool, on.reference);
+        let Some(until) = self.until else {
+            return Waited::Over;
+        };
+        self.slot = waiters.keep_or_enter(self.slot.take(), on.holder, self.max);
+        let Some(waiting) = &self.slot else {
+            tracing::info!(tool, %reference, max = self.max, "idempotency: too many repeats waiting; answering in progress at once");
+            return Waited::Over;
+        };
+        tracing::debug!(tool, %reference, "idempotency: waiting for the call in progress");
+        crate::metrics::waited(tool);
+        let waited = waiting.wait(core, on.look, reference, until);
+        let waited = crate::progress::reporting(reference, self.started, self.wait, waited).await;
+        let waited_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        tracing::Span::current().record("idempotency.waited_ms", waited_ms);
+        waited
+    }
+}
+
+/// A call in flight a repeat may wait for: the record, the key that holds it, and what to look
+/// at to learn that it moved on.
+pub(super) struct InFlight<'a> {
+    pub(super) found: Found,
+    pub(super) reference: Reference,
+    pub(super) holder: Key,
+    pub(super) look: Look<'a>,
 }
 
 /// What a waiting repeat looks at to learn that the call it waits on may have moved on.

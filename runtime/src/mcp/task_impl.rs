@@ -14,11 +14,13 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::clock::Timestamp;
+use crate::engine::Hooks;
 use crate::error::STATUS_TOOL;
+use crate::key::{Caller, Reference};
 use crate::outcome::{Disposition, ErrorPolicy, Failure, Outcome};
 use crate::record::{RecordStatus, Standing};
 use crate::tool::Prepared;
-use crate::{Call, Error, Idempotency, IdempotencyContext};
+use crate::{Error, Idempotency, IdempotencyContext};
 
 use super::answer::META_REF;
 use super::task_id::{Attempt, TaskId};
@@ -107,31 +109,14 @@ impl TaskCall {
         let caller = prepared.caller.clone();
         let (started, claimed) = tokio::sync::oneshot::channel::<RecordStatus>();
         let reader = engine.clone();
-        let (engine, at_start) = (engine.clone(), engine);
-        let body = async move {
-            // The task id names this claim by its time in the store, read before the body acts: the
-            // record is this attempt's meanwhile (nobody else claims a call in flight, and a rerun
-            // keeps the claim's time). Unread, the call is answered inline once it is done.
-            if let Some(call) = Call::current() {
-                let reference = call.reference();
-                match at_start.status(&caller, reference).await {
-                    Ok(Some(status)) if status.reference == reference => {
-                        let _ = started.send(status);
-                    }
-                    Ok(_) => {
-                        tracing::warn!(%reference, "idempotency: the task's claim was not found; answering inline");
-                    }
-                    Err(e) => {
-                        tracing::warn!(%reference, error = %e, "idempotency: the task's claim time could not be read; answering inline");
-                    }
-                }
-            }
-            body.await
+        let hook = TaskHook {
+            engine: engine.clone(),
+            caller: caller.clone(),
+            started,
         };
-        let caller = prepared.caller.clone();
         let run = tokio::spawn(async move {
             engine
-                .execute_raw::<CallToolResult, E, _>(prepared, policy, body)
+                .execute_hooked::<CallToolResult, E, _, _>(prepared, policy, body, hook)
                 .await
         });
         // The body starts only once the claim is stored: the claim is the task.
@@ -169,6 +154,36 @@ impl TaskCall {
             return Ok(handle(TaskId::of(&status), &state.task));
         }
         super::answer_verbatim(outcome).map(CallToolResponse::Complete)
+    }
+}
+
+/// A task's hook into the pipeline: once its claim is known, the record it made names the task,
+/// read before the body acts (the record is this attempt's meanwhile: nobody else claims a call
+/// in flight, and a rerun keeps the claim's time). Unread, the call is answered inline once it
+/// is done.
+struct TaskHook {
+    engine: Idempotency,
+    caller: Caller,
+    started: tokio::sync::oneshot::Sender<RecordStatus>,
+}
+
+impl Hooks for TaskHook {
+    async fn on_claimed<F>(self, reference: Reference, body: F) -> F::Output
+    where
+        F: Future + Send,
+    {
+        match self.engine.status(&self.caller, reference).await {
+            Ok(Some(status)) if status.reference == reference => {
+                let _ = self.started.send(status);
+            }
+            Ok(_) => {
+                tracing::warn!(%reference, "idempotency: the task's claim was not found; answering inline");
+            }
+            Err(e) => {
+                tracing::warn!(%reference, error = %e, "idempotency: the task's claim time could not be read; answering inline");
+            }
+        }
+        body.await
     }
 }
 

@@ -7,11 +7,11 @@ use std::sync::atomic::Ordering;
 
 use serde::de::DeserializeOwned;
 
-use super::{Attempt, SETTLE_GRACE};
+use super::{Attempt, Hold, SETTLE_GRACE};
 use crate::engine::guard::{bounded, OnDrop};
 use crate::error::{Error, UnknownReason};
 use crate::outcome::{ErrorPolicy, Failure, Outcome};
-use crate::record::RecordState;
+use crate::record::Standing;
 use crate::store::{Fenced, StoreError};
 
 /// How long a stopped attempt spends on the store before it answers: its settling is bounded
@@ -109,12 +109,15 @@ impl Attempt {
             None => Ok(None),
         };
         match found {
-            Ok(Some(s)) if s.reference == reference => match (s.state, s.response) {
-                (RecordState::Completed, Some(response)) => {
-                    tracing::info!(tool, %reference, "idempotency: answering with the record's settled answer, not this attempt's");
-                    return crate::engine::replay(tool, reference, &response, policy);
+            // Judged as a repeat and the status tool judge it: on the store's clock.
+            Ok(Some(s)) if s.reference == reference => match s.standing(reference, self.now()) {
+                Standing::Completed | Standing::Failed | Standing::Expired => {
+                    if let Some(response) = &s.response {
+                        tracing::info!(tool, %reference, "idempotency: answering with the record's settled answer, not this attempt's");
+                        return crate::engine::replay(tool, reference, response, policy);
+                    }
                 }
-                (RecordState::InFlight, _) => {
+                Standing::InFlight => {
                     return Outcome {
                         result: Err(Failure::Wrapper(Error::InFlight {
                             tool: tool.into(),
@@ -125,6 +128,7 @@ impl Attempt {
                         reference: Some(reference),
                     };
                 }
+                // Its lease passed unrenewed, unknown, released: the outcome is not known.
                 _ => {}
             },
             Ok(_) => {}
