@@ -26,5 +26,11 @@ pub fn refuse_into<R: From<rmcp::model::CallToolResult>>(
     refuse(e).map(R::from)
 }
 
+/// A wrapped tool's return type: its result, or a JSON-RPC error.
+pub type Answer = Result<rmcp::model::CallToolResult, rmcp::ErrorData>;
+
+/// A wrapped tool's return type when it may answer with an input round or a task.
+pub type Response = Result<rmcp::model::CallToolResponse, rmcp::ErrorData>;
+
 /// What an rmcp tool's caller is read from.
 pub type Request = rmcp::service::RequestContext<rmcp::RoleServer>;
