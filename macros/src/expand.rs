@@ -283,9 +283,9 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
             }
         };
         sig.output = if response || opts.task.is_some() {
-            syn::parse_quote!(-> #p::Result<#p::rmcp::model::CallToolResponse, #p::rmcp::ErrorData>)
+            syn::parse_quote!(-> #p::mcp::Response)
         } else {
-            syn::parse_quote!(-> #p::Result<#p::rmcp::model::CallToolResult, #p::rmcp::ErrorData>)
+            syn::parse_quote!(-> #p::mcp::Answer)
         };
         // The arguments as sent, copied before `Parameters<T>` takes them: the first parameter
         // after the receiver.

@@ -1,56 +1,11 @@
-//! What `#[idempotent]` generates code against. Not a public API: names here change without notice.
+//! Deriving a call's key from its typed arguments: the `prepare_*` calls, and the compile-time
+//! checks that report unkeyable arguments at the user's type or business-key field.
 
-pub use crate::context::IdempotencyContext;
-pub use crate::engine::Idempotency;
-pub use crate::error::Error;
-pub use crate::key::Caller;
-pub use crate::key::Scope;
-pub use crate::outcome::{Classify, ErrorPolicy, Failure, Outcome};
-pub use crate::tool::{BusinessKey, Prepared, Recover, TaskTool, ToolSpec, TransactionalTool};
-pub use core::clone::Clone;
-pub use core::convert::From;
-pub use core::option::Option;
-pub use core::result::Result;
-pub use core::time::Duration;
-pub use inventory;
-pub use serde::de::DeserializeOwned;
-pub use serde::Serialize;
+use serde::Serialize;
 
-#[cfg(feature = "rmcp")]
-pub use ::rmcp;
-
-/// The MCP side of generated code.
-#[cfg(feature = "rmcp")]
-pub mod mcp {
-    pub use crate::mcp::answer::{answer, answer_verbatim, refuse};
-    pub use crate::mcp::arguments::{check_arguments, closed_input_schema, RawArguments};
-    pub use crate::mcp::client_key::{client_key, client_key_meta, keyed, ClientKeys, KeyedAnswer};
-    pub use crate::mcp::interim::{answer_response, split_response, Interim};
-    pub use crate::mcp::origin::with_origin;
-    pub use crate::mcp::progress::{progress_of, reporting};
-    pub use crate::mcp::task_impl::{
-        render as task_render, render_verbatim as task_render_verbatim, TaskCall,
-    };
-
-    /// Whether a `task` tool answers `request` with a task: the server declares the tasks
-    /// extension (SEP-2663), so `tasks/get` reaches it, and the request's client does too.
-    pub fn wants_task<S: rmcp::ServerHandler>(server: &S, request: &Request) -> bool {
-        server.get_info().capabilities.supports_tasks()
-            && request
-                .client_capabilities()
-                .is_some_and(|c| c.supports_tasks())
-    }
-
-    /// [`refuse`] as the wrapped tool's own answer type (`CallToolResult` or `CallToolResponse`).
-    pub fn refuse_into<R: From<rmcp::model::CallToolResult>>(
-        e: crate::Error,
-    ) -> Result<R, rmcp::ErrorData> {
-        refuse(e).map(R::from)
-    }
-
-    /// What an rmcp tool's caller is read from.
-    pub type Request = rmcp::service::RequestContext<rmcp::RoleServer>;
-}
+use crate::error::Error;
+use crate::key::{Caller, ClientKey};
+use crate::tool::{BusinessKey, Prepared, ToolSpec};
 
 /// The arguments of a wrapped tool. Named in generated code with the argument type spelled out,
 /// so that a type without `Serialize` is reported at that type.
@@ -96,7 +51,7 @@ pub fn prepare_business_or_call<A: Arguments + ?Sized, B: Serialize + ?Sized>(
 pub fn prepare_client<A: Arguments + ?Sized>(
     caller: &Caller,
     spec: &ToolSpec,
-    client_key: Option<&crate::key::ClientKey>,
+    client_key: Option<&ClientKey>,
     args: &A,
 ) -> Result<Prepared, Error> {
     match client_key {

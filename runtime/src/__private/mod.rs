@@ -1,0 +1,29 @@
+//! What `#[idempotent]` generates code against. Not a public API: names here change without notice.
+//! One file per concern: `key` (the key from the typed arguments), `mcp` (an rmcp tool's run and
+//! answer).
+
+pub use crate::context::IdempotencyContext;
+pub use crate::engine::Idempotency;
+pub use crate::error::Error;
+pub use crate::key::Caller;
+pub use crate::key::Scope;
+pub use crate::outcome::{Classify, ErrorPolicy, Failure, Outcome};
+pub use crate::tool::{BusinessKey, Prepared, Recover, TaskTool, ToolSpec, TransactionalTool};
+pub use core::clone::Clone;
+pub use core::convert::From;
+pub use core::option::Option;
+pub use core::result::Result;
+pub use core::time::Duration;
+pub use inventory;
+pub use serde::de::DeserializeOwned;
+pub use serde::Serialize;
+
+#[cfg(feature = "rmcp")]
+pub use ::rmcp;
+
+/// The MCP side of generated code.
+#[cfg(feature = "rmcp")]
+pub mod mcp;
+
+mod key;
+pub use key::*;
