@@ -254,6 +254,74 @@ async fn an_ignored_field_neither_makes_a_new_call_nor_a_mismatch() {
     assert_eq!(ctx.runs.runs(), 3);
 }
 
+/// ACP's MCP binding: `{meta, id, payload}`, the key in `meta.idempotency_key`, beside a request
+/// id, a timestamp and a signature that are fresh on every retry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct AcpArgs {
+    meta: AcpMeta,
+    id: String,
+    payload: serde_json::Value,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct AcpMeta {
+    idempotency_key: String,
+    request_id: String,
+    timestamp: String,
+    signature: String,
+}
+
+#[idempotent(
+    business_key = "meta.idempotency_key",
+    ignore = ["meta.request_id", "meta.timestamp", "meta.signature"],
+    on_error = "retryable"
+)]
+async fn complete_checkout(ctx: &Ctx, args: AcpArgs) -> Result<String, Error> {
+    Ok(format!(
+        "{} #{} by {}",
+        args.id,
+        ctx.runs.hit(),
+        args.meta.request_id
+    ))
+}
+
+#[tokio::test]
+async fn nested_volatile_fields_are_left_out_by_path() {
+    let ctx = ctx();
+    let call = |key: &str, attempt: u32, amount: u64| AcpArgs {
+        meta: AcpMeta {
+            idempotency_key: key.into(),
+            request_id: format!("req-{attempt}"),
+            timestamp: format!("2026-12-06T10:00:0{attempt}Z"),
+            signature: format!("sig-{attempt}"),
+        },
+        id: "cs_1".into(),
+        payload: serde_json::json!({"payment_data": {"token": "tok", "amount": amount}}),
+    };
+    // Retries with a fresh request id, timestamp and signature replay the first answer.
+    let first = complete_checkout(&ctx, call("k-1", 1, 500)).await.unwrap();
+    assert_eq!(first, "cs_1 #1 by req-1");
+    for attempt in 2..5 {
+        assert_eq!(
+            complete_checkout(&ctx, call("k-1", attempt, 500))
+                .await
+                .unwrap(),
+            first
+        );
+    }
+    // The same key with another payload is a conflict, never a replay.
+    assert!(matches!(
+        complete_checkout(&ctx, call("k-1", 5, 900)).await,
+        Err(Error::PayloadMismatch { .. })
+    ));
+    // Another key is another call.
+    assert_eq!(
+        complete_checkout(&ctx, call("k-2", 6, 500)).await.unwrap(),
+        "cs_1 #2 by req-6"
+    );
+    assert_eq!(ctx.runs.runs(), 2);
+}
+
 /// Version 1 of a tool's arguments, and version 2 with an optional field added the way the
 /// guide says (`docs/guide.md`) (`default` + `skip_serializing_if = "Option::is_none"`): during a rolling deploy
 /// both run side by side, and a call that omits the new field must keep its key.

@@ -280,8 +280,8 @@ impl Options {
                 cx.error(key.span, "`ignore` needs at least one field");
             }
             for lit in &lits {
-                if syn::parse_str::<Ident>(&lit.value()).is_err() {
-                    cx.error(lit.span(), format!("`{}` is not a top-level field name: `ignore` leaves whole top-level fields out of the key, e.g. ignore = \"sent_at\"", lit.value()));
+                if !is_field_path(&lit.value()) {
+                    cx.error(lit.span(), format!("`{}` is not a field path: `ignore` names fields by their JSON names, nested ones through objects with dots, e.g. ignore = [\"sent_at\", \"meta.request_id\"]", lit.value()));
                     ok = false;
                 }
             }
@@ -424,6 +424,17 @@ impl Options {
             None => syn::parse_quote!(::idempotency),
         }
     }
+}
+
+/// Whether `path` names a field by its JSON names through objects: names joined by dots, none
+/// empty, with no whitespace, quotes or brackets (an array has no field names).
+fn is_field_path(path: &str) -> bool {
+    path.split('.').all(|name| {
+        !name.is_empty()
+            && !name
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '[' | ']'))
+    })
 }
 
 #[cfg(test)]

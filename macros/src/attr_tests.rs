@@ -103,3 +103,28 @@ proptest::proptest! {
         let _ = cx.check();
     }
 }
+
+#[test]
+fn ignore_takes_field_paths_through_objects() {
+    let (o, err) = parse(quote!(
+        ignore = ["sent_at", "meta.request_id", "meta.idempotency-key"]
+    ));
+    assert_eq!(err, None);
+    let paths: Vec<String> = o
+        .ignore
+        .expect("ignore")
+        .value
+        .iter()
+        .map(LitStr::value)
+        .collect();
+    assert_eq!(
+        paths,
+        ["sent_at", "meta.request_id", "meta.idempotency-key"]
+    );
+    for bad in ["meta.", ".meta", "meta..id", "lines[0].sku", "sent at", ""] {
+        let (o, err) = parse(quote!(ignore = #bad));
+        assert!(o.ignore.is_none(), "{bad:?}");
+        let err = err.expect("an error");
+        assert!(err.contains("is not a field path"), "{bad:?}: {err}");
+    }
+}

@@ -122,17 +122,21 @@ pub(crate) fn function(cx: &mut Ctxt, f: &Function, opts: &Options) {
     }
     if let Some(ignore) = &opts.ignore {
         for (i, f) in ignore.value.iter().enumerate() {
-            if ignore.value[..i]
+            let path = f.value();
+            if let Some(prev) = ignore.value[..i]
                 .iter()
-                .any(|prev| prev.value() == f.value())
+                .find(|prev| overlaps(&prev.value(), &path))
             {
-                cx.error(f.span(), format!("`{}` is already ignored", f.value()));
+                let prev = prev.value();
+                let why = if prev == path {
+                    format!("`{path}` is already ignored")
+                } else {
+                    format!("`{path}` and `{prev}` overlap: ignoring a field ignores everything inside it; keep one")
+                };
+                cx.error(f.span(), why);
             }
             let keyed = opts.business_key.iter().flat_map(|k| &k.value);
-            if let Some(k) = keyed
-                .into_iter()
-                .find(|k| k.text.split('.').next() == Some(&f.value()))
-            {
+            if let Some(k) = keyed.into_iter().find(|k| overlaps(&k.text, &path)) {
                 cx.error(
                     f.span(),
                     format!("`{}` is part of the business key `{}`: a field cannot be both the key and ignored", f.value(), k.text),
@@ -151,3 +155,17 @@ pub(crate) fn function(cx: &mut Ctxt, f: &Function, opts: &Options) {
         }
     }
 }
+
+/// Whether one of two dotted field paths is the other or lies inside it.
+fn overlaps(a: &str, b: &str) -> bool {
+    let inside = |inner: &str, outer: &str| {
+        inner
+            .strip_prefix(outer)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+    };
+    inside(a, b) || inside(b, a)
+}
+
+#[cfg(test)]
+#[path = "check_tests.rs"]
+mod tests;

@@ -98,8 +98,10 @@ impl ToolSpec {
         self
     }
 
-    /// Top-level argument fields left out of the key and the fingerprint: volatile values a
-    /// retry may carry fresh (a client timestamp, a request id) that must not make it a new call.
+    /// Argument fields left out of the key and the fingerprint: volatile values a retry may
+    /// carry fresh (a client timestamp, a request id) that must not make it a new call. A field
+    /// is named by its JSON path through objects: `sent_at` at the top, `meta.request_id` inside
+    /// the top-level `meta` object (the names the arguments serialise to; not through arrays).
     /// The handler still gets them; the first call's answer is what a repeat gets.
     pub const fn ignoring(mut self, fields: &'static [&'static str]) -> Self {
         self.ignore = fields;

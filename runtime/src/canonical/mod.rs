@@ -149,7 +149,9 @@ pub fn canonical_json<T: Serialize + ?Sized>(value: &T) -> Result<String, Canoni
 }
 
 /// The text a key is hashed over: [`canonical_json`], except that it keeps what a handler can
-/// tell apart and JCS merges, and leaves out the top-level members named in `skip`.
+/// tell apart and JCS merges, and leaves out the members whose paths are in `skip` (`sent_at`
+/// at the top, `meta.request_id` inside the top-level object `meta`; paths go through objects
+/// only, not arrays or enum variants).
 ///
 /// * A float keeps a mark that it is one: `1.0` is written `1.0`, not `1`, and `-0.0` is
 ///   `-0.0`, so an untagged `Int(1)` and `Float(1.0)`, or a `serde_json::Value` holding `100`
@@ -171,7 +173,11 @@ pub(crate) fn typed_canonical<T: Serialize + ?Sized>(
     value.serialize(Ser {
         out: &mut out,
         depth: 0,
-        mode: Mode { typed: true, skip },
+        mode: Mode {
+            typed: true,
+            skip,
+            at: (!skip.is_empty()).then_some(""),
+        },
     })?;
     Ok(out)
 }

@@ -58,14 +58,14 @@ impl<'a> Object<'a> {
         key: Cow<'static, str>,
         value: &T,
     ) -> Result<(), CanonicalError> {
-        if self.depth == 1 && self.mode.skip.contains(&&*key) {
+        let Some(mode) = self.mode.member(&key) else {
             return Ok(());
-        }
+        };
         let from = self.out.len() - self.start;
         value.serialize(Ser {
             out: &mut *self.out,
             depth: self.depth,
-            mode: self.mode,
+            mode,
         })?;
         let to = self.out.len() - self.start;
         self.members.push(Member {

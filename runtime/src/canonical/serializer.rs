@@ -27,7 +27,7 @@ impl<'a> Ser<'a> {
         Ok(Seq {
             out: self.out,
             depth,
-            mode: self.mode,
+            mode: self.mode.unnamed(),
             first: true,
             close,
         })
@@ -178,7 +178,7 @@ impl<'a> ser::Serializer for Ser<'a> {
         value.serialize(Ser {
             out: &mut *self.out,
             depth,
-            mode: self.mode,
+            mode: self.mode.unnamed(),
         })?;
         self.out.push('}');
         Ok(())
@@ -207,7 +207,7 @@ impl<'a> ser::Serializer for Ser<'a> {
         Ser {
             out: self.out,
             depth,
-            mode: self.mode,
+            mode: self.mode.unnamed(),
         }
         .seq("]}")
     }
@@ -236,7 +236,7 @@ impl<'a> ser::Serializer for Ser<'a> {
         Ser {
             out: self.out,
             depth,
-            mode: self.mode,
+            mode: self.mode.unnamed(),
         }
         .object(len, "}")
     }

@@ -10,14 +10,51 @@ pub(super) struct Mode {
     /// Keys: floats keep a mark that they are floats (`1.0`, `-0.0`), serde_json's private
     /// number and raw-value tokens are read strictly.
     pub(super) typed: bool,
-    /// Top-level object members left out (volatile fields).
+    /// Members left out (volatile fields), by path: `sent_at` at the top, `meta.request_id`
+    /// inside the top-level `meta` object.
     pub(super) skip: &'static [&'static str],
+    /// The path of the object whose members are written with this mode (`""` at the top,
+    /// `"meta."` inside `meta`), while a path in `skip` runs through it; `None` elsewhere.
+    pub(super) at: Option<&'static str>,
 }
 
 pub(super) const JCS: Mode = Mode {
     typed: false,
     skip: &[],
+    at: None,
 };
+
+impl Mode {
+    /// The mode of a member named `name` of an object written with `self`: `None` when the
+    /// member is left out (its path is in `skip`), else the mode its value is written with.
+    pub(super) fn member(self, name: &str) -> Option<Mode> {
+        let Some(prefix) = self.at else {
+            return Some(self);
+        };
+        let mut inside = None;
+        for path in self.skip {
+            let Some(after) = path
+                .strip_prefix(prefix)
+                .and_then(|rest| rest.strip_prefix(name))
+            else {
+                continue;
+            };
+            if after.is_empty() {
+                return None;
+            }
+            if inside.is_none() && after.starts_with('.') {
+                inside = path.get(..prefix.len() + name.len() + 1);
+            }
+        }
+        Some(Mode { at: inside, ..self })
+    }
+
+    /// The mode of what is not an object member (an array's element, a variant's content):
+    /// paths in `skip` name object members only.
+    pub(super) fn unnamed(self) -> Mode {
+        Mode { at: None, ..self }
+    }
+}
 
 /// Writes one value into `out`; `depth` is the number of levels around it.
 pub(super) struct Ser<'a> {

@@ -142,6 +142,65 @@ fn keys_leave_out_only_top_level_ignored_members() {
 }
 
 #[test]
+fn keys_leave_out_nested_ignored_members_by_path() {
+    // ACP's arguments: the retry's request id, timestamp and signature are fresh each time.
+    let v = serde_json::json!({
+        "meta": {"idempotency_key": "k1", "request_id": "r1", "timestamp": "t1", "api_version": "2026-01-30"},
+        "id": "cs_1",
+        "payload": {"request_id": "kept", "items": [{"request_id": "kept too"}]},
+        "request_id": "kept at the top"
+    });
+    let skip = &["meta.idempotency_key", "meta.request_id", "meta.timestamp"];
+    assert_eq!(
+        typed_canonical(&v, skip).unwrap(),
+        r#"{"id":"cs_1","meta":{"api_version":"2026-01-30"},"payload":{"items":[{"request_id":"kept too"}],"request_id":"kept"},"request_id":"kept at the top"}"#
+    );
+    // Deeper paths; a path that does not exist leaves everything in; paths share a prefix.
+    let v = serde_json::json!({"a": {"b": {"c": 1, "d": 2}, "bb": 3}, "ab": 4});
+    assert_eq!(
+        typed_canonical(&v, &["a.b.c", "a.x", "a.bb"]).unwrap(),
+        r#"{"a":{"b":{"d":2}},"ab":4}"#
+    );
+    assert_eq!(
+        typed_canonical(&v, &["a.b"]).unwrap(),
+        r#"{"a":{"bb":3},"ab":4}"#
+    );
+    // Paths go through objects, not arrays.
+    let v = serde_json::json!({"a": [{"b": 1}]});
+    assert_eq!(typed_canonical(&v, &["a.b"]).unwrap(), r#"{"a":[{"b":1}]}"#);
+}
+
+#[test]
+fn nested_ignored_members_of_typed_structs_and_options() {
+    #[derive(serde::Serialize)]
+    struct Meta {
+        idempotency_key: String,
+        request_id: Option<String>,
+    }
+    #[derive(serde::Serialize)]
+    struct Args {
+        meta: Option<Meta>,
+        id: String,
+    }
+    let a = |r: &str| Args {
+        meta: Some(Meta {
+            idempotency_key: "k".into(),
+            request_id: Some(r.into()),
+        }),
+        id: "cs_1".into(),
+    };
+    let skip = &["meta.request_id"];
+    assert_eq!(
+        typed_canonical(&a("r1"), skip).unwrap(),
+        typed_canonical(&a("r2"), skip).unwrap()
+    );
+    assert_eq!(
+        typed_canonical(&a("r1"), skip).unwrap(),
+        r#"{"id":"cs_1","meta":{"idempotency_key":"k"}}"#
+    );
+}
+
+#[test]
 fn serde_json_private_tokens() {
     let nums = [
         PreciseNumber("123456789012345678901234567890"),

@@ -60,7 +60,7 @@ impl<S> FromContextPart<ToolCallContext<'_, S>> for RawArguments {
 
 /// Refuses the call when the client sent a member (at any depth inside objects and arrays) that
 /// the handler could read and the typed arguments' serialised form does not show: not `null`,
-/// not a top-level field the tool ignores, not left out by `skip_serializing_if`, and not an
+/// not a member the tool ignores (by path: `sent_at`, `meta.request_id`), not left out by `skip_serializing_if`, and not an
 /// alias of a field it holds (see the module documentation).
 pub fn check_arguments<A: Serialize + DeserializeOwned>(
     raw: &RawArguments,
@@ -102,7 +102,7 @@ type Reads<'r> = &'r dyn Fn(JsonObject) -> Result<(), serde_json::Error>;
 
 struct Check<'r, 's> {
     sent: &'s JsonObject,
-    /// The top-level members the tool ignores (not looked at).
+    /// The paths of the members the tool ignores (not looked at): `sent_at`, `meta.request_id`.
     ignored: &'r [&'r str],
     /// Deserialisations spent so far (at most [`MAX_PROBES`]).
     probes: Cell<usize>,
@@ -111,8 +111,8 @@ struct Check<'r, 's> {
 
 impl<'s> Check<'_, 's> {
     /// Whether everything in the object `sent` (at `at`, printed `path`) is seen by the key
-    /// (its `typed` members, less the skipped ones; at the top, the `ignored` members are not
-    /// looked at); the path of what is not.
+    /// (its `typed` members, less the skipped ones; the `ignored` members are not looked at);
+    /// the path of what is not.
     fn object(
         &self,
         at: &mut Vec<Step<'s>>,
@@ -122,14 +122,15 @@ impl<'s> Check<'_, 's> {
     ) -> Result<(), String> {
         let Object { members, skipped } = typed;
         for (name, value) in sent {
-            if at.is_empty() && self.ignored.contains(&name.as_str()) {
-                continue;
-            }
             let here = if path.is_empty() {
                 name.clone()
             } else {
                 format!("{path}.{name}")
             };
+            // An array item's path has a `[i]` step, never in an ignored path.
+            if self.ignored.contains(&here.as_str()) {
+                continue;
+            }
             let typed = match members.get(name) {
                 Some(typed) => Some(typed),
                 None if value.is_null() || skipped.contains(&name.as_str()) => continue,

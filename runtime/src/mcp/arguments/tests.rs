@@ -84,6 +84,22 @@ fn defaults_nulls_and_ignored_fields_pass() {
 }
 
 #[test]
+fn an_ignored_nested_member_passes_by_its_path_only() {
+    // `ship` is typed with `city` only: a fresh `ship.stamp` passes when its path is ignored,
+    // and `stamp` elsewhere (or at the top) is still refused.
+    let spec = SPEC.ignoring(&["ship.stamp"]);
+    let sent = json!({"amount": 5, "lines": [], "ship": {"city": "X", "stamp": 1}});
+    assert!(check::<Charge>(sent, &spec).is_ok());
+    let sent = json!({"amount": 5, "lines": [{"sku": "a", "stamp": 1}]});
+    assert!(check::<Charge>(sent, &spec).is_err());
+    let sent = json!({"amount": 5, "lines": [], "stamp": 1});
+    assert!(check::<Charge>(sent, &spec).is_err());
+    // Under its alias the member's path is the sent one, which is not ignored.
+    let sent = json!({"amount": 5, "lines": [], "shipping": {"city": "X", "stamp": 1}});
+    assert!(check::<Charge>(sent, &spec).is_err());
+}
+
+#[test]
 fn an_explicit_value_that_skip_serializing_if_drops_passes() {
     let sent = json!({
         "amount": 5, "quiet": false, "memo": "",
