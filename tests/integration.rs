@@ -16,8 +16,6 @@ mod engine;
 mod faults;
 mod keys;
 mod metrics;
-#[cfg(all(feature = "rmcp", feature = "opentelemetry"))]
-mod otel;
 #[cfg(all(feature = "sqlite", feature = "postgres", feature = "redis"))]
 mod pauses;
 #[cfg(feature = "rmcp")]
@@ -42,7 +40,6 @@ mod skew;
 #[cfg(all(feature = "postgres", feature = "rmcp"))]
 mod tasks;
 mod terminal;
-mod tracing;
 #[cfg(all(
     feature = "sqlite",
     feature = "postgres",

@@ -71,6 +71,8 @@ impl ServerHandler for Notes {
 /// Spans exported by the SDK while `f` runs, under a subscriber with tracing-opentelemetry's
 /// layer (for this thread: the tests run on current-thread runtimes).
 async fn exported<F: std::future::Future<Output = ()>>(calls: usize, f: F) -> Vec<SpanData> {
+    // One test at a time sets a subscriber in this binary (see `observability.rs`).
+    let _one = super::ONE_AT_A_TIME.lock().await;
     let spans = InMemorySpanExporter::default();
     let exporter = spans.clone();
     // The README's two lines ("Metrics"), as written there (see the test below).

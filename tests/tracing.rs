@@ -1,8 +1,8 @@
 //! Observability: events carry the reference and the tool, never the raw arguments.
 //!
-//! A test binary of its own: a subscriber set for one thread (`set_default`) misses an event
-//! whose callsite another test's thread registered at the same moment (tracing caches each
-//! callsite's interest process-wide), so it must not share a process with other tests.
+//! In the `observability` binary, one test at a time: a subscriber set for one thread
+//! (`set_default`) misses an event whose callsite another test's thread registered at the same
+//! moment (tracing caches each callsite's interest process-wide).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,6 +41,7 @@ impl std::io::Write for Captured {
 
 #[tokio::test]
 async fn tracing_names_ref_and_tool_but_not_arguments() {
+    let _one = super::ONE_AT_A_TIME.lock().await;
     let buf = Captured::default();
     let b2 = buf.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -156,6 +157,7 @@ where
 /// attributes say the reference, the outcome and whether it was replayed.
 #[tokio::test]
 async fn the_call_span_follows_the_mcp_semantic_conventions() {
+    let _one = super::ONE_AT_A_TIME.lock().await;
     use tracing_subscriber::layer::SubscriberExt;
     let spans = Spans::default();
     let _guard =
