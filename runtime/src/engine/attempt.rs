@@ -379,18 +379,7 @@ impl Hold for Attempt {
 
     async fn abandon(&mut self, why: Abandoned, settle_by: Option<tokio::time::Instant>) -> Error {
         let (tool, reference) = (self.tool(), self.guard.reference);
-        match &why {
-            Abandoned::TimedOut(after) => {
-                tracing::warn!(tool, %reference, ?after, "idempotency timeout: outcome unknown");
-            }
-            Abandoned::Panicked(message) => {
-                tracing::error!(tool, %reference, panic = %message, "idempotency handler panicked: outcome unknown");
-            }
-            Abandoned::Handler(_) => {
-                tracing::warn!(tool, %reference, "idempotency outcome unknown (handler)");
-            }
-            Abandoned::Unstorable { .. } => {}
-        }
+        why.log(tool, reference, "outcome unknown");
         self.mark_unknown(settle_by).await;
         let reason = match why {
             Abandoned::TimedOut(after) => UnknownReason::TimedOut(after),

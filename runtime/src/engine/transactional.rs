@@ -194,19 +194,9 @@ impl Hold for InTx {
 
     async fn abandon(&mut self, why: Abandoned, settle_by: Option<tokio::time::Instant>) -> Error {
         let (tool, reference) = (self.tool, self.reference);
-        match &why {
-            Abandoned::TimedOut(after) => {
-                tracing::warn!(tool, %reference, ?after, "idempotency timeout: the transaction is rolled back");
-            }
-            Abandoned::Panicked(message) => {
-                tracing::error!(tool, %reference, panic = %message, "idempotency handler panicked: the transaction is rolled back");
-            }
-            Abandoned::Handler(_) => {
-                // Its writes here are rolled back; what it did elsewhere, it cannot tell.
-                tracing::warn!(tool, %reference, "idempotency outcome unknown (handler): the transaction is rolled back");
-            }
-            Abandoned::Unstorable { .. } => {}
-        }
+        // A handler's unknown outcome: its writes here are rolled back; what it did elsewhere, it
+        // cannot tell.
+        why.log(tool, reference, "the transaction is rolled back");
         self.roll_back(settle_by).await;
         match why {
             Abandoned::TimedOut(after) => {

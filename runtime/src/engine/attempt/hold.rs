@@ -57,6 +57,25 @@ pub(in crate::engine) enum Abandoned {
     Handler(String),
 }
 
+impl Abandoned {
+    /// Logs why the call of `tool` under `reference` was abandoned, and `then` what follows
+    /// ("outcome unknown", "the transaction is rolled back").
+    pub(in crate::engine) fn log(&self, tool: &str, reference: Reference, then: &str) {
+        match self {
+            Abandoned::TimedOut(after) => {
+                tracing::warn!(tool, %reference, ?after, "idempotency timeout: {then}");
+            }
+            Abandoned::Panicked(message) => {
+                tracing::error!(tool, %reference, panic = %message, "idempotency handler panicked: {then}");
+            }
+            Abandoned::Handler(_) => {
+                tracing::warn!(tool, %reference, "idempotency handler said its outcome is unknown: {then}");
+            }
+            Abandoned::Unstorable { .. } => {}
+        }
+    }
+}
+
 /// What a call runs under once acquired, and what recording its outcome means there.
 pub(in crate::engine) trait Hold: Send + Sized {
     fn reference(&self) -> Reference;
