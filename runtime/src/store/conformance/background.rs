@@ -1,6 +1,7 @@
 //! Background reads: purge and the unsettled list.
 
 use super::fixtures::*;
+use super::subject::*;
 use crate::store::{Claim, Fenced, RecordState, Unsettled};
 
 // ---------------------------------------------------------------------------------------------

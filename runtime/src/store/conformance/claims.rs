@@ -1,6 +1,7 @@
 //! The claim table: new, in flight, completed within its window and at its edges, payload mismatches.
 
 use super::fixtures::*;
+use super::subject::*;
 use crate::store::{Claim, Fenced, RecordState, RecordStatus, StoredResponse, Token};
 
 // ---------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 //! Concurrent claims and takeovers: one winner.
 
 use super::fixtures::*;
+use super::subject::*;
 use crate::key::Key;
 use crate::store::{Claim, Fenced, StoreError, Token};
 

@@ -1,6 +1,7 @@
 //! Takeovers, unknown records, tokens and fencing, lease renewal.
 
 use super::fixtures::*;
+use super::subject::*;
 use crate::store::{Claim, Fenced, RecordState, Settlement, StoredResponse};
 
 pub(super) async fn released_is_taken_over_under_the_same_reference(b: &Subject) {

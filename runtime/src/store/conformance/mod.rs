@@ -30,15 +30,16 @@ mod background;
 mod claims;
 mod concurrency;
 mod fencing;
-mod fixtures;
+pub mod fixtures;
 mod outbox;
 mod run;
 mod settle;
 mod status;
+mod subject;
 #[cfg(test)]
 mod tests;
 
-use fixtures::Subject;
+use subject::Subject;
 
 /// What makes the store under test: a fresh, empty store for each case.
 ///

@@ -1,6 +1,7 @@
 //! The outbox, written with the completion.
 
 use super::fixtures::*;
+use super::subject::*;
 use crate::store::{Completion, Fenced, Receipt, StoreError};
 
 // ---------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ use std::any::Any;
 use std::fmt::Write;
 use std::sync::Arc;
 
-use super::fixtures::Subject;
+use super::subject::Subject;
 use super::{Case, Factory, Options};
 
 /// Runs `case` on a fresh store from `factory`: `Err` with the failure's message when it failed.

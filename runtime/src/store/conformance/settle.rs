@@ -1,6 +1,7 @@
 //! Settlements: completed, released, unknown.
 
 use super::fixtures::*;
+use super::subject::*;
 use crate::store::{Claim, Fenced, RecordState, Settlement};
 
 pub(super) async fn settle_completed_answers_repeats_for_the_window(b: &Subject) {

@@ -1,6 +1,7 @@
 //! Status lookups: tenant and subject scope, exact generations.
 
 use super::fixtures::*;
+use super::subject::*;
 use crate::key::Key;
 use crate::store::{Claim, ClaimRequest, RecordState, RecordStatus, StoreError};
 
