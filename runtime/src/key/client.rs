@@ -77,6 +77,13 @@ pub enum ClientKeyError {
         /// What it is (`a number`, `an object`...).
         found: &'static str,
     },
+    /// The tool reads its key from a field of its arguments (`client_key_field`), and the
+    /// request's arguments have none there (absent, `null` or `""`).
+    #[error("this tool requires an idempotency key in its arguments, at `{field}`: the client software (not the model) puts one key there and sends it again with every retry of one request")]
+    MissingField {
+        /// The field's path in the arguments (`meta.idempotency_key`).
+        field: &'static str,
+    },
     /// The request carries two different keys: one in `_meta`, another in the header, or the
     /// header more than once.
     #[error("the request carries more than one idempotency key (in `_meta` \"idempotency/key\" and in `Idempotency-Key` headers) and they differ: send one")]

@@ -74,25 +74,32 @@ pub fn client_key(
     mode: ClientKeys,
     spec: &ToolSpec,
 ) -> Result<Option<ClientKey>, ErrorData> {
-    let refuse = |source: ClientKeyError| {
-        let missing = source == ClientKeyError::Missing;
-        let e = Error::ClientKey {
-            tool: spec.name().to_owned(),
-            source,
-        };
-        crate::metrics::refused(&e);
-        let kind = if missing { KEY_MISSING } else { KEY_INVALID };
-        ErrorData::invalid_params(
-            e.advice(),
-            Some(json!({"type": kind, META_STATUS: "invalid"})),
-        )
-    };
+    let refuse = |source| refusal(spec, source);
     match read(request) {
         Ok(Some(key)) => Ok(Some(key)),
         Ok(None) if mode == ClientKeys::Accept => Ok(None),
         Ok(None) => Err(refuse(ClientKeyError::Missing)),
         Err(e) => Err(refuse(e)),
     }
+}
+
+/// The refusal of a request whose client key is missing or unusable (`source`): invalid
+/// params, `data.type` [`KEY_MISSING`] or [`KEY_INVALID`]; nothing was done.
+pub(crate) fn refusal(spec: &ToolSpec, source: ClientKeyError) -> ErrorData {
+    let missing = matches!(
+        source,
+        ClientKeyError::Missing | ClientKeyError::MissingField { .. }
+    );
+    let e = Error::ClientKey {
+        tool: spec.name().to_owned(),
+        source,
+    };
+    crate::metrics::refused(&e);
+    let kind = if missing { KEY_MISSING } else { KEY_INVALID };
+    ErrorData::invalid_params(
+        e.advice(),
+        Some(json!({"type": kind, META_STATUS: "invalid"})),
+    )
 }
 
 /// The key in the request's `_meta` and HTTP headers, checked.

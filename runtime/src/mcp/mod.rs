@@ -35,7 +35,9 @@
 //!
 //! See `examples/` for complete servers.
 
+pub(crate) mod acp;
 pub(crate) mod answer;
+pub(crate) mod argument_key;
 pub(crate) mod arguments;
 pub(crate) mod client_key;
 mod identity;
@@ -47,6 +49,7 @@ mod status;
 mod task_id;
 pub(crate) mod task_impl;
 
+pub use acp::{RETRY_AFTER_SECS, SERVER_ERROR};
 pub(crate) use answer::answer_verbatim;
 pub use answer::{META_REF, META_REPLAYED, META_STATUS, STATUSES};
 pub use client_key::{
