@@ -1,10 +1,10 @@
 //! The MCP side of generated code: what a wrapped rmcp tool calls.
 
-pub use crate::mcp::acp::acp;
 pub use crate::mcp::answer::{answer, answer_verbatim, refuse};
 pub use crate::mcp::argument_key::{argument_key, KeyField};
 pub use crate::mcp::arguments::{check_arguments, closed_input_schema, RawArguments};
 pub use crate::mcp::client_key::{client_key, client_key_meta, keyed, ClientKeys, KeyedAnswer};
+pub use crate::mcp::commerce::{commerce, Commerce};
 pub use crate::mcp::interim::{answer_response, split_response, Interim};
 pub use crate::mcp::origin::with_origin;
 pub use crate::mcp::progress::{progress_of, reporting};

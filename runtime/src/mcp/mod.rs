@@ -35,11 +35,11 @@
 //!
 //! See `examples/` for complete servers.
 
-pub(crate) mod acp;
 pub(crate) mod answer;
 pub(crate) mod argument_key;
 pub(crate) mod arguments;
 pub(crate) mod client_key;
+pub(crate) mod commerce;
 mod identity;
 pub(crate) mod interim;
 pub(crate) mod origin;
@@ -49,13 +49,13 @@ mod status;
 mod task_id;
 pub(crate) mod task_impl;
 
-pub use acp::{RETRY_AFTER_SECS, SERVER_ERROR};
 pub(crate) use answer::answer_verbatim;
 pub use answer::{META_REF, META_REPLAYED, META_STATUS, STATUSES};
 pub use client_key::{
     HEADER, IN_PROGRESS_CODE, KEY_CONFLICT, KEY_INVALID, KEY_IN_PROGRESS, KEY_MISSING, META_KEY,
     TOOL_META_CLIENT_KEY,
 };
+pub use commerce::{RETRY_AFTER_SECS, SERVER_ERROR};
 pub use identity::Identity;
 
 /// Wrapped tools as MCP tasks (the tasks extension, SEP-2663), durable in the idempotency store.

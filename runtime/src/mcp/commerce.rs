@@ -1,7 +1,9 @@
-//! Answers in the shape of the Agentic Commerce Protocol's MCP binding (`#[idempotent(answers =
-//! "acp")]`): every answer of the wrapper that is not the tool's own result is a JSON-RPC error
-//! with code [`SERVER_ERROR`] (`-32000`) whose `data` is ACP's `Error` object (`type`, `code`,
-//! `message`, `param`), with the codes ACP's REST side (SEP #120) gives the same cases:
+//! Answers in the shape of a commerce protocol's MCP binding (`#[idempotent(answers = "acp" |
+//! "ucp")]`): every answer of the wrapper that is not the tool's own result is a JSON-RPC error
+//! with code [`SERVER_ERROR`] (`-32000`), as both bindings answer protocol errors.
+//!
+//! With `answers = "acp"`, `data` is ACP's `Error` object (`type`, `code`, `message`, `param`),
+//! with the codes ACP's REST side (SEP #120) gives the same cases:
 //!
 //! | case | `data.type` | `data.code` |
 //! |---|---|---|
@@ -15,10 +17,15 @@
 //! | another call's record holds the reference | `processing_error` | `idempotency_reference_taken` |
 //! | the caller or the arguments cannot be keyed | `invalid_request` | `invalid` |
 //!
-//! Beside ACP's four members, `data` carries `ref` (the operation's reference, for the status
-//! tool) where there is one, and `retry_after` (whole seconds, what REST says in `Retry-After`)
-//! where waiting and sending the same request again is the answer: in flight, and unavailable.
-//! The tool's own answers — its results, and its errors as `isError` results — pass unchanged.
+//! With `answers = "ucp"`, `data` is one of UCP's messages (`type: "error"`, `code`, `content`,
+//! `severity`, `path`): the same codes, `content` for the message, `path` for ACP's `param`, and
+//! `severity` `recoverable` where the same request may succeed later (in flight, unavailable),
+//! else `unrecoverable`.
+//!
+//! Beside those members, `data` carries `ref` (the operation's reference, for the status tool)
+//! where there is one, and `retry_after` (whole seconds, what REST says in `Retry-After`) where
+//! waiting and sending the same request again is the answer: in flight, and unavailable. The
+//! tool's own answers — its results, and its errors as `isError` results — pass unchanged.
 
 use rmcp::model::ErrorCode;
 use rmcp::ErrorData;
@@ -27,7 +34,17 @@ use serde_json::{json, Map, Value};
 use super::answer::{META_REF, META_STATUS};
 use super::client_key::{KeyedAnswer, KEY_CONFLICT, KEY_INVALID, KEY_IN_PROGRESS, KEY_MISSING};
 
-/// The JSON-RPC error code of every ACP error (JSON-RPC's "server error").
+/// Which protocol's shape the wrapper's answers take.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Commerce {
+    /// The Agentic Commerce Protocol's `Error` object.
+    Acp,
+    /// The Universal Commerce Protocol's error message.
+    Ucp,
+}
+
+/// The JSON-RPC error code of every ACP or UCP error (JSON-RPC's "server error").
 pub const SERVER_ERROR: i32 = -32000;
 
 /// How long, in seconds, a request that found its key in flight (or the store unavailable) is
@@ -69,22 +86,42 @@ fn json_path(field: &str) -> String {
     path
 }
 
-/// The ACP error for `status`, saying `message`, about the operation `reference` (if known); the
-/// key's `param` where the key is what is wrong.
+/// The error for `status` in `shape`, saying `message`, about the operation `reference` (if
+/// known); the key's field where the key is what is wrong.
 fn error(
+    shape: Commerce,
     status: &str,
     message: String,
     reference: Option<&str>,
     key_field: Option<&str>,
 ) -> Option<ErrorData> {
     let (kind, code, retry) = classify(status)?;
-    let mut data = Map::new();
-    data.insert("type".into(), Value::String(kind.into()));
-    data.insert("code".into(), Value::String(code.into()));
-    data.insert("message".into(), Value::String(message.clone()));
     let about_key = code.starts_with("idempotency_key") || code == "idempotency_conflict";
-    if let (true, Some(field)) = (about_key, key_field) {
-        data.insert("param".into(), Value::String(json_path(field)));
+    let param = key_field.filter(|_| about_key).map(json_path);
+    let mut data = Map::new();
+    match shape {
+        Commerce::Acp => {
+            data.insert("type".into(), Value::String(kind.into()));
+            data.insert("code".into(), Value::String(code.into()));
+            data.insert("message".into(), Value::String(message.clone()));
+            if let Some(p) = param {
+                data.insert("param".into(), Value::String(p));
+            }
+        }
+        Commerce::Ucp => {
+            let severity = if retry {
+                "recoverable"
+            } else {
+                "unrecoverable"
+            };
+            data.insert("type".into(), Value::String("error".into()));
+            data.insert("code".into(), Value::String(code.into()));
+            data.insert("content".into(), Value::String(message.clone()));
+            data.insert("severity".into(), Value::String(severity.into()));
+            if let Some(p) = param {
+                data.insert("path".into(), Value::String(p));
+            }
+        }
     }
     if let Some(r) = reference.filter(|r| !r.is_empty()) {
         data.insert("ref".into(), Value::String(r.into()));
@@ -99,11 +136,12 @@ fn error(
     ))
 }
 
-/// A wrapped tool's `answer` in ACP's shape (see the module's table): the wrapper's own answers
-/// and refusals become ACP errors; `key_field` is the argument path of the client key, named in
-/// `param` when the key is what is wrong.
+/// A wrapped tool's `answer` in `shape` (see the module's table): the wrapper's own answers and
+/// refusals become the protocol's errors; `key_field` is the argument path of the client key,
+/// named (`param`, `path`) when the key is what is wrong.
 #[doc(hidden)]
-pub fn acp<R: KeyedAnswer>(
+pub fn commerce<R: KeyedAnswer>(
+    shape: Commerce,
     key_field: Option<&'static str>,
     answer: Result<R, ErrorData>,
 ) -> Result<R, ErrorData> {
@@ -118,7 +156,8 @@ pub fn acp<R: KeyedAnswer>(
                         .and_then(Value::as_str)
                 });
             let reference = data.and_then(|d| d.get("ref")).and_then(Value::as_str);
-            match status.and_then(|s| error(s, e.message.to_string(), reference, key_field)) {
+            match status.and_then(|s| error(shape, s, e.message.to_string(), reference, key_field))
+            {
                 Some(acp) => Err(acp),
                 None => Err(e),
             }
@@ -142,7 +181,7 @@ pub fn acp<R: KeyedAnswer>(
                 .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
                 .collect::<Vec<_>>()
                 .join("\n");
-            match error(status, message, reference, key_field) {
+            match error(shape, status, message, reference, key_field) {
                 Some(acp) => Err(acp),
                 None => Ok(done),
             }
@@ -161,6 +200,13 @@ mod tests {
         meta.insert(META_STATUS.into(), json!(status));
         meta.insert(META_REF.into(), json!("3f9a0c1b2d4e5f60-1"));
         Ok(CallToolResult::error(vec![ContentBlock::text(text)]).with_meta(Some(MetaObject(meta))))
+    }
+
+    fn acp<R: KeyedAnswer>(
+        key_field: Option<&'static str>,
+        answer: Result<R, ErrorData>,
+    ) -> Result<R, ErrorData> {
+        commerce(Commerce::Acp, key_field, answer)
     }
 
     fn data(r: Result<CallToolResult, ErrorData>) -> (i32, Value) {
@@ -246,7 +292,37 @@ mod tests {
     }
 
     #[test]
-    fn every_status_has_an_acp_code() {
+    fn ucp_says_it_as_an_error_message_with_a_severity() {
+        let (code, d) = data(commerce(
+            Commerce::Ucp,
+            Some("meta.idempotency-key"),
+            wrapper_answer("payload_mismatch", "other payload"),
+        ));
+        assert_eq!(code, -32000);
+        assert_eq!(
+            d,
+            json!({
+                "type": "error",
+                "code": "idempotency_conflict",
+                "content": "other payload",
+                "severity": "unrecoverable",
+                "path": "$.meta['idempotency-key']",
+                "ref": "3f9a0c1b2d4e5f60-1"
+            })
+        );
+        let (_, d) = data(commerce(
+            Commerce::Ucp,
+            None,
+            wrapper_answer("in_flight", "running"),
+        ));
+        assert_eq!(
+            (d["severity"].as_str(), d["retry_after"].as_u64()),
+            (Some("recoverable"), Some(1))
+        );
+    }
+
+    #[test]
+    fn every_status_has_a_code() {
         for status in crate::mcp::STATUSES {
             assert!(classify(status).is_some(), "{status}");
         }
