@@ -86,15 +86,21 @@ fn json_path(field: &str) -> String {
     path
 }
 
-/// The error for `status` in `shape`, saying `message`, about the operation `reference` (if
-/// known); the key's field where the key is what is wrong.
-fn error(
-    shape: Commerce,
-    status: &str,
+/// One of the wrapper's answers, as it said it: its status (or client-key refusal), its message,
+/// and the operation's reference (if known).
+struct Said<'a> {
+    status: &'a str,
     message: String,
-    reference: Option<&str>,
-    key_field: Option<&str>,
-) -> Option<ErrorData> {
+    reference: Option<&'a str>,
+}
+
+/// What `said` is in `shape`; the key's field named where the key is what is wrong.
+fn error(shape: Commerce, said: Said<'_>, key_field: Option<&str>) -> Option<ErrorData> {
+    let Said {
+        status,
+        message,
+        reference,
+    } = said;
     let (kind, code, retry) = classify(status)?;
     let about_key = code.starts_with("idempotency_key") || code == "idempotency_conflict";
     let param = key_field.filter(|_| about_key).map(json_path);
@@ -156,8 +162,12 @@ pub fn commerce<R: KeyedAnswer>(
                         .and_then(Value::as_str)
                 });
             let reference = data.and_then(|d| d.get("ref")).and_then(Value::as_str);
-            match status.and_then(|s| error(shape, s, e.message.to_string(), reference, key_field))
-            {
+            let said = status.map(|status| Said {
+                status,
+                message: e.message.to_string(),
+                reference,
+            });
+            match said.and_then(|said| error(shape, said, key_field)) {
                 Some(acp) => Err(acp),
                 None => Err(e),
             }
@@ -181,7 +191,12 @@ pub fn commerce<R: KeyedAnswer>(
                 .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
                 .collect::<Vec<_>>()
                 .join("\n");
-            match error(shape, status, message, reference, key_field) {
+            let said = Said {
+                status,
+                message,
+                reference,
+            };
+            match error(shape, said, key_field) {
                 Some(acp) => Err(acp),
                 None => Ok(done),
             }
