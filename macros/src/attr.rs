@@ -9,7 +9,7 @@ use syn::{Ident, LitStr, Token};
 
 use crate::ctxt::Ctxt;
 use idempotency_options::{parse_duration, Choice};
-pub(crate) use idempotency_options::{ClientKey, MissingKey, OnError, Recover, Scope};
+pub(crate) use idempotency_options::{Answers, ClientKey, MissingKey, OnError, Recover, Scope};
 
 mod kw {
     syn::custom_keyword!(window);
@@ -27,12 +27,15 @@ mod kw {
     syn::custom_keyword!(transactional);
     syn::custom_keyword!(recover);
     syn::custom_keyword!(client_key);
+    syn::custom_keyword!(client_key_field);
+    syn::custom_keyword!(answers);
 }
 
 /// Listed in the "unknown option" error.
 pub(crate) const OPTIONS: &str =
-    "`window`, `business_key`, `missing_key`, `client_key`, `scope`, `ignore`, `name`, \
-                            `on_error`, `timeout`, `wait`, `recover`, `context`, `task`, `transactional`, `crate`";
+    "`window`, `business_key`, `missing_key`, `client_key`, `client_key_field`, `answers`, \
+                            `scope`, `ignore`, `name`, `on_error`, `timeout`, `wait`, `recover`, `context`, `task`, \
+                            `transactional`, `crate`";
 
 /// The replay window when `window` is not given: 15 minutes.
 pub(crate) const DEFAULT_WINDOW_MS: u64 = 15 * 60 * 1000;
@@ -73,6 +76,10 @@ pub(crate) struct Options {
     pub missing_key: Option<Opt<MissingKey>>,
     /// `client_key`: the client's key from `_meta` or the `Idempotency-Key` header.
     pub client_key: Option<Opt<ClientKey>>,
+    /// `client_key_field`: read the client's key from this JSON path of the arguments instead.
+    pub client_key_field: Option<Opt<LitStr>>,
+    /// `answers`: the shape of the wrapper's own answers (this library's, ACP's, UCP's).
+    pub answers: Option<Opt<Answers>>,
     pub scope: Option<Opt<Scope>>,
     pub ignore: Option<Opt<Vec<LitStr>>>,
     pub name: Option<Opt<LitStr>>,
@@ -255,6 +262,24 @@ impl Options {
             self.choice(cx, input, |o| &mut o.missing_key)?;
         } else if la.peek(kw::client_key) {
             self.choice(cx, input, |o| &mut o.client_key)?;
+        } else if la.peek(kw::answers) {
+            self.choice(cx, input, |o| &mut o.answers)?;
+        } else if la.peek(kw::client_key_field) {
+            let key: kw::client_key_field = input.parse()?;
+            input.parse::<Token![=]>()?;
+            let lit = string(input, "client_key_field", "\"meta.idempotency_key\"")?;
+            let ok = is_field_path(&lit.value());
+            if !ok {
+                cx.error(lit.span(), format!("`{}` is not a field path: `client_key_field` names the key's field by its JSON name, nested through objects with dots, e.g. client_key_field = \"meta.idempotency_key\"", lit.value()));
+            }
+            set(
+                cx,
+                &mut self.seen,
+                &mut self.client_key_field,
+                "client_key_field",
+                key.span,
+                ok.then_some(lit),
+            );
         } else if la.peek(kw::ignore) {
             let key: kw::ignore = input.parse()?;
             input.parse::<Token![=]>()?;

@@ -114,6 +114,18 @@ pub(crate) fn function(cx: &mut Ctxt, f: &Function, opts: &Options) {
             );
         }
     }
+    if let (Some(k), None) = (&opts.client_key_field, &opts.client_key) {
+        cx.error(
+            k.span,
+            "`client_key_field` says where the client's key is; say whether a call must carry one: add `client_key = \"require\"` (refuse a call without it) or `client_key = \"accept\"` (key it by its arguments)",
+        );
+    }
+    if let (Some(a), Mode::Plain) = (&opts.answers, &f.mode) {
+        cx.error(
+            a.span,
+            "`answers` shapes an rmcp tool's answers (JSON-RPC errors); a plain function answers with its own error type: drop it",
+        );
+    }
     if let (Some(m), None) = (&opts.missing_key, &opts.business_key) {
         cx.error(
             m.span,

@@ -157,6 +157,19 @@ choice! {
     }
 }
 
+choice! {
+    /// The shape of the wrapper's own answers on an rmcp tool (`answers = "..."`).
+    pub enum Answers: "answers", "an answer shape", e.g. "acp" {
+        /// This library's: `isError` results with `idempotency/status`, SEP-3182's JSON-RPC errors
+        /// for client keys. The default.
+        Mcp = "mcp": "this library's answers (the default)",
+        /// The Agentic Commerce Protocol's: JSON-RPC `-32000` with ACP's `Error` in `data`.
+        Acp = "acp": "ACP's Error object in a JSON-RPC -32000 error",
+        /// The Universal Commerce Protocol's: JSON-RPC `-32000` with a UCP error message in `data`.
+        Ucp = "ucp": "a UCP error message in a JSON-RPC -32000 error",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +194,7 @@ mod tests {
         round_trip::<OnError>(OnError::as_str);
         round_trip::<MissingKey>(MissingKey::as_str);
         round_trip::<ClientKey>(ClientKey::as_str);
+        round_trip::<Answers>(Answers::as_str);
     }
 
     #[test]

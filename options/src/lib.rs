@@ -10,5 +10,5 @@
 mod choice;
 mod duration;
 
-pub use choice::{Choice, ClientKey, MissingKey, OnError, Recover, Scope, Spelling};
+pub use choice::{Answers, Choice, ClientKey, MissingKey, OnError, Recover, Scope, Spelling};
 pub use duration::parse_duration;

@@ -1,7 +1,7 @@
 //! The MCP side of generated code: what a wrapped rmcp tool calls.
 
 pub use crate::mcp::answer::{answer, answer_verbatim, refuse};
-pub use crate::mcp::argument_key::{argument_key, KeyField};
+pub use crate::mcp::argument_key::argument_key;
 pub use crate::mcp::arguments::{check_arguments, closed_input_schema, RawArguments};
 pub use crate::mcp::client_key::{client_key, client_key_meta, keyed, ClientKeys, KeyedAnswer};
 pub use crate::mcp::commerce::{commerce, Commerce};

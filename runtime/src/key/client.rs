@@ -84,6 +84,15 @@ pub enum ClientKeyError {
         /// The field's path in the arguments (`meta.idempotency_key`).
         field: &'static str,
     },
+    /// The tool reads its key from a field of its arguments, which holds something other than a
+    /// string.
+    #[error("the idempotency key at `{field}` in the arguments must be a string, not {found}")]
+    FieldNotAString {
+        /// The field's path in the arguments.
+        field: &'static str,
+        /// What it is (`a number`, `an object`...).
+        found: &'static str,
+    },
     /// The request carries two different keys: one in `_meta`, another in the header, or the
     /// header more than once.
     #[error("the request carries more than one idempotency key (in `_meta` \"idempotency/key\" and in `Idempotency-Key` headers) and they differ: send one")]

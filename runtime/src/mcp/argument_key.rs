@@ -7,59 +7,42 @@
 //! payload replays, and the same key with another payload is a conflict.
 
 use rmcp::ErrorData;
+use serde::Serialize;
+use serde_json::Value;
 
 use super::client_key::{refusal, ClientKeys};
 use crate::key::{ClientKey, ClientKeyError};
 use crate::tool::ToolSpec;
 
-/// A field that holds a client key: a string, or an optional one. An empty string is no key.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot hold an idempotency key",
-    label = "the `client_key_field` must be a `String` or `&str`, or an `Option` of one",
-    note = "a key the client software sends is text: 8 to 255 printable ASCII characters (a UUID has 36)"
-)]
-pub trait KeyField {
-    /// The key's text, if the field holds one.
-    fn key_text(&self) -> Option<&str>;
-}
-
-impl KeyField for str {
-    fn key_text(&self) -> Option<&str> {
-        Some(self).filter(|s| !s.is_empty())
-    }
-}
-
-impl KeyField for String {
-    fn key_text(&self) -> Option<&str> {
-        self.as_str().key_text()
-    }
-}
-
-impl<T: KeyField + ?Sized> KeyField for &T {
-    fn key_text(&self) -> Option<&str> {
-        (**self).key_text()
-    }
-}
-
-impl<T: KeyField> KeyField for Option<T> {
-    fn key_text(&self) -> Option<&str> {
-        self.as_ref().and_then(KeyField::key_text)
-    }
-}
-
-/// The client key in the arguments' `field` (its value `value`) for the tool `spec`: `None`
-/// when there is none and the tool accepts that; the same refusals as a key in `_meta` (invalid
-/// params, `data.type` `idempotency_key_missing` or `idempotency_key_invalid`) when it is
-/// missing but required, or unusable.
+/// The client key at `field` (a dotted JSON path through objects, as the arguments serialise:
+/// `meta.idempotency-key` for a field renamed by serde) of `args`, for the tool `spec`: `None`
+/// when there is none (absent, `null`, `""`) and the tool accepts that; the same refusals as a
+/// key in `_meta` (invalid params, `data.type` `idempotency_key_missing` or
+/// `idempotency_key_invalid`) when it is missing but required, or unusable.
 #[doc(hidden)]
-pub fn argument_key<F: KeyField + ?Sized>(
-    value: &F,
+pub fn argument_key<A: Serialize + ?Sized>(
+    args: &A,
     mode: ClientKeys,
     spec: &ToolSpec,
     field: &'static str,
 ) -> Result<Option<ClientKey>, ErrorData> {
-    match value.key_text() {
-        Some(text) => ClientKey::new(text).map(Some).map_err(|e| refusal(spec, e)),
+    // Arguments that do not serialise are refused by the keying, which says why.
+    let json = serde_json::to_value(args).unwrap_or(Value::Null);
+    let found = field
+        .split('.')
+        .try_fold(&json, |v, name| v.get(name))
+        .filter(|v| !v.is_null() && v.as_str() != Some(""));
+    match found {
+        Some(Value::String(text)) => ClientKey::new(text.as_str())
+            .map(Some)
+            .map_err(|e| refusal(spec, e)),
+        Some(other) => Err(refusal(
+            spec,
+            ClientKeyError::FieldNotAString {
+                field,
+                found: super::client_key::kind(other),
+            },
+        )),
         None if mode == ClientKeys::Accept => Ok(None),
         None => Err(refusal(spec, ClientKeyError::MissingField { field })),
     }
@@ -69,7 +52,7 @@ pub fn argument_key<F: KeyField + ?Sized>(
 mod tests {
     use std::time::Duration;
 
-    use serde_json::Value;
+    use serde_json::json;
 
     use super::*;
     use crate::mcp::{KEY_INVALID, KEY_MISSING};
@@ -85,33 +68,40 @@ mod tests {
     }
 
     #[test]
-    fn a_key_in_the_arguments_is_read_whatever_the_fields_type() {
+    fn a_key_is_read_at_its_json_path_as_the_arguments_serialise() {
         let key = "550e8400-e29b-41d4-a716-446655440000";
-        let owned = key.to_owned();
-        for got in [
-            argument_key(&owned, ClientKeys::Require, &SPEC, FIELD),
-            argument_key(key, ClientKeys::Require, &SPEC, FIELD),
-            argument_key(&Some(owned.clone()), ClientKeys::Require, &SPEC, FIELD),
-        ] {
-            assert_eq!(
-                got.ok().flatten().map(|k| k.as_str().to_owned()),
-                Some(owned.clone())
-            );
-        }
+        let acp = json!({"meta": {"idempotency_key": key}, "id": "cs_1"});
+        let got = argument_key(&acp, ClientKeys::Require, &SPEC, FIELD);
+        assert_eq!(
+            got.ok().flatten().map(|k| k.as_str().to_owned()),
+            Some(key.to_owned())
+        );
+        // UCP's name is no Rust identifier: the path is the JSON one, whatever serde renamed.
+        let ucp = json!({"meta": {"idempotency-key": key}});
+        let got = argument_key(&ucp, ClientKeys::Require, &SPEC, "meta.idempotency-key");
+        assert_eq!(
+            got.ok().flatten().map(|k| k.as_str().to_owned()),
+            Some(key.to_owned())
+        );
     }
 
     #[test]
     fn a_missing_key_is_refused_where_required_and_passed_where_accepted() {
-        for none in [None, Some(String::new())] {
-            let e = argument_key(&none, ClientKeys::Require, &SPEC, FIELD).unwrap_err();
-            assert_eq!(kind(&e), Some(KEY_MISSING));
+        for args in [
+            json!({"meta": {}}),
+            json!({"meta": {"idempotency_key": null}}),
+            json!({"meta": {"idempotency_key": ""}}),
+            json!({}),
+        ] {
+            let e = argument_key(&args, ClientKeys::Require, &SPEC, FIELD).unwrap_err();
+            assert_eq!(kind(&e), Some(KEY_MISSING), "{args}");
             assert!(
                 e.message.contains("`meta.idempotency_key`"),
                 "{}",
                 e.message
             );
             assert!(matches!(
-                argument_key(&none, ClientKeys::Accept, &SPEC, FIELD),
+                argument_key(&args, ClientKeys::Accept, &SPEC, FIELD),
                 Ok(None)
             ));
         }
@@ -119,8 +109,13 @@ mod tests {
 
     #[test]
     fn an_unusable_key_is_refused_even_where_optional() {
-        let e = argument_key("short", ClientKeys::Accept, &SPEC, FIELD).unwrap_err();
+        let short = json!({"meta": {"idempotency_key": "short"}});
+        let e = argument_key(&short, ClientKeys::Accept, &SPEC, FIELD).unwrap_err();
         assert_eq!(kind(&e), Some(KEY_INVALID));
         assert!(e.message.contains("5 characters"), "{}", e.message);
+        let number = json!({"meta": {"idempotency_key": 42}});
+        let e = argument_key(&number, ClientKeys::Accept, &SPEC, FIELD).unwrap_err();
+        assert_eq!(kind(&e), Some(KEY_INVALID));
+        assert!(e.message.contains("a number"), "{}", e.message);
     }
 }

@@ -140,7 +140,7 @@ fn header_key(bytes: &[u8]) -> Result<&str, ClientKeyError> {
         .unwrap_or(text))
 }
 
-fn kind(v: &Value) -> &'static str {
+pub(crate) fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
