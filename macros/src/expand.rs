@@ -10,6 +10,7 @@ use syn::{Attribute, FnArg, Meta};
 
 use crate::ast::{is_attr, Context, Function, ItemFn, Mode, Request};
 use crate::attr::{ClientKey, MissingKey, OnError, Options};
+use crate::call::{body, key_step, policy_fn};
 use crate::ctxt::Ctxt;
 use crate::descriptor::{descriptor, Descriptor};
 use crate::emit::with_error;
@@ -170,11 +171,7 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
                 for (k, field) in keys.value.iter().zip(&fields) {
                     let pk = respan(&p, k.span);
                     probes.extend(quote_spanned! {k.span=>
-                        {
-                            #[allow(unused_imports)]
-                            use #pk::KeyProbeAny as _;
-                            #pk::business_key_field(#pk::KeyProbe(#field).key());
-                        }
+                        #pk::business_key_field(#pk::KeyProbe::new(#field).key());
                     });
                 }
             }
@@ -397,6 +394,9 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         }
     };
 
+    if !rmcp {
+        return plain(f, opts, &p);
+    }
     let task = rmcp && opts.task.is_some();
     let body = if task {
         // The body outlives the request: it owns a clone of `self`, which it reads as `self`
@@ -443,6 +443,53 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
             #prologue
             let #body_local = #body;
             #finish
+        }
+        #descriptor
+    }
+}
+
+/// A plain function: its body, and one call into the runtime (`plain::Call::run`).
+fn plain(f: &Function, opts: &Options, p: &TokenStream) -> TokenStream {
+    let item = &f.item;
+    let Descriptor {
+        spec_path,
+        descriptor,
+        local_descriptor,
+        registration,
+    } = descriptor(f, opts, p);
+    let mut sig = item.sig.clone();
+    let args = local("__idem_args");
+    if let FnArg::Typed(t) = &mut sig.inputs[f.args.index] {
+        *t.pat = syn::parse_quote!(#args);
+    }
+    // Only a shared reborrow (`&*ctx`), ended before the body: the body can then move the
+    // context, even a `ctx: &mut Ctx`.
+    let ctx = match &f.context {
+        Context::Receiver => quote!(&*self),
+        Context::Param(id) => quote!(&*#id),
+    };
+    let (err, pe, ctor) = (
+        &f.err,
+        respan(p, f.err.span()),
+        policy_fn(opts, f.err.span()),
+    );
+    let policy = quote_spanned! {err.span()=>
+        #pe::plain::Policy::new(<#err as #pe::From<#pe::Error>>::from, #pe::ErrorPolicy::<#err>::#ctor())
+    };
+    let key = key_step(f, opts, p);
+    let body = body(f, &f.args.pat, TokenStream::new());
+    // The bounds on `T` (stored, replayed, a `Send` body) are reported at `T`, once: the call
+    // and its future are both spanned there, the runtime's path too.
+    let call = quote!(#p::plain::Call::new(#ctx, #spec_path));
+    let po = respan(p, f.ok.span());
+    let run = quote_spanned!(f.ok.span()=> #po::plain::Call::run(#call, #args, #key, #policy, #body).await);
+    let (attrs, vis) = (&item.attrs, &item.vis);
+    quote! {
+        #(#attrs)*
+        #vis #sig {
+            #registration
+            #local_descriptor
+            #run
         }
         #descriptor
     }

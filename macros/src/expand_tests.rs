@@ -18,7 +18,7 @@ fn plain_fn_gets_a_module_descriptor() {
     );
     assert!(out.contains("mod charge"), "{out}");
     assert!(
-        out.contains(":: idempotency :: __private :: prepare_call :: < A >"),
+        out.contains(":: idempotency :: __private :: plain :: Call :: run (:: idempotency :: __private :: plain :: Call :: new (& * ctx , charge :: TOOL) , __idem_args , | __idem_k , __idem_a | __idem_k . call :: < A > (__idem_a)"),
         "{out}"
     );
     assert!(out.contains("7200000u64"), "{out}");
@@ -36,7 +36,11 @@ fn method_gets_an_associated_const() {
         ),
     );
     assert!(out.contains("pub const SHIP_TOOL"), "{out}");
-    assert!(out.contains("& __idem_args . order . id"), "{out}");
+    assert!(out.contains("& (* __idem_a) . order . id"), "{out}");
+    assert!(
+        out.contains("__idem_k . business :: < A , _ > (\"order.id\" , & (* __idem_a) . order . id , __idem_a)"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -283,23 +287,14 @@ fn context_is_read_through_a_shared_reborrow() {
         ),
     );
     assert!(!out.contains("compile_error"), "{out}");
-    let cx = ":: idempotency :: __private :: IdempotencyContext :: < () >";
+    let call = ":: idempotency :: __private :: plain :: Call :: new";
     assert!(
-        out.contains(&format!(
-            "__idem_engine = :: idempotency :: __private :: Clone :: clone ({cx} :: idempotency (& * ctx))"
-        )),
-        "{out}"
-    );
-    assert!(
-        out.contains(&format!("{cx} :: caller (& * ctx , & ())")),
+        out.contains(&format!("{call} (& * ctx , charge :: TOOL)")),
         "{out}"
     );
     // The context itself is never moved before the body, which moves it.
     assert!(!out.contains("= ctx ;"), "{out}");
-    assert!(
-        out.contains("execute_raw :: < R , E , _ > (& __idem_engine"),
-        "{out}"
-    );
+    assert!(out.contains("charge :: TOOL) , __idem_args ,"), "{out}");
     let out = expand(
         quote!(),
         quote!(
@@ -309,7 +304,8 @@ fn context_is_read_through_a_shared_reborrow() {
         ),
     );
     assert!(
-        out.contains(&format!("{cx} :: idempotency (& * self)")),
+        out.contains(&format!("{call} (& * self , SHIP_TOOL)"))
+            || out.contains(&format!("{call} (& * self , __IDEM_TOOL)")),
         "{out}"
     );
 }
@@ -389,10 +385,8 @@ fn body_is_kept_as_tokens() {
             .unwrap();
     let out = expand(quote!(), item);
     assert!(!out.contains("compile_error"), "{out}");
-    assert!(
-        out.contains("let args = __idem_args ; { let x = ; Ok (R) }"),
-        "{out}"
-    );
+    assert!(out.contains("move | args | async move"), "{out}");
+    assert!(out.contains("{ let x = ; Ok (R) }"), "{out}");
 }
 
 #[test]

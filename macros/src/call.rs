@@ -1,0 +1,82 @@
+//! The pieces of a wrapper's one call into the runtime: the key step (the arguments' type and
+//! business-key fields spanned where the user wrote them), the error policy's constructor, and
+//! the body as a closure of the arguments.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+
+use crate::ast::Function;
+use crate::attr::{MissingKey, OnError, Options};
+use crate::tokens::{key_access, local, respan};
+
+/// The constructor of the error policy `on_error` names (`classified` by default), at `span`.
+pub(crate) fn policy_fn(opts: &Options, span: Span) -> syn::Ident {
+    let name = match opts.on_error.as_ref().map(|o| o.value) {
+        None => "classified",
+        Some(OnError::Definitive) => "definitive",
+        Some(OnError::Retryable) => "retryable",
+        Some(OnError::Unknown) => "unknown",
+    };
+    syn::Ident::new(name, span)
+}
+
+/// The key step, `|k, a| k.call::<Args>(a)`: the arguments' type spelled out and spanned at
+/// that type, so that one that cannot be keyed is reported there; each business-key field read
+/// and probed at the key's string, so that a missing or `Option` field is reported there.
+pub(crate) fn key_step(f: &Function, opts: &Options, p: &TokenStream) -> TokenStream {
+    let (k, a) = (local("__idem_k"), local("__idem_a"));
+    let args_ty = &f.args.keyed;
+    let Some(keys) = &opts.business_key else {
+        return quote_spanned!(args_ty.span()=> |#k, #a| #k.call::<#args_ty>(#a));
+    };
+    // Through `*a`, so that a missing field is reported on the arguments' type itself.
+    let root = quote!((*#a));
+    let fields: Vec<TokenStream> = keys.value.iter().map(|k| key_access(&root, k)).collect();
+    let mut probes = TokenStream::new();
+    if opts.missing_key.is_none() {
+        // An `Option` field is a compile error unless `missing_key` says what a missing one
+        // means: the probe's `key()` is the field itself for anything but an `Option`.
+        for (k, field) in keys.value.iter().zip(&fields) {
+            let pk = respan(p, k.span);
+            probes.extend(quote_spanned! {k.span=>
+                #pk::business_key_field(#pk::KeyProbe::new(#field).key());
+            });
+        }
+    }
+    let value = match fields.as_slice() {
+        [one] => one.clone(),
+        many => quote!(&(#(#many),*)),
+    };
+    let names = keys
+        .value
+        .iter()
+        .map(|k| k.text.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let method = match opts.missing_key.as_ref().map(|m| m.value) {
+        Some(MissingKey::CallKey) => quote!(business_or_call),
+        Some(MissingKey::Refuse) | None => quote!(business),
+    };
+    let call = quote_spanned!(args_ty.span()=> #k.#method::<#args_ty, _>(#names, #value, #a));
+    quote!(|#k, #a| { #probes #call })
+}
+
+/// The body as a closure of the arguments (the user's pattern, with the user's spans), whose
+/// future the runtime runs once the key is claimed; `rebind` comes first in it. A never-taken
+/// `return` of the function's own type lets `?` in the body infer its error type.
+pub(crate) fn body(f: &Function, pat: &syn::Pat, rebind: TokenStream) -> TokenStream {
+    let (ret, block) = (&f.ret, &f.item.body);
+    let fake = local("__idem_fake_return");
+    quote_spanned! {block.span()=>
+        move |#pat| async move {
+            #[allow(unknown_lints, unreachable_code, clippy::diverging_sub_expression, clippy::empty_loop, clippy::needless_return, clippy::unreachable)]
+            if false {
+                let #fake: #ret = loop {};
+                return #fake;
+            }
+            #rebind
+            #block
+        }
+    }
+}
