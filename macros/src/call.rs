@@ -2,13 +2,13 @@
 //! business-key fields spanned where the user wrote them), the error policy's constructor, and
 //! the body as a closure of the arguments.
 
-use proc_macro2::{Span, TokenStream};
-use quote::{quote, quote_spanned};
+use proc_macro2::{Group, Span, TokenStream};
+use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 
 use crate::ast::Function;
 use crate::attr::{MissingKey, OnError, Options};
-use crate::tokens::{key_access, local, respan};
+use crate::tokens::{key_access, local, replace_self, respan};
 
 /// The constructor of the error policy `on_error` names (`classified` by default), at `span`.
 pub(crate) fn policy_fn(opts: &Options, span: Span) -> syn::Ident {
@@ -64,19 +64,28 @@ pub(crate) fn key_step(f: &Function, opts: &Options, p: &TokenStream) -> TokenSt
 
 /// The body as a closure of the arguments (the user's pattern, with the user's spans), whose
 /// future the runtime runs once the key is claimed; `rebind` comes first in it. A never-taken
-/// `return` of the function's own type lets `?` in the body infer its error type.
-pub(crate) fn body(f: &Function, pat: &syn::Pat, rebind: TokenStream) -> TokenStream {
-    let (ret, block) = (&f.ret, &f.item.body);
+/// `return` of the function's own type lets `?` in the body infer its error type. A task's body
+/// outlives the request: it owns a clone of the server (its first parameter), which it reads as
+/// `self` (its `self` tokens name a reference to that clone).
+pub(crate) fn body(f: &Function, rebind: TokenStream, task: bool) -> TokenStream {
+    let (pat, ret, block) = (&f.args.pat, &f.ret, &f.item.body);
     let fake = local("__idem_fake_return");
+    let (owned, inner) = if task {
+        let (this, owned) = (local("__idem_this"), local("__idem_owned"));
+        let replaced = Group::new(block.delimiter(), replace_self(block.stream(), &this));
+        (quote!(#owned,), quote!(let #this = &#owned; #replaced))
+    } else {
+        (TokenStream::new(), block.to_token_stream())
+    };
     quote_spanned! {block.span()=>
-        move |#pat| async move {
+        move |#owned #pat| async move {
             #[allow(unknown_lints, unreachable_code, clippy::diverging_sub_expression, clippy::empty_loop, clippy::needless_return, clippy::unreachable)]
             if false {
                 let #fake: #ret = loop {};
                 return #fake;
             }
             #rebind
-            #block
+            #inner
         }
     }
 }

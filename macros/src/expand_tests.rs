@@ -181,7 +181,10 @@ fn a_json_answer_lists_its_output_schema() {
                 }
             ),
         );
-        assert!(out.contains("execute_raw :: < R , E , _ >"), "{out}");
+        assert!(
+            out.contains(":: mcp :: Call :: json (:: idempotency"),
+            "{out}"
+        );
         assert!(out.contains("schema_for_output :: < R >"), "{out}");
     }
 }
@@ -322,13 +325,8 @@ fn rmcp_tool_uses_the_context_trait_for_the_request() {
         ),
     );
     if cfg!(feature = "rmcp") {
-        let cx = ":: idempotency :: __private :: IdempotencyContext :: < :: idempotency :: __private :: mcp :: Request >";
         assert!(
-            out.contains(&format!("{cx} :: idempotency (self)")),
-            "{out}"
-        );
-        assert!(
-            out.contains(&format!("{cx} :: caller (self , & __idem_request)")),
+            out.contains(":: idempotency :: __private :: mcp :: Call :: new (self , & __idem_request , __idem_raw , __IDEM_TOOL)"),
             "{out}"
         );
         assert!(
@@ -343,8 +341,8 @@ fn rmcp_tool_uses_the_context_trait_for_the_request() {
     assert!(!out.contains("IdempotentServer"), "{out}");
 }
 
-/// `client_key`: the key is read from the request (before the arguments are looked at), the call
-/// is prepared with it, and the answer goes through `keyed`.
+/// `client_key`: the call reads the key from the request (the runtime's `Call::prepare` looks at
+/// it before the arguments), and the key step keys by it when the request carried one.
 #[test]
 fn a_client_key_is_read_from_the_request_and_answers_through_keyed() {
     let out = expand(
@@ -358,19 +356,16 @@ fn a_client_key_is_read_from_the_request_and_answers_through_keyed() {
     );
     if cfg!(feature = "rmcp") {
         let p = ":: idempotency :: __private";
-        let read = format!(
-            "{p} :: mcp :: client_key (& __idem_request , {p} :: mcp :: ClientKeys :: Require"
-        );
-        let at = out.find(&read).unwrap_or_else(|| panic!("{out}"));
-        let checked = out
-            .find("check_arguments")
-            .unwrap_or_else(|| panic!("{out}"));
-        assert!(at < checked, "{out}");
         assert!(
-            out.contains(&format!("{p} :: prepare_client :: < A > (& __idem_caller")),
+            out.contains(&format!(
+                "{p} :: mcp :: Call :: new (self , & __idem_request , __idem_raw , __IDEM_TOOL) . require_client_key (& __idem_request)"
+            )),
             "{out}"
         );
-        assert!(out.contains(&format!("{p} :: mcp :: keyed (")), "{out}");
+        assert!(
+            out.contains("| __idem_k , __idem_a | __idem_k . call :: < A > (__idem_a)"),
+            "{out}"
+        );
     } else {
         assert!(out.contains("compile_error"), "{out}");
     }
