@@ -3,19 +3,18 @@
 //! names the runtime only through `<crate>::__private`; its locals start with `__idem_` and are
 //! spanned at `Span::mixed_site()`, so the user's body can neither see nor shadow them.
 
-use proc_macro2::{Group, TokenStream};
+use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
-use syn::{Attribute, FnArg, Meta};
+use syn::{Attribute, FnArg, Meta, Signature};
 
 use crate::ast::{is_attr, Context, Function, ItemFn, Mode, Request};
-use crate::attr::{ClientKey, MissingKey, OnError, Options};
+use crate::attr::{ClientKey, Options};
+use crate::call::{body, key_step, policy_fn};
 use crate::ctxt::Ctxt;
 use crate::descriptor::{descriptor, Descriptor};
 use crate::emit::with_error;
-use crate::tokens::{
-    is_last, key_access, local, merge_client_key, merge_hint, replace_self, respan,
-};
+use crate::tokens::{is_last, local, merge_client_key, merge_hint, respan};
 use crate::{check, fallback, hint};
 
 /// `#[idempotent]`: parse (options, item) → validate → generate; on error, the item (or rmcp's
@@ -114,9 +113,6 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
     let krate = opts.krate();
     let p = quote!(#krate::__private);
     let item = &f.item;
-    let vis = &item.vis;
-    let rmcp = matches!(f.mode, Mode::Rmcp { .. });
-
     let Descriptor {
         spec_path,
         descriptor,
@@ -124,328 +120,154 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         registration,
     } = descriptor(f, opts, &p);
 
-    let (ok, err, ret) = (&f.ok, &f.err, &f.ret);
-    let pe = respan(&p, err.span());
-    // An rmcp tool answering `CallToolResponse` (a completed result, an `input_required` round or
-    // a task): the completed result is stored verbatim, the rest is carried out as `Interim`.
-    let response = rmcp
-        && matches!(ok, syn::Type::Path(t)
-            if t.path.segments.last().is_some_and(|s| s.ident == "CallToolResponse"));
-    let policy_of = if response {
-        quote_spanned!(err.span()=> #pe::mcp::Interim::<#err>)
-    } else {
-        quote_spanned!(err.span()=> #pe::ErrorPolicy::<#err>)
-    };
-    let policy = match opts.on_error.as_ref().map(|o| o.value) {
-        None => quote_spanned!(err.span()=> #policy_of::classified()),
-        Some(OnError::Definitive) => quote_spanned!(err.span()=> #policy_of::definitive()),
-        Some(OnError::Retryable) => quote_spanned!(err.span()=> #policy_of::retryable()),
-        Some(OnError::Unknown) => quote_spanned!(err.span()=> #policy_of::unknown()),
-    };
-
-    let args_local = local(if rmcp { "__idem_params" } else { "__idem_args" });
-    let keyed = if rmcp {
-        quote!(#args_local.0)
-    } else {
-        quote!(#args_local)
-    };
-    let args_ty = &f.args.keyed;
-    let caller = local("__idem_caller");
-    let pa = respan(&p, args_ty.span());
-    // An `Option` business-key field is a compile error unless `missing_key` says what a
-    // missing one means: the probe's `key()` is the field itself for anything but an `Option`.
-    let mut probes = TokenStream::new();
-    let client_key = local("__idem_client_key");
-    let prepare = match &opts.business_key {
-        None if opts.client_key.is_some() => {
-            quote_spanned!(args_ty.span()=> #pa::prepare_client::<#args_ty>(&#caller, &#spec_path, #p::Option::as_ref(&#client_key), &#keyed))
-        }
-        None => {
-            quote_spanned!(args_ty.span()=> #pa::prepare_call::<#args_ty>(&#caller, &#spec_path, &#keyed))
-        }
-        Some(keys) => {
-            let fields: Vec<TokenStream> =
-                keys.value.iter().map(|k| key_access(&keyed, k)).collect();
-            if opts.missing_key.is_none() {
-                for (k, field) in keys.value.iter().zip(&fields) {
-                    let pk = respan(&p, k.span);
-                    probes.extend(quote_spanned! {k.span=>
-                        {
-                            #[allow(unused_imports)]
-                            use #pk::KeyProbeAny as _;
-                            #pk::business_key_field(#pk::KeyProbe(#field).key());
-                        }
-                    });
-                }
-            }
-            let bk = match fields.as_slice() {
-                [one] => one.clone(),
-                many => quote!(&(#(#many),*)),
-            };
-            let names = keys
-                .value
-                .iter()
-                .map(|k| k.text.as_str())
-                .collect::<Vec<_>>()
-                .join(", ");
-            let prepare_fn = match opts.missing_key.as_ref().map(|m| m.value) {
-                Some(MissingKey::CallKey) => quote!(prepare_business_or_call),
-                Some(MissingKey::Refuse) | None => quote!(prepare_business),
-            };
-            quote_spanned!(args_ty.span()=> #pa::#prepare_fn::<#args_ty, _>(&#caller, &#spec_path, #pa::BusinessKey { field: #names, value: #bk }, &#keyed))
-        }
-    };
-
-    // The signature: the arguments parameter is renamed to a hygienic local; the user's pattern,
-    // with the user's spans, is rebound inside the body (after the key is computed), so the body
-    // resolves the names it declared. rmcp also gets a request parameter and a tool result.
+    // The signature: the arguments parameter is renamed to a hygienic local, passed whole to the
+    // runtime, which keys it and hands it to the body: the user's pattern, with the user's
+    // spans, is the body closure's parameter. rmcp also gets the raw arguments and the request.
     let mut sig = item.sig.clone();
+    let args = local("__idem_args");
     if let FnArg::Typed(t) = &mut sig.inputs[f.args.index] {
-        *t.pat = syn::parse_quote!(#args_local);
+        *t.pat = syn::parse_quote!(#args);
     }
-    let user_args = &f.args.pat;
-    let mut rebind = quote!(let #user_args = #args_local;);
-    let block = &item.body;
-    let fake = local("__idem_fake_return");
-    let fake_return = quote! {
-        #[allow(unknown_lints, unreachable_code, clippy::diverging_sub_expression, clippy::empty_loop, clippy::needless_return, clippy::unreachable)]
-        if false {
-            let #fake: #ret = loop {};
-            return #fake;
+    let key = key_step(f, opts, &p);
+    // What `E` must be is checked in an expression of its own, spanned at `E`: a missing bound
+    // is reported there, once.
+    let (err, pe, ctor) = (
+        &f.err,
+        respan(&p, f.err.span()),
+        policy_fn(opts, f.err.span()),
+    );
+    let response = matches!(f.mode, Mode::Rmcp { .. }) && is_last(&f.ok, "CallToolResponse");
+    let (target, call, method, policy, body) = match f.mode {
+        Mode::Plain => {
+            // Only a shared reborrow (`&*ctx`), ended before the body: the body can then move
+            // the context, even a `ctx: &mut Ctx`.
+            let ctx = match &f.context {
+                Context::Receiver => quote!(&*self),
+                Context::Param(id) => quote!(&*#id),
+            };
+            let policy = quote_spanned! {err.span()=>
+                #pe::plain::Policy::new(<#err as #pe::From<#pe::Error>>::from, #pe::ErrorPolicy::<#err>::#ctor())
+            };
+            let call = quote!(#p::plain::Call::new(#ctx, #spec_path));
+            let target = quote!(#p::plain::Call);
+            (
+                target,
+                call,
+                quote!(run),
+                policy,
+                body(f, TokenStream::new(), false),
+            )
+        }
+        Mode::Rmcp { .. } => {
+            let (call, rebind) = rmcp_call(f, opts, &p, &mut sig, &spec_path);
+            let policy = if response {
+                quote_spanned!(err.span()=> #pe::mcp::Interim::<#err>::#ctor())
+            } else {
+                quote_spanned!(err.span()=> #pe::ErrorPolicy::<#err>::#ctor())
+            };
+            // By the kind of answer: `Json<T>` (`T` stored), a `CallToolResult` (verbatim), a
+            // `CallToolResponse` (an input round or a task of its own passed on), or `T`.
+            let method = if response {
+                quote!(response)
+            } else if f.structured.is_some() {
+                quote!(json)
+            } else if is_last(&f.ok, "CallToolResult") {
+                quote!(verbatim)
+            } else {
+                quote!(answer)
+            };
+            let target = if opts.task.is_some() {
+                quote!(#p::mcp::Task)
+            } else {
+                quote!(#p::mcp::Call)
+            };
+            (
+                target,
+                call,
+                method,
+                policy,
+                body(f, rebind, opts.task.is_some()),
+            )
         }
     };
+    // The bounds on `T` (stored and replayed; a `Send` body) are reported at `T`, once: the
+    // call and its future are both spanned there (a call-site receiver would report them again
+    // at the attribute), the runtime's path too.
+    let stored = f.structured.as_ref().unwrap_or(&f.ok).span();
+    let target = respan(&target, stored);
+    let run = quote_spanned!(stored=> #target::#method(#call, #args, #key, #policy, #body).await);
 
-    let attrs: Vec<Attribute> = item
-        .attrs
-        .iter()
-        .enumerate()
-        .map(|(i, a)| match f.mode {
-            Mode::Rmcp { tool } if tool == i => {
-                let merged = merge_hint(a, &p, &f.args.keyed, f.structured.as_ref());
-                match opts.client_key.as_ref().map(|k| k.value) {
-                    None => merged,
-                    Some(ClientKey::Accept) => merge_client_key(&merged, &p, "accept"),
-                    Some(ClientKey::Require) => merge_client_key(&merged, &p, "require"),
-                }
+    let attrs = item.attrs.iter().enumerate().map(|(i, a)| match f.mode {
+        Mode::Rmcp { tool } if tool == i => {
+            let merged = merge_hint(a, &p, &f.args.keyed, f.structured.as_ref());
+            match opts.client_key.as_ref().map(|k| k.value) {
+                None => merged,
+                Some(ClientKey::Accept) => merge_client_key(&merged, &p, "accept"),
+                Some(ClientKey::Require) => merge_client_key(&merged, &p, "require"),
             }
-            _ => a.clone(),
-        })
-        .collect();
-
-    // `execute_raw` named with the signature's `T` and `E`, and spanned at `T`, so rustc reports
-    // a `T` that cannot be stored at `T` (once: the call and its future check the same bounds).
-    // Plain mode folds the wrapper's answers into `E` itself, so a missing
-    // `From<idempotency::Error>` is reported at `E`, once.
-    let (engine, prepared, body_local) = (
-        local("__idem_engine"),
-        local("__idem_prepared"),
-        local("__idem_body"),
-    );
-    let (c, e, pv, v) = (
-        local("__idem_c"),
-        local("__idem_e"),
-        local("__idem_p"),
-        local("__idem_v"),
-    );
-    // A `Json<T>` answer is stored and replayed as its `T` (rmcp's `Json` is not `Serialize`);
-    // the answer is `T`'s structured content either way, as rmcp renders `Json<T>`.
-    let call_tool_result: syn::Type = syn::parse_quote!(#p::rmcp::model::CallToolResult);
-    let stored = match &f.structured {
-        Some(t) => t,
-        None if response => &call_tool_result,
-        None => ok,
-    };
-    let stored_err = if response {
-        quote!(#p::mcp::Interim<#err>)
-    } else {
-        quote!(#err)
-    };
-    let po = respan(&p, stored.span());
-    let execute = quote_spanned! {stored.span()=>
-        #po::Idempotency::execute_raw::<#stored, #stored_err, _>(&#engine, #prepared, #policy, #body_local).await
-    };
-    let raw_local = local("__idem_raw");
-    let (prologue, finish) = if rmcp {
-        let request_local = local("__idem_request");
-        let request = match &f.request {
-            Some(Request::Named(id)) => quote!(#id),
-            Some(Request::Renamed { index, pat }) => {
-                if let FnArg::Typed(t) = &mut sig.inputs[*index] {
-                    *t.pat = syn::parse_quote!(#request_local);
-                }
-                rebind.extend(quote!(let #pat = #request_local;));
-                quote!(#request_local)
-            }
-            Some(Request::Injected) | None => {
-                sig.inputs
-                    .push(syn::parse_quote!(#request_local: #p::mcp::Request));
-                quote!(#request_local)
-            }
-        };
-        sig.output = if response || opts.task.is_some() {
-            syn::parse_quote!(-> #p::mcp::Response)
-        } else {
-            syn::parse_quote!(-> #p::mcp::Answer)
-        };
-        // The arguments as sent, copied before `Parameters<T>` takes them: the first parameter
-        // after the receiver.
-        let at = usize::from(matches!(sig.inputs.first(), Some(FnArg::Receiver(_))));
-        sig.inputs
-            .insert(at, syn::parse_quote!(#raw_local: #p::mcp::RawArguments));
-        let cx = quote!(#p::IdempotencyContext::<#p::mcp::Request>);
-        let as_task = local("__idem_as_task");
-        let progress = local("__idem_progress");
-        let wants_task = if opts.task.is_some() {
-            quote!(let #as_task = #p::mcp::wants_task(self, &#request);)
-        } else {
-            TokenStream::new()
-        };
-        // The client's key, from the request's `_meta` or HTTP header (never the arguments).
-        let read_client_key = match opts.client_key.as_ref().map(|k| k.value) {
-            None => TokenStream::new(),
-            Some(mode) => {
-                let mode = match mode {
-                    ClientKey::Accept => quote!(Accept),
-                    ClientKey::Require => quote!(Require),
-                };
-                quote! {
-                    let #client_key = match #p::mcp::client_key(&#request, #p::mcp::ClientKeys::#mode, &#spec_path) {
-                        #p::Result::Ok(#c) => #c,
-                        #p::Result::Err(#e) => return #p::Result::Err(#e),
-                    };
-                }
-            }
-        };
-        let prologue = quote! {
-            let #engine = #p::Clone::clone(#cx::idempotency(self));
-            let #caller = match #cx::caller(self, &#request) {
-                #p::Result::Ok(#c) => #c,
-                #p::Result::Err(#e) => return #p::mcp::refuse_into(#e),
-            };
-            #read_client_key
-            #probes
-            if let #p::Result::Err(#e) = #p::mcp::check_arguments(&#raw_local, &#keyed, &#spec_path) {
-                return #p::mcp::refuse_into(#e);
-            }
-            let #prepared = match #prepare {
-                #p::Result::Ok(#pv) => #pv,
-                #p::Result::Err(#e) => return #p::mcp::refuse_into(#e),
-            };
-            // The client's trace context and the session, for the call's span.
-            let #prepared = #p::mcp::with_origin(#prepared, &#request);
-            #wants_task
-            let #progress = #p::mcp::progress_of(&#request);
-        };
-        // A waiting repeat tells a client that sent a progress token how long it has waited.
-        let execute = quote!(#p::mcp::reporting(#progress, async { #execute }).await);
-        // A tool that answers with a `CallToolResult` itself gets it back verbatim.
-        let verbatim = matches!(ok, syn::Type::Path(t)
-            if t.path.segments.last().is_some_and(|s| s.ident == "CallToolResult"));
-        let finish = if opts.task.is_some() {
-            let task = quote!(#p::mcp::TaskCall { engine: #engine, prepared: #prepared, as_task: #as_task });
-            quote!(#task.run(#policy, #body_local).await)
-        } else if response {
-            quote!(#p::mcp::answer_response(#execute))
-        } else if verbatim {
-            quote!(#p::mcp::answer_verbatim(#execute))
-        } else {
-            quote!(#p::mcp::answer(#execute))
-        };
-        // A request with the client's key is answered "in progress" and "conflict" as
-        // SEP-3182 proposed: JSON-RPC errors whose `data.type` says which.
-        let finish = if opts.client_key.is_some() {
-            quote!(#p::mcp::keyed(&#spec_path, #p::Option::is_some(&#client_key), #finish))
-        } else {
-            finish
-        };
-        (prologue, finish)
-    } else {
-        // Only shared reborrows (`&*ctx`), each ending with its statement, and an owned engine:
-        // the body can then move the context, even a `ctx: &mut Ctx`.
-        let ctx = match &f.context {
-            Context::Receiver => quote!(&*self),
-            Context::Param(id) => quote!(&*#id),
-        };
-        let cx = quote!(#p::IdempotencyContext::<()>);
-        let from = quote_spanned!(err.span()=> <#err as #pe::From<#pe::Error>>::from);
-        let prologue = quote! {
-            let #engine = #p::Clone::clone(#cx::idempotency(#ctx));
-            let #caller = match #cx::caller(#ctx, &()) {
-                #p::Result::Ok(#c) => #c,
-                #p::Result::Err(#e) => return #p::Result::Err(#from(#e)),
-            };
-            #probes
-            let #prepared = match #prepare {
-                #p::Result::Ok(#pv) => #pv,
-                #p::Result::Err(#e) => return #p::Result::Err(#from(#e)),
-            };
-        };
-        let finish = quote! {
-            match #execute.result {
-                #p::Result::Ok(#v) => #p::Result::Ok(#v),
-                #p::Result::Err(#p::Failure::Handler(#e)) => #p::Result::Err(#e),
-                #p::Result::Err(#p::Failure::Wrapper(#e)) => #p::Result::Err(#from(#e)),
-            }
-        };
-        (prologue, finish)
-    };
-    let body = quote_spanned! {block.span()=>
-        async move {
-            #fake_return
-            #rebind
-            #block
         }
-    };
-
-    let task = rmcp && opts.task.is_some();
-    let body = if task {
-        // The body outlives the request: it owns a clone of `self`, which it reads as `self`
-        // (its `self` tokens name a reference to that clone).
-        let this = local("__idem_this");
-        let owned = local("__idem_owned");
-        let replaced = Group::new(block.delimiter(), replace_self(block.stream(), &this));
-        let inner = quote_spanned! {block.span()=>
-            async move {
-                #fake_return
-                #rebind
-                #replaced
-            }
-        };
-        let j = local("__idem_json");
-        let rendered = if f.structured.is_some() {
-            quote!(#p::mcp::task_render(#p::Result::map((#inner).await, |#j: #ok| #j.0), #policy))
-        } else if is_last(ok, "CallToolResult") {
-            quote!(#p::mcp::task_render_verbatim((#inner).await, #policy))
-        } else {
-            quote!(#p::mcp::task_render((#inner).await, #policy))
-        };
-        quote!({
-            let #owned = #p::Clone::clone(self);
-            async move {
-                let #this = &#owned;
-                #rendered
-            }
-        })
-    } else if f.structured.is_some() {
-        let j = local("__idem_json");
-        quote!(async move { #p::Result::map((#body).await, |#j: #ok| #j.0) })
-    } else if response {
-        quote!(async move { #p::mcp::split_response((#body).await) })
-    } else {
-        body
-    };
-
+        _ => a.clone(),
+    });
+    let vis = &item.vis;
     quote! {
         #(#attrs)*
         #vis #sig {
             #registration
             #local_descriptor
-            #prologue
-            let #body_local = #body;
-            #finish
+            #run
         }
         #descriptor
     }
+}
+
+/// An rmcp tool's call (`mcp::Call`, with its client-key mode, or a `Task`), its parameters
+/// added to `sig` (the arguments as sent; the request, unless the tool takes it), its answer
+/// type; and the request's rebinding in the body when the tool's own parameter is renamed.
+fn rmcp_call(
+    f: &Function,
+    opts: &Options,
+    p: &TokenStream,
+    sig: &mut Signature,
+    spec_path: &TokenStream,
+) -> (TokenStream, TokenStream) {
+    let request_local = local("__idem_request");
+    let mut rebind = TokenStream::new();
+    let request = match &f.request {
+        Some(Request::Named(id)) => quote!(#id),
+        Some(Request::Renamed { index, pat }) => {
+            if let FnArg::Typed(t) = &mut sig.inputs[*index] {
+                *t.pat = syn::parse_quote!(#request_local);
+            }
+            rebind = quote!(let #pat = #request_local;);
+            quote!(#request_local)
+        }
+        Some(Request::Injected) | None => {
+            sig.inputs
+                .push(syn::parse_quote!(#request_local: #p::mcp::Request));
+            quote!(#request_local)
+        }
+    };
+    // The arguments as sent, copied before `Parameters<T>` takes them: the first parameter
+    // after the receiver.
+    let raw = local("__idem_raw");
+    let at = usize::from(matches!(sig.inputs.first(), Some(FnArg::Receiver(_))));
+    sig.inputs
+        .insert(at, syn::parse_quote!(#raw: #p::mcp::RawArguments));
+    let mut call = quote!(#p::mcp::Call::new(self, &#request, #raw, #spec_path));
+    match opts.client_key.as_ref().map(|k| k.value) {
+        None => {}
+        Some(ClientKey::Accept) => call.extend(quote!(.accept_client_key(&#request))),
+        Some(ClientKey::Require) => call.extend(quote!(.require_client_key(&#request))),
+    }
+    if opts.task.is_some() {
+        call.extend(quote!(.task(self, &#request)));
+    }
+    sig.output = if opts.task.is_some() || is_last(&f.ok, "CallToolResponse") {
+        syn::parse_quote!(-> #p::mcp::Response)
+    } else {
+        syn::parse_quote!(-> #p::mcp::Answer)
+    };
+    (call, rebind)
 }
 
 #[cfg(test)]

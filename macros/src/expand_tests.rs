@@ -18,7 +18,7 @@ fn plain_fn_gets_a_module_descriptor() {
     );
     assert!(out.contains("mod charge"), "{out}");
     assert!(
-        out.contains(":: idempotency :: __private :: prepare_call :: < A >"),
+        out.contains(":: idempotency :: __private :: plain :: Call :: run (:: idempotency :: __private :: plain :: Call :: new (& * ctx , charge :: TOOL) , __idem_args , | __idem_k , __idem_a | __idem_k . call :: < A > (__idem_a)"),
         "{out}"
     );
     assert!(out.contains("7200000u64"), "{out}");
@@ -36,7 +36,11 @@ fn method_gets_an_associated_const() {
         ),
     );
     assert!(out.contains("pub const SHIP_TOOL"), "{out}");
-    assert!(out.contains("& __idem_args . order . id"), "{out}");
+    assert!(out.contains("& (* __idem_a) . order . id"), "{out}");
+    assert!(
+        out.contains("__idem_k . business :: < A , _ > (\"order.id\" , & (* __idem_a) . order . id , __idem_a)"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -177,7 +181,10 @@ fn a_json_answer_lists_its_output_schema() {
                 }
             ),
         );
-        assert!(out.contains("execute_raw :: < R , E , _ >"), "{out}");
+        assert!(
+            out.contains(":: mcp :: Call :: json (:: idempotency"),
+            "{out}"
+        );
         assert!(out.contains("schema_for_output :: < R >"), "{out}");
     }
 }
@@ -283,23 +290,14 @@ fn context_is_read_through_a_shared_reborrow() {
         ),
     );
     assert!(!out.contains("compile_error"), "{out}");
-    let cx = ":: idempotency :: __private :: IdempotencyContext :: < () >";
+    let call = ":: idempotency :: __private :: plain :: Call :: new";
     assert!(
-        out.contains(&format!(
-            "__idem_engine = :: idempotency :: __private :: Clone :: clone ({cx} :: idempotency (& * ctx))"
-        )),
-        "{out}"
-    );
-    assert!(
-        out.contains(&format!("{cx} :: caller (& * ctx , & ())")),
+        out.contains(&format!("{call} (& * ctx , charge :: TOOL)")),
         "{out}"
     );
     // The context itself is never moved before the body, which moves it.
     assert!(!out.contains("= ctx ;"), "{out}");
-    assert!(
-        out.contains("execute_raw :: < R , E , _ > (& __idem_engine"),
-        "{out}"
-    );
+    assert!(out.contains("charge :: TOOL) , __idem_args ,"), "{out}");
     let out = expand(
         quote!(),
         quote!(
@@ -309,7 +307,8 @@ fn context_is_read_through_a_shared_reborrow() {
         ),
     );
     assert!(
-        out.contains(&format!("{cx} :: idempotency (& * self)")),
+        out.contains(&format!("{call} (& * self , SHIP_TOOL)"))
+            || out.contains(&format!("{call} (& * self , __IDEM_TOOL)")),
         "{out}"
     );
 }
@@ -326,13 +325,8 @@ fn rmcp_tool_uses_the_context_trait_for_the_request() {
         ),
     );
     if cfg!(feature = "rmcp") {
-        let cx = ":: idempotency :: __private :: IdempotencyContext :: < :: idempotency :: __private :: mcp :: Request >";
         assert!(
-            out.contains(&format!("{cx} :: idempotency (self)")),
-            "{out}"
-        );
-        assert!(
-            out.contains(&format!("{cx} :: caller (self , & __idem_request)")),
+            out.contains(":: idempotency :: __private :: mcp :: Call :: new (self , & __idem_request , __idem_raw , __IDEM_TOOL)"),
             "{out}"
         );
         assert!(
@@ -347,8 +341,8 @@ fn rmcp_tool_uses_the_context_trait_for_the_request() {
     assert!(!out.contains("IdempotentServer"), "{out}");
 }
 
-/// `client_key`: the key is read from the request (before the arguments are looked at), the call
-/// is prepared with it, and the answer goes through `keyed`.
+/// `client_key`: the call reads the key from the request (the runtime's `Call::prepare` looks at
+/// it before the arguments), and the key step keys by it when the request carried one.
 #[test]
 fn a_client_key_is_read_from_the_request_and_answers_through_keyed() {
     let out = expand(
@@ -362,19 +356,16 @@ fn a_client_key_is_read_from_the_request_and_answers_through_keyed() {
     );
     if cfg!(feature = "rmcp") {
         let p = ":: idempotency :: __private";
-        let read = format!(
-            "{p} :: mcp :: client_key (& __idem_request , {p} :: mcp :: ClientKeys :: Require"
-        );
-        let at = out.find(&read).unwrap_or_else(|| panic!("{out}"));
-        let checked = out
-            .find("check_arguments")
-            .unwrap_or_else(|| panic!("{out}"));
-        assert!(at < checked, "{out}");
         assert!(
-            out.contains(&format!("{p} :: prepare_client :: < A > (& __idem_caller")),
+            out.contains(&format!(
+                "{p} :: mcp :: Call :: new (self , & __idem_request , __idem_raw , __IDEM_TOOL) . require_client_key (& __idem_request)"
+            )),
             "{out}"
         );
-        assert!(out.contains(&format!("{p} :: mcp :: keyed (")), "{out}");
+        assert!(
+            out.contains("| __idem_k , __idem_a | __idem_k . call :: < A > (__idem_a)"),
+            "{out}"
+        );
     } else {
         assert!(out.contains("compile_error"), "{out}");
     }
@@ -389,10 +380,8 @@ fn body_is_kept_as_tokens() {
             .unwrap();
     let out = expand(quote!(), item);
     assert!(!out.contains("compile_error"), "{out}");
-    assert!(
-        out.contains("let args = __idem_args ; { let x = ; Ok (R) }"),
-        "{out}"
-    );
+    assert!(out.contains("move | args | async move"), "{out}");
+    assert!(out.contains("{ let x = ; Ok (R) }"), "{out}");
 }
 
 #[test]

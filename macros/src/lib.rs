@@ -10,8 +10,9 @@
 //!    (context, arguments, `Result<T, E>`, rmcp or not);
 //! 2. validate: `check` rejects items that cannot be wrapped and weighs the options against the
 //!    function; `hint` keeps `idempotentHint` honest;
-//! 3. generate: `expand` writes the wrapper, the descriptor and the merged `#[tool]`; `fallback`
-//!    the stand-in for an rmcp tool that could not be wrapped.
+//! 3. generate: `expand` writes the wrapper (the user's body and one call into the runtime,
+//!    whose pieces are `call`'s), the descriptor and the merged `#[tool]`; `fallback` the
+//!    stand-in for an rmcp tool that could not be wrapped.
 //!
 //! `ctxt` (errors, collected and reported together) and `emit` (the item beside the errors) sit
 //! below all three; the option spellings and the duration grammar come from
@@ -21,6 +22,7 @@
 
 mod ast;
 mod attr;
+mod call;
 mod check;
 mod ctxt;
 mod descriptor;
@@ -154,6 +156,7 @@ mod layering {
         ("fallback", include_str!("fallback.rs")),
         ("tokens", include_str!("tokens.rs")),
         ("descriptor", include_str!("descriptor.rs")),
+        ("call", include_str!("call.rs")),
         ("expand", include_str!("expand.rs")),
     ];
 

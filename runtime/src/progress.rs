@@ -22,7 +22,7 @@ pub(crate) struct Waiting {
 /// Told how a waiting repeat stands; must not block (it runs on the waiting task).
 #[cfg(feature = "rmcp")]
 #[derive(Clone)]
-pub struct Reporter(pub(crate) Arc<dyn Fn(Waiting) + Send + Sync>);
+pub(crate) struct Reporter(pub(crate) Arc<dyn Fn(Waiting) + Send + Sync>);
 
 #[cfg(feature = "rmcp")]
 impl std::fmt::Debug for Reporter {

@@ -1,5 +1,5 @@
-//! Deriving a call's key from its typed arguments: the `prepare_*` calls, and the compile-time
-//! checks that report unkeyable arguments at the user's type or business-key field.
+//! Deriving a call's key from its typed arguments ([`Keys`]), and the compile-time checks that
+//! report unkeyable arguments at the user's type or business-key field.
 
 use serde::Serialize;
 
@@ -16,6 +16,60 @@ use crate::tool::{BusinessKey, Prepared, ToolSpec};
 )]
 pub trait Arguments: Serialize {}
 impl<A: Serialize + ?Sized> Arguments for A {}
+
+/// What a wrapped call's key is made from besides its arguments: the caller, the tool and, for
+/// an rmcp tool taking client keys, the key the client sent. The generated key step calls one
+/// of its methods with the arguments' type spelled out (`k.call::<ChargeArgs>(a)`), so that a
+/// type without `Serialize` is reported at that type.
+#[derive(Debug)]
+pub struct Keys {
+    caller: Caller,
+    spec: ToolSpec,
+    client: Option<ClientKey>,
+}
+
+impl Keys {
+    pub(crate) fn new(caller: Caller, spec: ToolSpec, client: Option<ClientKey>) -> Self {
+        Keys {
+            caller,
+            spec,
+            client,
+        }
+    }
+
+    /// The call keyed by all its arguments ([`Prepared::call`]), or by the client's key when the
+    /// request carried one ([`Prepared::client`]).
+    pub fn call<A: Arguments + ?Sized>(&self, args: &A) -> Result<Prepared, Error> {
+        match &self.client {
+            Some(key) => Prepared::client(&self.caller, &self.spec, key, args),
+            None => Prepared::call(&self.caller, &self.spec, args),
+        }
+    }
+
+    /// The call keyed by its business key `value`, read from the field `field`
+    /// ([`Prepared::business`]).
+    pub fn business<A: Arguments + ?Sized, B: Serialize + ?Sized>(
+        &self,
+        field: &str,
+        value: &B,
+        args: &A,
+    ) -> Result<Prepared, Error> {
+        let key = BusinessKey { field, value };
+        Prepared::business(&self.caller, &self.spec, key, args)
+    }
+
+    /// [`Keys::business`], or [`Keys::call`] for a call without its business key
+    /// ([`Prepared::business_or_call`]).
+    pub fn business_or_call<A: Arguments + ?Sized, B: Serialize + ?Sized>(
+        &self,
+        field: &str,
+        value: &B,
+        args: &A,
+    ) -> Result<Prepared, Error> {
+        let key = BusinessKey { field, value };
+        Prepared::business_or_call(&self.caller, &self.spec, key, args)
+    }
+}
 
 /// [`Prepared::call`] for arguments of type `A`.
 pub fn prepare_call<A: Arguments + ?Sized>(
@@ -61,13 +115,44 @@ pub fn prepare_client<A: Arguments + ?Sized>(
 }
 
 /// A probe that makes an `Option` business-key field a compile error (unless the attribute says
-/// what a missing one means): for an `Option`, the inherent `key` below is chosen over
-/// [`KeyProbeAny::key`] and returns a type that cannot be a business key.
-pub struct KeyProbe<'a, T: ?Sized>(pub &'a T);
+/// what a missing one means): for an `Option`, the inherent `key` below is chosen, and returns a
+/// type that cannot be a business key; for any other field, method lookup goes on through
+/// `Deref` to [`KeyField::key`], the field itself.
+pub struct KeyProbe<'a, T: ?Sized>(KeyField<'a, T>);
+
+impl<'a, T: ?Sized> KeyProbe<'a, T> {
+    /// The probe of one business-key field.
+    pub fn new(field: &'a T) -> Self {
+        KeyProbe(KeyField(field))
+    }
+}
 
 impl<T: ?Sized> std::fmt::Debug for KeyProbe<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("KeyProbe")
+    }
+}
+
+impl<'a, T: ?Sized> std::ops::Deref for KeyProbe<'a, T> {
+    type Target = KeyField<'a, T>;
+    fn deref(&self) -> &KeyField<'a, T> {
+        &self.0
+    }
+}
+
+/// What a [`KeyProbe`] of a field that is not an `Option` reaches through `Deref`.
+pub struct KeyField<'a, T: ?Sized>(&'a T);
+
+impl<T: ?Sized> std::fmt::Debug for KeyField<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyField")
+    }
+}
+
+impl<'a, T: ?Sized> KeyField<'a, T> {
+    /// The field itself.
+    pub fn key(&self) -> &'a T {
+        self.0
     }
 }
 
@@ -95,16 +180,5 @@ impl<T> KeyProbe<'_, Option<T>> {
     /// Chosen for `Option` fields.
     pub fn key(&self) -> &'static an_Option_business_key_needs_missing_key {
         &an_Option_business_key_needs_missing_key
-    }
-}
-
-/// Chosen for every field that is not an `Option`.
-pub trait KeyProbeAny<'a, T: ?Sized> {
-    /// The field itself.
-    fn key(&self) -> &'a T;
-}
-impl<'a, T: ?Sized> KeyProbeAny<'a, T> for KeyProbe<'a, T> {
-    fn key(&self) -> &'a T {
-        self.0
     }
 }

@@ -1,6 +1,6 @@
 //! What `#[idempotent]` generates code against. Not a public API: names here change without notice.
-//! One file per concern: `key` (the key from the typed arguments), `mcp` (an rmcp tool's run and
-//! answer).
+//! One file per concern: `key` (the key from the typed arguments), `plain` (a plain function's
+//! call), `mcp` (an rmcp tool's call and answer).
 
 pub use crate::context::IdempotencyContext;
 pub use crate::engine::Idempotency;
@@ -24,6 +24,9 @@ pub use ::rmcp;
 /// The MCP side of generated code.
 #[cfg(feature = "rmcp")]
 pub mod mcp;
+
+/// A wrapped plain function's call.
+pub mod plain;
 
 mod key;
 pub use key::*;

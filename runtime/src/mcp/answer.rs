@@ -5,7 +5,7 @@ use rmcp::ErrorData;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use crate::outcome::{Failure, Outcome};
+use crate::outcome::{ErrorPolicy, Failure, Outcome};
 use crate::Error;
 
 /// `_meta` key: the operation's reference.
@@ -45,7 +45,7 @@ pub const STATUSES: &[&str] = &[
 ///   result whose text says what happened, the ref and what to do next.
 ///
 /// A replay has the same content as the first answer; only `_meta` says `replayed: true`.
-pub fn answer<T: Serialize, E: Display>(
+pub(crate) fn answer<T: Serialize, E: Display>(
     outcome: Outcome<T, Failure<E>>,
 ) -> Result<CallToolResult, ErrorData> {
     let mut meta = Map::new();
@@ -76,7 +76,7 @@ pub fn answer<T: Serialize, E: Display>(
 /// verbatim — every content block (images, resources, text), `structuredContent` and `isError` —
 /// with the reference and the replay marker merged into its `_meta` (its own `_meta` keys kept).
 /// `#[idempotent]` uses it for tools returning `CallToolResult`.
-pub fn answer_verbatim<E: Display>(
+pub(crate) fn answer_verbatim<E: Display>(
     outcome: Outcome<CallToolResult, Failure<E>>,
 ) -> Result<CallToolResult, ErrorData> {
     match outcome.result {
@@ -93,6 +93,22 @@ pub fn answer_verbatim<E: Display>(
             replayed: outcome.replayed,
             reference: outcome.reference,
         }),
+    }
+}
+
+/// `outcome` with the handler's error as its text, as `policy` describes it: what the answers
+/// render, with no bound on the error type beyond its policy's.
+pub(crate) fn described<T, E>(
+    outcome: Outcome<T, Failure<E>>,
+    policy: ErrorPolicy<E>,
+) -> Outcome<T, Failure<String>> {
+    Outcome {
+        result: outcome.result.map_err(|f| match f {
+            Failure::Handler(e) => Failure::Handler((policy.describe)(&e)),
+            Failure::Wrapper(e) => Failure::Wrapper(e),
+        }),
+        replayed: outcome.replayed,
+        reference: outcome.reference,
     }
 }
 

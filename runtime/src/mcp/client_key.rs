@@ -56,9 +56,8 @@ pub fn client_key_meta(own: Option<MetaObject>, mode: &'static str) -> MetaObjec
 }
 
 /// Whether a tool takes a client key (`accept`) or insists on one (`require`).
-#[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClientKeys {
+pub(crate) enum ClientKeys {
     /// A key is used when sent; without one, the server derives the key from the arguments.
     Accept,
     /// A request without a key is refused.
@@ -68,8 +67,7 @@ pub enum ClientKeys {
 /// The client key of `request` for the tool `spec`: `None` when it carries none and the tool
 /// accepts that; a JSON-RPC error (invalid params, `data.type` [`KEY_MISSING`] or
 /// [`KEY_INVALID`]) when it is missing but required, or unusable.
-#[doc(hidden)]
-pub fn client_key(
+pub(crate) fn client_key(
     request: &RequestContext<RoleServer>,
     mode: ClientKeys,
     spec: &ToolSpec,
@@ -152,8 +150,7 @@ pub(crate) fn kind(v: &Value) -> &'static str {
 }
 
 /// A wrapped tool's answer type: its completed result, if it has one.
-#[doc(hidden)]
-pub trait KeyedAnswer {
+pub(crate) trait KeyedAnswer {
     /// The completed tool result.
     fn completed(&self) -> Option<&CallToolResult>;
 }
@@ -177,8 +174,7 @@ impl KeyedAnswer for CallToolResponse {
 /// "in progress" and "payload mismatch" become the JSON-RPC errors SEP-3182 proposed
 /// ([`KEY_IN_PROGRESS`], [`KEY_CONFLICT`]), with the reference and the status in `data`; every
 /// other answer is unchanged.
-#[doc(hidden)]
-pub fn keyed<R: KeyedAnswer>(
+pub(crate) fn keyed<R: KeyedAnswer>(
     spec: &ToolSpec,
     keyed: bool,
     answer: Result<R, ErrorData>,

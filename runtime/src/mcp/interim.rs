@@ -120,7 +120,9 @@ impl<E: fmt::Display> Interim<E> {
 
 /// The handler's `CallToolResponse` split into what is stored (a completed result) and what is
 /// not (an input round).
-pub fn split_response<E>(r: Result<CallToolResponse, E>) -> Result<CallToolResult, Interim<E>> {
+pub(crate) fn split_response<E>(
+    r: Result<CallToolResponse, E>,
+) -> Result<CallToolResult, Interim<E>> {
     match r {
         Ok(CallToolResponse::Complete(result)) => Ok(result),
         Ok(CallToolResponse::InputRequired(ir)) => Err(Interim::InputRequired(ir)),
@@ -143,25 +145,20 @@ fn unknown_kind(other: CallToolResponse) -> CallToolResult {
 }
 
 /// [`answer_verbatim`](super::answer_verbatim) for a `CallToolResponse` tool: a completed result
-/// verbatim (reference and replay marker in `_meta`), an input round as it was given.
-pub fn answer_response<E: fmt::Display>(
+/// verbatim (reference and replay marker in `_meta`), an input round as it was given; a handler's
+/// error as `policy` describes it.
+pub(crate) fn answer_response<E>(
     outcome: Outcome<CallToolResult, Failure<Interim<E>>>,
+    policy: ErrorPolicy<Interim<E>>,
 ) -> Result<CallToolResponse, ErrorData> {
-    let result = match outcome.result {
+    match outcome.result {
         Err(Failure::Handler(Interim::InputRequired(ir))) => {
-            return Ok(CallToolResponse::InputRequired(ir))
+            Ok(CallToolResponse::InputRequired(ir))
         }
-        Err(Failure::Handler(Interim::Task(t))) => return Ok(CallToolResponse::Task(*t)),
-        Ok(r) => Ok(r),
-        Err(Failure::Handler(Interim::Handler(e))) => Err(Failure::Handler(e)),
-        Err(Failure::Wrapper(e)) => Err(Failure::Wrapper(e)),
-    };
-    super::answer_verbatim(Outcome {
-        result,
-        replayed: outcome.replayed,
-        reference: outcome.reference,
-    })
-    .map(CallToolResponse::Complete)
+        Err(Failure::Handler(Interim::Task(t))) => Ok(CallToolResponse::Task(*t)),
+        _ => super::answer_verbatim(super::answer::described(outcome, policy))
+            .map(CallToolResponse::Complete),
+    }
 }
 
 #[cfg(test)]
@@ -241,11 +238,14 @@ mod tests {
         ] {
             assert_eq!((policy.classify)(&made), Disposition::Unknown);
         }
-        let answered = answer_response(Outcome {
-            result: Err(Failure::Handler(made)),
-            replayed: false,
-            reference: None,
-        });
+        let answered = answer_response(
+            Outcome {
+                result: Err(Failure::Handler(made)),
+                replayed: false,
+                reference: None,
+            },
+            Interim::<Declined>::retryable(),
+        );
         assert!(matches!(answered, Ok(CallToolResponse::Task(_))));
     }
 }

@@ -5,13 +5,13 @@
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 
-use crate::tool::{Origin, Prepared};
+use crate::tool::Origin;
 
 /// The header that names the MCP session of a streamable HTTP request.
 const SESSION_HEADER: &str = "mcp-session-id";
 
 /// Where `request` came from.
-fn origin_of(request: &RequestContext<RoleServer>) -> Origin {
+pub(crate) fn origin_of(request: &RequestContext<RoleServer>) -> Origin {
     let meta = |name: &str| {
         request
             .meta
@@ -30,10 +30,4 @@ fn origin_of(request: &RequestContext<RoleServer>) -> Origin {
         tracestate: meta("tracestate"),
         session,
     }
-}
-
-/// `prepared`, with `request`'s origin for its span.
-pub fn with_origin(mut prepared: Prepared, request: &RequestContext<RoleServer>) -> Prepared {
-    prepared.origin = origin_of(request);
-    prepared
 }

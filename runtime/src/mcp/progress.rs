@@ -2,7 +2,6 @@
 //! that sent a progress token with its `tools/call`: one as the wait begins and one a second,
 //! `progress` the milliseconds waited and `total` the most it may wait.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use rmcp::model::ProgressNotificationParam;
@@ -12,7 +11,7 @@ use rmcp::RoleServer;
 use crate::progress::{Reporter, Waiting};
 
 /// The reporter for `request`: `None` unless its client sent a progress token.
-pub fn progress_of(request: &RequestContext<RoleServer>) -> Option<Reporter> {
+pub(crate) fn progress_of(request: &RequestContext<RoleServer>) -> Option<Reporter> {
     let token = request.meta.get_progress_token()?;
     let peer = request.peer.clone();
     Some(Reporter(Arc::new(move |w: Waiting| {
@@ -29,9 +28,4 @@ pub fn progress_of(request: &RequestContext<RoleServer>) -> Option<Reporter> {
             }
         });
     })))
-}
-
-/// Runs `call` with `progress` told how its waits stand.
-pub async fn reporting<F: Future>(progress: Option<Reporter>, call: F) -> F::Output {
-    crate::progress::scope(progress, call).await
 }

@@ -1,7 +1,6 @@
-//! Wrapped tools as MCP tasks: what the generated code runs (`call`, `render`), behind
+//! Wrapped tools as MCP tasks: what a task tool's call runs ([`TaskCall`], [`render`]), behind
 //! [`crate::mcp::task`], the public face ([`get_task`], [`cancel_task`]).
 
-use std::fmt::Display;
 use std::future::Future;
 
 use rmcp::model::{
@@ -22,7 +21,7 @@ use crate::record::{RecordStatus, Standing};
 use crate::tool::Prepared;
 use crate::{Error, Idempotency, IdempotencyContext};
 
-use super::answer::META_REF;
+use super::answer::{described, META_REF};
 use super::task_id::{Attempt, TaskId};
 
 type Request = rmcp::service::RequestContext<rmcp::RoleServer>;
@@ -37,9 +36,9 @@ pub const POLL_INTERVAL_MS: u64 = 1_000;
 pub const UNSETTLED_POLL_INTERVAL_MS: u64 = 10_000;
 
 /// What a task tool's body gives, rendered as the `CallToolResult` that is stored: `T` as
-/// structured content, a definitive error as an `isError` result; other errors (retryable,
-/// unknown) are left to the engine.
-pub fn render<T: Serialize, E: Display>(
+/// structured content, a definitive error as an `isError` result (its text as `policy`
+/// describes it); other errors (retryable, unknown) are left to the engine.
+pub(crate) fn render<T: Serialize, E>(
     result: Result<T, E>,
     policy: ErrorPolicy<E>,
 ) -> Result<CallToolResult, E> {
@@ -50,49 +49,49 @@ pub fn render<T: Serialize, E: Display>(
                 "the tool's answer could not be serialised: {e}"
             ))]),
         }),
-        Err(e) if (policy.classify)(&e) == Disposition::Definitive => Ok(CallToolResult::error(
-            vec![ContentBlock::text(e.to_string())],
-        )),
-        Err(e) => Err(e),
+        Err(e) => render_verbatim(Err(e), policy),
     }
 }
 
 /// [`render`] for a tool answering a `CallToolResult`: kept as it is.
-pub fn render_verbatim<E: Display>(
+pub(crate) fn render_verbatim<E>(
     result: Result<CallToolResult, E>,
     policy: ErrorPolicy<E>,
 ) -> Result<CallToolResult, E> {
     match result {
-        Err(e) if (policy.classify)(&e) == Disposition::Definitive => Ok(CallToolResult::error(
-            vec![ContentBlock::text(e.to_string())],
-        )),
+        Err(e) if (policy.classify)(&e) == Disposition::Definitive => {
+            Ok(CallToolResult::error(vec![ContentBlock::text((policy
+                .describe)(
+                &e
+            ))]))
+        }
         other => other,
     }
 }
 
-/// A task tool's call, as the attribute's code hands it over: [`TaskCall::run`].
+/// A task tool's keyed call: [`TaskCall::run`].
 #[derive(Debug)]
-pub struct TaskCall {
+pub(crate) struct TaskCall {
     /// The server's engine.
-    pub engine: Idempotency,
+    pub(crate) engine: Idempotency,
     /// The call's key and caller.
-    pub prepared: Prepared,
+    pub(crate) prepared: Prepared,
     /// Whether to answer with a task: the server and the request's client both declare the
     /// tasks extension.
-    pub as_task: bool,
+    pub(crate) as_task: bool,
 }
 
 impl TaskCall {
     /// The whole call: as a task when `as_task`, else inline. `body` gives the rendered result
     /// ([`render`]): definitive errors are already results, so the engine sees only retryable
     /// or unknown ones.
-    pub async fn run<E, Fut>(
+    pub(crate) async fn run<E, Fut>(
         self,
         policy: ErrorPolicy<E>,
         body: Fut,
     ) -> Result<CallToolResponse, ErrorData>
     where
-        E: Display + Send + 'static,
+        E: Send + 'static,
         Fut: Future<Output = Result<CallToolResult, E>> + Send + 'static,
     {
         let TaskCall {
@@ -104,7 +103,8 @@ impl TaskCall {
             let outcome = engine
                 .execute_raw::<CallToolResult, E, _>(prepared, policy, body)
                 .await;
-            return super::answer_verbatim(outcome).map(CallToolResponse::Complete);
+            return super::answer_verbatim(described(outcome, policy))
+                .map(CallToolResponse::Complete);
         }
         let caller = prepared.caller.clone();
         let (started, claimed) = tokio::sync::oneshot::channel::<RecordStatus>();
@@ -153,7 +153,7 @@ impl TaskCall {
             let state = detailed(&status, Attempt::Current, reader.clock().now());
             return Ok(handle(TaskId::of(&status), &state.task));
         }
-        super::answer_verbatim(outcome).map(CallToolResponse::Complete)
+        super::answer_verbatim(described(outcome, policy)).map(CallToolResponse::Complete)
     }
 }
 

@@ -62,7 +62,7 @@ impl<S> FromContextPart<ToolCallContext<'_, S>> for RawArguments {
 /// the handler could read and the typed arguments' serialised form does not show: not `null`,
 /// not a member the tool ignores (by path: `sent_at`, `meta.request_id`), not left out by `skip_serializing_if`, and not an
 /// alias of a field it holds (see the module documentation).
-pub fn check_arguments<A: Serialize + DeserializeOwned>(
+pub(crate) fn check_arguments<A: Serialize + DeserializeOwned>(
     raw: &RawArguments,
     args: &A,
     spec: &ToolSpec,
