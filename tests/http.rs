@@ -79,6 +79,12 @@ async fn flaky(State(far): State<Arc<Far>>, body: Bytes) -> Response {
     (StatusCode::CREATED, json, json!({"order": n}).to_string()).into_response()
 }
 
+/// Takes effect, then fails before answering.
+async fn boom(State(far): State<Arc<Far>>) -> Response {
+    far.orders.fetch_add(1, Ordering::SeqCst);
+    panic!("the processor's answer could not be read");
+}
+
 async fn list(State(far): State<Arc<Far>>) -> Response {
     far.lists.fetch_add(1, Ordering::SeqCst);
     ([("content-type", "application/json")], "[]").into_response()
@@ -108,12 +114,13 @@ fn engine(b: &Backend) -> Idempotency {
     Idempotency::builder_shared(b.store.clone()).build()
 }
 
-/// `/orders` (GET lists, POST creates behind `layer`), `/flaky` (POST behind `layer`) and
+/// `/orders` (GET lists, POST creates behind `layer`), `/flaky` and `/boom` (POST behind `layer`) and
 /// `/other` (POST, no layer), inside the authentication.
 fn app(far: &Arc<Far>, layer: IdempotencyLayer) -> Router {
     Router::new()
         .route("/orders", get(list).post(create).layer(layer.clone()))
-        .route("/flaky", post(flaky).layer(layer))
+        .route("/flaky", post(flaky).layer(layer.clone()))
+        .route("/boom", post(boom).layer(layer))
         .route("/other", post(other))
         .layer(middleware::from_fn(authenticate))
         .with_state(far.clone())
@@ -566,6 +573,72 @@ async fn duplicates_at_once_over_loopback_run_once(b: Backend) {
     b.finish().await;
 }
 
+/// A request that may have taken effect without an answer is "outcome unknown" (409), for it
+/// and every repeat, and never runs again.
+async fn a_lost_outcome_is_409_and_never_runs_again(b: Backend) {
+    let far = Arc::new(Far::default());
+    let app = app(&far, IdempotencyLayer::new(engine(&b), CREATE_ORDER));
+    for _ in 0..2 {
+        let lost = Req::post("/boom", K1, json!({"amount": 5})).to(&app).await;
+        assert_eq!(lost.status, StatusCode::CONFLICT, "{lost:?}");
+        assert_eq!(lost.problem(), "idempotency_outcome_unknown");
+        assert!(lost.json()["ref"].is_string());
+        assert!(lost.headers.get("retry-after").is_none());
+    }
+    assert_eq!(far.orders.load(Ordering::SeqCst), 1);
+    b.finish().await;
+}
+
+/// With `KeyScope::Operation` and the tool's arguments as the fingerprint, a request's record is
+/// the one an MCP tool of the operation finds for the same caller and client key (its answer is
+/// the stored response's envelope); the default, path-scoped key is another record.
+async fn an_operation_scoped_key_is_the_tools_client_key(b: Backend) {
+    use idempotency::http::KeyScope;
+    use idempotency::key::ClientKey;
+    use idempotency::outcome::ErrorPolicy;
+    use idempotency::tool::Prepared;
+
+    let far = Arc::new(Far::default());
+    let engine = engine(&b);
+    // The MCP side: the tool's call with the client's key and its arguments.
+    let tool_call = |key: &'static str| {
+        let engine = engine.clone();
+        async move {
+            let key = ClientKey::new(key).expect("a key");
+            let caller = Caller::new("acme", "alice");
+            let prepared = Prepared::client(&caller, &CREATE_ORDER, &key, &json!({"amount": 5}))
+                .expect("keyed");
+            let body = async { Ok::<Value, std::convert::Infallible>(json!("ran")) };
+            engine
+                .execute_raw(prepared, ErrorPolicy::retryable(), body)
+                .await
+        }
+    };
+    let by_path = app(&far, IdempotencyLayer::new(engine.clone(), CREATE_ORDER));
+    Req::post("/orders", K1, json!({"amount": 5}))
+        .to(&by_path)
+        .await;
+    assert!(
+        !tool_call(K1).await.replayed,
+        "a path-scoped key is not the tool's"
+    );
+    let shared = IdempotencyLayer::new(engine.clone(), CREATE_ORDER)
+        .scope(KeyScope::Operation)
+        .fingerprint(|req| Ok(req.json().cloned().unwrap_or(Value::Null)));
+    let by_operation = app(&far, shared);
+    let first = Req::post("/orders", K2, json!({"amount": 5}))
+        .to(&by_operation)
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    let found = tool_call(K2).await;
+    assert!(found.replayed, "one record for the operation and the key");
+    let envelope = found.result.expect("the stored envelope");
+    assert_eq!(envelope["status"], 201, "{envelope}");
+    assert_eq!(envelope["body"]["json"], first.json(), "{envelope}");
+    assert_eq!(far.orders.load(Ordering::SeqCst), 2);
+    b.finish().await;
+}
+
 /// Behind no authentication there is no caller: the layer refuses rather than guess.
 async fn without_a_caller_nothing_runs(b: Backend) {
     let far = Arc::new(Far::default());
@@ -633,4 +706,6 @@ on_every_store!(
     a_fresh_key_after_a_5xx_is_refused_the_first_key_runs,
     duplicates_at_once_over_loopback_run_once,
     without_a_caller_nothing_runs,
+    a_lost_outcome_is_409_and_never_runs_again,
+    an_operation_scoped_key_is_the_tools_client_key,
 );
