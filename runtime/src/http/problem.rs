@@ -299,3 +299,100 @@ impl Problem {
         response
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Timestamp;
+    use crate::store::StoreError;
+
+    fn reference() -> Reference {
+        "3f9a0c1b2d4e5f60-1".parse().expect("a reference")
+    }
+
+    fn answer(p: &Problem, base: Option<&str>) -> (Response<Bytes>, Value) {
+        let r: Response<Bytes> = p.response(base, "/orders");
+        let body = serde_json::from_slice(r.body()).expect("JSON");
+        (r, body)
+    }
+
+    /// The draft's and ACP's statuses and codes, `Retry-After` only where waiting helps, and
+    /// both sets of members.
+    #[test]
+    fn each_answer_has_its_status_code_and_members() {
+        let tool = || "create_order".to_owned();
+        let cases = [
+            (
+                Error::InFlight {
+                    tool: tool(),
+                    reference: reference(),
+                    since: Timestamp::from_millis(0),
+                },
+                409,
+                "idempotency_in_flight",
+                Some("2"),
+            ),
+            (
+                Error::PayloadMismatch {
+                    tool: tool(),
+                    reference: reference(),
+                },
+                422,
+                "idempotency_conflict",
+                None,
+            ),
+            (
+                Error::OutcomeUnknown {
+                    tool: tool(),
+                    reference: reference(),
+                    reason: UnknownReason::Earlier,
+                    source: None,
+                },
+                409,
+                "idempotency_outcome_unknown",
+                None,
+            ),
+            (
+                Error::Store {
+                    tool: tool(),
+                    source: StoreError::Unavailable(Box::new(std::io::Error::other("reset"))),
+                },
+                503,
+                "idempotency_store_unavailable",
+                Some("2"),
+            ),
+        ];
+        for (e, status, code, retry) in cases {
+            let p = Problem::from_error(&e, Duration::from_millis(1500));
+            let (r, body) = answer(&p, None);
+            assert_eq!(r.status().as_u16(), status, "{body}");
+            assert_eq!(r.headers()["content-type"], PROBLEM_JSON);
+            assert_eq!(
+                r.headers()
+                    .get("retry-after")
+                    .map(|v| v.to_str().unwrap_or("")),
+                retry,
+                "{body}"
+            );
+            assert_eq!(body["code"], code);
+            assert_eq!(body["type"], "about:blank");
+            assert_eq!(body["title"], r.status().canonical_reason().unwrap_or(""));
+            assert_eq!(body["status"], status);
+            assert_eq!(body["instance"], "/orders");
+            assert_eq!(body["detail"], body["message"]);
+            if code != "idempotency_store_unavailable" {
+                assert_eq!(body["ref"], "3f9a0c1b2d4e5f60-1", "{body}");
+            }
+        }
+        let missing = Problem::key_required("create_order");
+        let (r, body) = answer(&missing, Some("https://api.example.com/problems/"));
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            body["type"],
+            "https://api.example.com/problems/idempotency_key_required"
+        );
+        assert_eq!(body["title"], "Idempotency-Key is missing");
+        assert_eq!(body["param"], "Idempotency-Key");
+        assert!(body.get("ref").is_none());
+    }
+}
