@@ -589,6 +589,23 @@ async fn a_lost_outcome_is_409_and_never_runs_again(b: Backend) {
     b.finish().await;
 }
 
+/// A response past the bound the layer records has taken effect: "outcome unknown" for it and
+/// every repeat, never run again.
+async fn a_response_past_its_bound_is_an_unknown_outcome(b: Backend) {
+    let far = Arc::new(Far::default());
+    let layer = IdempotencyLayer::new(engine(&b), CREATE_ORDER).max_response(8);
+    let app = app(&far, layer);
+    for _ in 0..2 {
+        let big = Req::post("/orders", K1, json!({"amount": 5}))
+            .to(&app)
+            .await;
+        assert_eq!(big.status, StatusCode::CONFLICT, "{big:?}");
+        assert_eq!(big.problem(), "idempotency_outcome_unknown");
+    }
+    assert_eq!(far.orders.load(Ordering::SeqCst), 1);
+    b.finish().await;
+}
+
 /// With `KeyScope::Operation` and the tool's arguments as the fingerprint, a request's record is
 /// the one an MCP tool of the operation finds for the same caller and client key (its answer is
 /// the stored response's envelope); the default, path-scoped key is another record.
@@ -707,5 +724,6 @@ on_every_store!(
     duplicates_at_once_over_loopback_run_once,
     without_a_caller_nothing_runs,
     a_lost_outcome_is_409_and_never_runs_again,
+    a_response_past_its_bound_is_an_unknown_outcome,
     an_operation_scoped_key_is_the_tools_client_key,
 );
