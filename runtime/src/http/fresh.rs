@@ -81,7 +81,9 @@ pub(super) async fn check(
             Err(Problem::fresh_key(operation, earlier))
         }
         Err(Failure::Wrapper(Error::InFlight { .. })) => Err(Problem::fresh_key(operation, None)),
-        Err(Failure::Wrapper(e)) => Err(Problem::from_error(&e, config.retry_after)),
+        // The mark could not be written or read: the request did not run, whatever the mark's
+        // own record says.
+        Err(Failure::Wrapper(e)) => Err(Problem::unchecked(operation, &e, config.retry_after)),
         Err(Failure::Handler(never)) => match never {},
     }
 }

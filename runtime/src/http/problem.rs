@@ -137,6 +137,17 @@ impl Problem {
         .with_ref(earlier)
     }
 
+    /// The fresh-key check could not be made, so the request did not run (503).
+    pub(super) fn unchecked(operation: &str, e: &Error, retry_after: Duration) -> Self {
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "idempotency_store_unavailable",
+            "Idempotency store unavailable",
+            format!("{operation} was not run: the check for an identical request under another Idempotency-Key failed ({e}). Nothing was done. It is safe to send it again shortly with the same key."),
+        )
+        .retry_after(retry_after)
+    }
+
     /// The inner service may have acted, and its response cannot be recorded (409).
     pub(super) fn unknown(operation: &str, reference: Option<Reference>, why: &str) -> Self {
         let at = reference.map_or(String::new(), |r| format!(" (ref {r})"));
