@@ -14,6 +14,13 @@ mod corrupt;
 mod engine;
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 mod faults;
+#[cfg(all(
+    feature = "http",
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "redis"
+))]
+mod http;
 mod keys;
 mod metrics;
 #[cfg(all(feature = "sqlite", feature = "postgres", feature = "redis"))]

@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["engine"],
     &["context"],
     &["outbox", "tasks"],
-    &["mcp"],
+    &["mcp", "http"],
 ];
 
 /// The crate root's re-exports, by the module that defines them.

@@ -53,7 +53,7 @@
 //! The crate root holds what a handler author needs. The rest lives in modules:
 //! [`store`] (the backends and the traits a new backend implements), [`tasks`] (purger and
 //! reconciler), [`outbox`] (follow-on messages and their dispatcher), [`tool`], [`outcome`],
-//! [`error`], [`key`], [`clock`], and [`mcp`] (feature `rmcp`).
+//! [`error`], [`key`], [`clock`], [`mcp`] (feature `rmcp`) and [`http`] (feature `http`).
 //!
 //! ## Features
 //!
@@ -61,6 +61,8 @@
 //! - `postgres`: [`store::PostgresStore`], for many server replicas on one database;
 //! - `redis`: [`store::RedisStore`], on one Redis or a Redis Cluster;
 //! - `rmcp`: the MCP integration ([`mcp`]) for the official Rust SDK;
+//! - `http`: [`http::IdempotencyLayer`], a `tower` layer (axum 0.8) that answers
+//!   `Idempotency-Key` requests once, on the same engine and stores;
 //! - `tls`: the SQL stores reach a PostgreSQL that requires TLS (`sslmode=require`, as managed
 //!   databases do), through rustls with the webpki roots;
 //! - `test-util`: [`clock::ManualClock`], a clock tests move by hand;
@@ -92,6 +94,9 @@ mod engine;
 pub mod error;
 #[cfg(test)]
 mod files;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod http;
 pub mod key;
 #[cfg(test)]
 mod layering;

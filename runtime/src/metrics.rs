@@ -147,7 +147,7 @@ pub(crate) fn call<T, E>(
 
 /// Counts a call refused before it reached the engine (a caller or arguments that cannot be
 /// keyed).
-#[cfg(feature = "rmcp")]
+#[cfg(any(feature = "rmcp", feature = "http"))]
 pub(crate) fn refused(e: &Error) {
     let tool = match e {
         Error::Arguments { tool, .. } | Error::ClientKey { tool, .. } => tool.clone(),

@@ -98,3 +98,23 @@ pub enum ClientKeyError {
     #[error("the request carries more than one idempotency key (in `_meta` \"idempotency/key\" and in `Idempotency-Key` headers) and they differ: send one")]
     Conflicting,
 }
+
+/// The key in one `Idempotency-Key` header value: its text, or the content of a structured-field
+/// string (`"…"`, as the IETF draft writes it). Only printable ASCII is taken; [`ClientKey::new`]
+/// checks the rest.
+#[cfg(any(feature = "rmcp", feature = "http"))]
+pub(crate) fn header_key(bytes: &[u8]) -> Result<&str, ClientKeyError> {
+    if let Some(at) = bytes
+        .iter()
+        .position(|b| !b.is_ascii_graphic() && *b != b' ')
+    {
+        return Err(ClientKeyError::Character { at: at + 1 });
+    }
+    let text = std::str::from_utf8(bytes).map_err(|e| ClientKeyError::Character {
+        at: e.valid_up_to() + 1,
+    })?;
+    Ok(text
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(text))
+}

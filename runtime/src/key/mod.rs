@@ -23,6 +23,8 @@ mod tests;
 
 pub use crate::canonical::CanonicalError;
 pub use caller::{Caller, KeyError, Scope};
+#[cfg(any(feature = "rmcp", feature = "http"))]
+pub(crate) use client::header_key;
 pub use client::{ClientKey, ClientKeyError};
 pub use identity::{Key, Reference, ReferenceParseError};
 pub use material::{Fingerprint, FingerprintMaterial, KeyMaterial, Owner};

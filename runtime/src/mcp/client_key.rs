@@ -17,7 +17,7 @@ use rmcp::{ErrorData, RoleServer};
 use serde_json::{json, Value};
 
 use super::answer::{META_REF, META_STATUS};
-use crate::key::{ClientKey, ClientKeyError};
+use crate::key::{header_key, ClientKey, ClientKeyError};
 use crate::tool::ToolSpec;
 use crate::Error;
 
@@ -118,24 +118,6 @@ fn read(request: &RequestContext<RoleServer>) -> Result<Option<ClientKey>, Clien
         }
     }
     found.map(ClientKey::new).transpose()
-}
-
-/// The key in one `Idempotency-Key` header value: its text, or the content of a structured-field
-/// string (`"…"`, as the IETF draft writes it). Only printable ASCII is taken.
-fn header_key(bytes: &[u8]) -> Result<&str, ClientKeyError> {
-    if let Some(at) = bytes
-        .iter()
-        .position(|b| !b.is_ascii_graphic() && *b != b' ')
-    {
-        return Err(ClientKeyError::Character { at: at + 1 });
-    }
-    let text = std::str::from_utf8(bytes).map_err(|e| ClientKeyError::Character {
-        at: e.valid_up_to() + 1,
-    })?;
-    Ok(text
-        .strip_prefix('"')
-        .and_then(|t| t.strip_suffix('"'))
-        .unwrap_or(text))
 }
 
 pub(crate) fn kind(v: &Value) -> &'static str {
