@@ -4,6 +4,7 @@
 mod common;
 mod mcp;
 mod place_order;
+mod protocols;
 mod readme;
 mod skew;
 mod tasks;

@@ -44,8 +44,11 @@ pub(crate) fn descriptor(f: &Function, opts: &Options, p: &TokenStream) -> Descr
         };
         spec.extend(quote!(.with_scope(#p::Scope::#variant)));
     }
-    if let Some(ignore) = &opts.ignore {
-        let fields = &ignore.value;
+    // The client key's own field is left out of the fingerprint with the ignored ones: a retry
+    // carries the same key, and the key is the record's name already.
+    let mut fields: Vec<&syn::LitStr> = opts.ignore.iter().flat_map(|i| &i.value).collect();
+    fields.extend(opts.client_key_field.as_ref().map(|k| &k.value));
+    if !fields.is_empty() {
         spec.extend(quote!(.ignoring(&[#(#fields),*])));
     }
     if let Some(recover) = &opts.recover {

@@ -9,7 +9,7 @@ use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Meta, Signature};
 
 use crate::ast::{is_attr, Context, Function, ItemFn, Mode, Request};
-use crate::attr::{ClientKey, Options};
+use crate::attr::{Answers, ClientKey, Options};
 use crate::call::{body, key_step, policy_fn};
 use crate::ctxt::Ctxt;
 use crate::descriptor::{descriptor, Descriptor};
@@ -254,10 +254,18 @@ fn rmcp_call(
     sig.inputs
         .insert(at, syn::parse_quote!(#raw: #p::mcp::RawArguments));
     let mut call = quote!(#p::mcp::Call::new(self, &#request, #raw, #spec_path));
-    match opts.client_key.as_ref().map(|k| k.value) {
-        None => {}
-        Some(ClientKey::Accept) => call.extend(quote!(.accept_client_key(&#request))),
-        Some(ClientKey::Require) => call.extend(quote!(.require_client_key(&#request))),
+    let field = opts.client_key_field.as_ref().map(|k| &k.value);
+    match (opts.client_key.as_ref().map(|k| k.value), field) {
+        (None, _) => {}
+        (Some(ClientKey::Accept), None) => call.extend(quote!(.accept_client_key(&#request))),
+        (Some(ClientKey::Require), None) => call.extend(quote!(.require_client_key(&#request))),
+        (Some(ClientKey::Accept), Some(f)) => call.extend(quote!(.accept_client_key_at(#f))),
+        (Some(ClientKey::Require), Some(f)) => call.extend(quote!(.require_client_key_at(#f))),
+    }
+    match opts.answers.as_ref().map(|a| a.value) {
+        None | Some(Answers::Mcp) => {}
+        Some(Answers::Acp) => call.extend(quote!(.acp_answers())),
+        Some(Answers::Ucp) => call.extend(quote!(.ucp_answers())),
     }
     if opts.task.is_some() {
         call.extend(quote!(.task(self, &#request)));

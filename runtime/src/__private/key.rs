@@ -40,7 +40,16 @@ impl Keys {
     /// The call keyed by all its arguments ([`Prepared::call`]), or by the client's key when the
     /// request carried one ([`Prepared::client`]).
     pub fn call<A: Arguments + ?Sized>(&self, args: &A) -> Result<Prepared, Error> {
-        match &self.client {
+        self.call_as(self.client.as_ref(), args)
+    }
+
+    /// [`Keys::call`] with `client`, a key read from the arguments, in place of the request's.
+    pub(crate) fn call_as<A: Arguments + ?Sized>(
+        &self,
+        client: Option<&ClientKey>,
+        args: &A,
+    ) -> Result<Prepared, Error> {
+        match client {
             Some(key) => Prepared::client(&self.caller, &self.spec, key, args),
             None => Prepared::call(&self.caller, &self.spec, args),
         }

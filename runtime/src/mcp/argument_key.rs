@@ -6,26 +6,21 @@
 //! fingerprint); the key's own field is left out too, so a retry with the same key and the same
 //! payload replays, and the same key with another payload is a conflict.
 
-use rmcp::ErrorData;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::client_key::{refusal, ClientKeys};
+use super::client_key::ClientKeys;
 use crate::key::{ClientKey, ClientKeyError};
-use crate::tool::ToolSpec;
 
 /// The client key at `field` (a dotted JSON path through objects, as the arguments serialise:
-/// `meta.idempotency-key` for a field renamed by serde) of `args`, for the tool `spec`: `None`
-/// when there is none (absent, `null`, `""`) and the tool accepts that; the same refusals as a
-/// key in `_meta` (invalid params, `data.type` `idempotency_key_missing` or
-/// `idempotency_key_invalid`) when it is missing but required, or unusable.
-#[doc(hidden)]
-pub fn argument_key<A: Serialize + ?Sized>(
+/// `meta.idempotency-key` for a field renamed by serde) of `args`: `None` when there is none
+/// (absent, `null`, `""`) and the tool accepts that; why not when it is missing but required,
+/// or unusable (the call refuses it as a key in `_meta` is refused).
+pub(crate) fn argument_key<A: Serialize + ?Sized>(
     args: &A,
     mode: ClientKeys,
-    spec: &ToolSpec,
     field: &'static str,
-) -> Result<Option<ClientKey>, ErrorData> {
+) -> Result<Option<ClientKey>, ClientKeyError> {
     // Arguments that do not serialise are refused by the keying, which says why.
     let json = serde_json::to_value(args).unwrap_or(Value::Null);
     let found = field
@@ -33,54 +28,44 @@ pub fn argument_key<A: Serialize + ?Sized>(
         .try_fold(&json, |v, name| v.get(name))
         .filter(|v| !v.is_null() && v.as_str() != Some(""));
     match found {
-        Some(Value::String(text)) => ClientKey::new(text.as_str())
-            .map(Some)
-            .map_err(|e| refusal(spec, e)),
-        Some(other) => Err(refusal(
-            spec,
-            ClientKeyError::FieldNotAString {
-                field,
-                found: super::client_key::kind(other),
-            },
-        )),
+        Some(Value::String(text)) => ClientKey::new(text.as_str()).map(Some),
+        Some(other) => Err(ClientKeyError::FieldNotAString {
+            field,
+            found: super::client_key::kind(other),
+        }),
         None if mode == ClientKeys::Accept => Ok(None),
-        None => Err(refusal(spec, ClientKeyError::MissingField { field })),
+        None => Err(ClientKeyError::MissingField { field }),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use serde_json::json;
 
     use super::*;
-    use crate::mcp::{KEY_INVALID, KEY_MISSING};
 
-    const SPEC: ToolSpec = ToolSpec::new("complete_checkout_session", Duration::from_secs(60));
     const FIELD: &str = "meta.idempotency_key";
 
-    fn kind(e: &ErrorData) -> Option<&str> {
-        e.data
-            .as_ref()
-            .and_then(|d| d.get("type"))
-            .and_then(Value::as_str)
+    fn text(got: Result<Option<ClientKey>, ClientKeyError>) -> Option<String> {
+        got.ok().flatten().map(|k| k.as_str().to_owned())
     }
 
     #[test]
     fn a_key_is_read_at_its_json_path_as_the_arguments_serialise() {
         let key = "550e8400-e29b-41d4-a716-446655440000";
         let acp = json!({"meta": {"idempotency_key": key}, "id": "cs_1"});
-        let got = argument_key(&acp, ClientKeys::Require, &SPEC, FIELD);
         assert_eq!(
-            got.ok().flatten().map(|k| k.as_str().to_owned()),
+            text(argument_key(&acp, ClientKeys::Require, FIELD)),
             Some(key.to_owned())
         );
         // UCP's name is no Rust identifier: the path is the JSON one, whatever serde renamed.
         let ucp = json!({"meta": {"idempotency-key": key}});
-        let got = argument_key(&ucp, ClientKeys::Require, &SPEC, "meta.idempotency-key");
         assert_eq!(
-            got.ok().flatten().map(|k| k.as_str().to_owned()),
+            text(argument_key(
+                &ucp,
+                ClientKeys::Require,
+                "meta.idempotency-key"
+            )),
             Some(key.to_owned())
         );
     }
@@ -93,15 +78,11 @@ mod tests {
             json!({"meta": {"idempotency_key": ""}}),
             json!({}),
         ] {
-            let e = argument_key(&args, ClientKeys::Require, &SPEC, FIELD).unwrap_err();
-            assert_eq!(kind(&e), Some(KEY_MISSING), "{args}");
-            assert!(
-                e.message.contains("`meta.idempotency_key`"),
-                "{}",
-                e.message
-            );
+            let e = argument_key(&args, ClientKeys::Require, FIELD).unwrap_err();
+            assert_eq!(e, ClientKeyError::MissingField { field: FIELD }, "{args}");
+            assert!(e.to_string().contains("`meta.idempotency_key`"), "{e}");
             assert!(matches!(
-                argument_key(&args, ClientKeys::Accept, &SPEC, FIELD),
+                argument_key(&args, ClientKeys::Accept, FIELD),
                 Ok(None)
             ));
         }
@@ -110,12 +91,10 @@ mod tests {
     #[test]
     fn an_unusable_key_is_refused_even_where_optional() {
         let short = json!({"meta": {"idempotency_key": "short"}});
-        let e = argument_key(&short, ClientKeys::Accept, &SPEC, FIELD).unwrap_err();
-        assert_eq!(kind(&e), Some(KEY_INVALID));
-        assert!(e.message.contains("5 characters"), "{}", e.message);
+        let e = argument_key(&short, ClientKeys::Accept, FIELD).unwrap_err();
+        assert_eq!(e, ClientKeyError::Length { len: 5 });
         let number = json!({"meta": {"idempotency_key": 42}});
-        let e = argument_key(&number, ClientKeys::Accept, &SPEC, FIELD).unwrap_err();
-        assert_eq!(kind(&e), Some(KEY_INVALID));
-        assert!(e.message.contains("a number"), "{}", e.message);
+        let e = argument_key(&number, ClientKeys::Accept, FIELD).unwrap_err();
+        assert!(e.to_string().contains("a number"), "{e}");
     }
 }

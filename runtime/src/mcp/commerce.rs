@@ -37,7 +37,7 @@ use super::client_key::{KeyedAnswer, KEY_CONFLICT, KEY_INVALID, KEY_IN_PROGRESS,
 /// Which protocol's shape the wrapper's answers take.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Commerce {
+pub(crate) enum Commerce {
     /// The Agentic Commerce Protocol's `Error` object.
     Acp,
     /// The Universal Commerce Protocol's error message.
@@ -146,7 +146,7 @@ fn error(shape: Commerce, said: Said<'_>, key_field: Option<&str>) -> Option<Err
 /// refusals become the protocol's errors; `key_field` is the argument path of the client key,
 /// named (`param`, `path`) when the key is what is wrong.
 #[doc(hidden)]
-pub fn commerce<R: KeyedAnswer>(
+pub(crate) fn commerce<R: KeyedAnswer>(
     shape: Commerce,
     key_field: Option<&'static str>,
     answer: Result<R, ErrorData>,

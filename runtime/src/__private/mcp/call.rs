@@ -16,8 +16,10 @@ use crate::engine::Idempotency;
 use crate::error::Error;
 use crate::key::{Caller, ClientKey};
 use crate::mcp::answer::{answer, answer_verbatim, described, refuse};
+use crate::mcp::argument_key::argument_key;
 use crate::mcp::arguments::{check_arguments, RawArguments};
-use crate::mcp::client_key::{client_key, keyed, ClientKeys, KeyedAnswer};
+use crate::mcp::client_key::{client_key, keyed, refusal, ClientKeys, KeyedAnswer};
+use crate::mcp::commerce::{commerce, Commerce};
 use crate::mcp::interim::{answer_response, split_response, Interim};
 use crate::mcp::origin::origin_of;
 use crate::mcp::progress::progress_of;
@@ -38,6 +40,10 @@ pub struct Call {
     progress: Option<Reporter>,
     /// With `client_key`: the key the request carried (if any), or why it cannot be used.
     client: Option<Result<Option<ClientKey>, ErrorData>>,
+    /// With `client_key_field`: the key's field in the arguments, read once they are known.
+    field: Option<(ClientKeys, &'static str)>,
+    /// With `answers = "acp" | "ucp"`: the protocol whose shape the wrapper's answers take.
+    shape: Option<Commerce>,
 }
 
 impl Call {
@@ -56,7 +62,35 @@ impl Call {
             origin: origin_of(request),
             progress: progress_of(request),
             client: None,
+            field: None,
+            shape: None,
         }
+    }
+
+    /// `client_key = "accept"` with `client_key_field`: keyed by the key at `field` of the
+    /// arguments when there is one.
+    pub fn accept_client_key_at(mut self, field: &'static str) -> Self {
+        self.field = Some((ClientKeys::Accept, field));
+        self
+    }
+
+    /// `client_key = "require"` with `client_key_field`: keyed by the key at `field` of the
+    /// arguments, and refused without one.
+    pub fn require_client_key_at(mut self, field: &'static str) -> Self {
+        self.field = Some((ClientKeys::Require, field));
+        self
+    }
+
+    /// `answers = "acp"`: the wrapper's answers as ACP's MCP binding says errors.
+    pub fn acp_answers(mut self) -> Self {
+        self.shape = Some(Commerce::Acp);
+        self
+    }
+
+    /// `answers = "ucp"`: the wrapper's answers as UCP's MCP binding says errors.
+    pub fn ucp_answers(mut self) -> Self {
+        self.shape = Some(Commerce::Ucp);
+        self
     }
 
     /// `client_key = "accept"`: keyed by the client's key when `request` carries one.
@@ -185,30 +219,72 @@ impl Call {
     where
         K: FnOnce(&Keys, &A) -> Result<Prepared, Error>,
     {
+        let mut said = Said {
+            spec: self.spec,
+            sent: false,
+            shape: self.shape,
+            field: self.field.map(|(_, field)| field),
+        };
         let caller = match self.caller {
             Ok(c) => c,
-            Err(e) => return Err(refuse(e)),
+            Err(e) => return Err(said.finish(refuse(e))),
         };
         let client = match self.client {
             None => None,
             Some(Ok(client)) => client,
-            Some(Err(e)) => return Err(Err(e)),
+            Some(Err(e)) => return Err(said.finish(Err(e))),
         };
-        let sent = client.is_some();
+        said.sent = client.is_some();
         let keys = Keys {
             keys: CallKeys::new(caller, self.spec, client),
             raw: self.raw,
             spec: self.spec,
+            field: self.field,
+            read: std::cell::Cell::new(false),
         };
-        let mut prepared = key(&keys, args).map_err(refuse)?;
+        let mut prepared = match key(&keys, args) {
+            Ok(p) => p,
+            // A client key read from the arguments, unusable: refused as one from `_meta` is.
+            Err(Error::ClientKey { source, .. }) => {
+                return Err(said.finish(Err(refusal(&self.spec, source))))
+            }
+            Err(e) => return Err(said.finish(refuse(e))),
+        };
+        said.sent |= keys.read.get();
         prepared.origin = self.origin;
         Ok(Ready {
             engine: self.engine,
             prepared,
             progress: self.progress,
-            spec: self.spec,
-            sent,
+            said,
         })
+    }
+}
+
+/// How a call's answers are said: as a request with the client's key is answered ("in
+/// progress" and "conflict" as the JSON-RPC errors SEP-3182 proposed), and in the shape of a
+/// commerce protocol (`answers`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Said {
+    spec: ToolSpec,
+    /// The request carried the client's key.
+    sent: bool,
+    shape: Option<Commerce>,
+    /// The client key's field in the arguments, named by a commerce answer about the key.
+    field: Option<&'static str>,
+}
+
+impl Said {
+    /// `answer`, said as this call says its answers.
+    pub(super) fn finish<R: KeyedAnswer>(
+        &self,
+        answer: Result<R, ErrorData>,
+    ) -> Result<R, ErrorData> {
+        let answer = keyed(&self.spec, self.sent, answer);
+        match self.shape {
+            Some(shape) => commerce(shape, self.field, answer),
+            None => answer,
+        }
     }
 }
 
@@ -218,9 +294,7 @@ pub(super) struct Ready {
     pub(super) engine: Idempotency,
     pub(super) prepared: Prepared,
     progress: Option<Reporter>,
-    pub(super) spec: ToolSpec,
-    /// The request carried the client's key.
-    pub(super) sent: bool,
+    pub(super) said: Said,
 }
 
 impl Ready {
@@ -240,7 +314,7 @@ impl Ready {
     {
         let run = self.engine.execute_raw(self.prepared, policy, body);
         let outcome = crate::progress::scope(self.progress, run).await;
-        keyed(&self.spec, self.sent, render(outcome))
+        self.said.finish(render(outcome))
     }
 }
 
@@ -251,13 +325,26 @@ pub struct Keys {
     keys: CallKeys,
     raw: RawArguments,
     spec: ToolSpec,
+    /// With `client_key_field`: where the client's key is in the arguments.
+    field: Option<(ClientKeys, &'static str)>,
+    /// The arguments carried the client's key.
+    read: std::cell::Cell<bool>,
 }
 
 impl Keys {
     /// [`crate::__private::Keys::call`], once the arguments are checked.
+    /// With `client_key_field`, the client's key is read from the arguments first.
     pub fn call<A: Arguments + DeserializeOwned>(&self, args: &A) -> Result<Prepared, Error> {
         check_arguments(&self.raw, args, &self.spec)?;
-        self.keys.call(args)
+        let Some((mode, field)) = self.field else {
+            return self.keys.call(args);
+        };
+        let client = argument_key(args, mode, field).map_err(|source| Error::ClientKey {
+            tool: self.spec.name().to_owned(),
+            source,
+        })?;
+        self.read.set(client.is_some());
+        self.keys.call_as(client.as_ref(), args)
     }
 
     /// [`crate::__private::Keys::business`], once the arguments are checked.

@@ -9,7 +9,6 @@ use serde::Serialize;
 
 use super::{Call, Keys, Response};
 use crate::error::Error;
-use crate::mcp::client_key::keyed;
 use crate::mcp::task_impl::{render, render_verbatim, TaskCall};
 use crate::outcome::ErrorPolicy;
 use crate::tool::Prepared;
@@ -118,12 +117,13 @@ impl<S: Send + 'static> Task<S> {
             Ok(ready) => ready,
             Err(early) => return early.map(CallToolResponse::from),
         };
+        let said = ready.said;
         let task = TaskCall {
             engine: ready.engine,
             prepared: ready.prepared,
             as_task: self.as_task,
         };
         let answer = task.run(policy, rendered(self.server, params)).await;
-        keyed(&ready.spec, ready.sent, answer)
+        said.finish(answer)
     }
 }
