@@ -80,49 +80,6 @@ impl Keys {
     }
 }
 
-/// [`Prepared::call`] for arguments of type `A`.
-pub fn prepare_call<A: Arguments + ?Sized>(
-    caller: &Caller,
-    spec: &ToolSpec,
-    args: &A,
-) -> Result<Prepared, Error> {
-    Prepared::call(caller, spec, args)
-}
-
-/// [`Prepared::business`] for arguments of type `A`.
-pub fn prepare_business<A: Arguments + ?Sized, B: Serialize + ?Sized>(
-    caller: &Caller,
-    spec: &ToolSpec,
-    business_key: BusinessKey<'_, B>,
-    args: &A,
-) -> Result<Prepared, Error> {
-    Prepared::business(caller, spec, business_key, args)
-}
-
-/// [`Prepared::business_or_call`] for arguments of type `A`.
-pub fn prepare_business_or_call<A: Arguments + ?Sized, B: Serialize + ?Sized>(
-    caller: &Caller,
-    spec: &ToolSpec,
-    business_key: BusinessKey<'_, B>,
-    args: &A,
-) -> Result<Prepared, Error> {
-    Prepared::business_or_call(caller, spec, business_key, args)
-}
-
-/// [`Prepared::client`] for arguments of type `A` when the request carries a client key, else
-/// [`Prepared::call`].
-pub fn prepare_client<A: Arguments + ?Sized>(
-    caller: &Caller,
-    spec: &ToolSpec,
-    client_key: Option<&ClientKey>,
-    args: &A,
-) -> Result<Prepared, Error> {
-    match client_key {
-        Some(key) => Prepared::client(caller, spec, key, args),
-        None => Prepared::call(caller, spec, args),
-    }
-}
-
 /// A probe that makes an `Option` business-key field a compile error (unless the attribute says
 /// what a missing one means): for an `Option`, the inherent `key` below is chosen, and returns a
 /// type that cannot be a business key; for any other field, method lookup goes on through

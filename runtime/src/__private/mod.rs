@@ -2,21 +2,15 @@
 //! One file per concern: `key` (the key from the typed arguments), `plain` (a plain function's
 //! call), `mcp` (an rmcp tool's call and answer).
 
-pub use crate::context::IdempotencyContext;
-pub use crate::engine::Idempotency;
 pub use crate::error::Error;
-pub use crate::key::Caller;
 pub use crate::key::Scope;
-pub use crate::outcome::{Classify, ErrorPolicy, Failure, Outcome};
-pub use crate::tool::{BusinessKey, Prepared, Recover, TaskTool, ToolSpec, TransactionalTool};
-pub use core::clone::Clone;
+pub use crate::outcome::ErrorPolicy;
+pub use crate::tool::{Recover, TaskTool, ToolSpec, TransactionalTool};
 pub use core::convert::From;
 pub use core::option::Option;
 pub use core::result::Result;
 pub use core::time::Duration;
 pub use inventory;
-pub use serde::de::DeserializeOwned;
-pub use serde::Serialize;
 
 #[cfg(feature = "rmcp")]
 pub use ::rmcp;
