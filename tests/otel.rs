@@ -117,20 +117,20 @@ fn is_call(name: &str) -> bool {
     name == "tools/call keep_note" || name == "tools/call charge_card"
 }
 
-/// The README's export lines are the ones [`exported`] runs, character for character.
+/// The guide's export lines are the ones [`exported`] runs, character for character.
 #[test]
-fn the_readme_export_lines_are_these() {
-    let readme = include_str!("../README.md");
-    let start = readme
+fn the_guides_export_lines_are_these() {
+    let guide = include_str!("../docs/guide.md");
+    let start = guide
         .find("```rust,ignore\nlet provider = SdkTracerProvider")
-        .expect("the README's export block");
-    let block = &readme[start..];
+        .expect("the guide's export block");
+    let block = &guide[start..];
     let block = &block[..block[3..].find("```").expect("the block ends") + 3];
     let here = include_str!("otel.rs");
     for line in block.lines().filter(|l| !l.starts_with("```")) {
         assert!(
             here.lines().any(|h| h.trim() == line),
-            "README line not run by this test: {line}"
+            "guide line not run by this test: {line}"
         );
     }
 }
