@@ -23,25 +23,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::common::{call, remove_db, temp_db, Client};
-
-async fn connect<S: ServerHandler + Send + Sync + 'static>(server: S) -> Client {
-    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
-    tokio::spawn(async move {
-        if let Ok(s) = server.serve(server_io).await {
-            let _ = s.waiting().await;
-        }
-    });
-    ().serve(client_io).await.expect("client connects")
-}
-
-/// Fails the test instead of hanging it when an awaited event never comes (a guard, not a wait:
-/// every event here arrives in milliseconds).
-async fn soon<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(60), fut)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
+use crate::common::{call, connect, remove_db, soon, temp_db, Client};
 
 /// A server that counts the `tools/call` requests it has finished: the count goes up when the
 /// inner handler's future has returned (for a wrapped tool: after the outcome was recorded),

@@ -3,9 +3,6 @@
 //! timestamp and a signature that change on every retry; errors as JSON-RPC `-32000` with ACP's
 //! `Error` in `data`) and UCP's (`meta["idempotency-key"]`). The stub processor counts charges.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use idempotency::mcp::META_REF;
 use idempotency::{store::MemoryStore, Caller, Idempotency};
 use idempotency_examples::processor::Processor;
@@ -13,11 +10,12 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ServerCapabilities, ServerConfig};
 use rmcp::service::RequestContext;
-use rmcp::{schemars, ErrorData, RoleServer, ServerHandler, ServiceExt};
+use rmcp::{schemars, ErrorData, RoleServer, ServerHandler};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use std::sync::Arc;
 
-use crate::common::Client;
+use crate::common::{connect, soon, Client};
 
 /// ACP's `meta` (the binding's header mapping): the key, and what changes on every retry.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
@@ -174,22 +172,6 @@ fn shop(engine: &Idempotency, caller: Caller, processor: &Arc<Processor>) -> Sho
         processor: processor.clone(),
         tool_router: Shop::tool_router(),
     }
-}
-
-async fn connect(server: Shop) -> Client {
-    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
-    tokio::spawn(async move {
-        if let Ok(s) = server.serve(server_io).await {
-            let _ = s.waiting().await;
-        }
-    });
-    ().serve(client_io).await.expect("client connects")
-}
-
-async fn soon<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(60), fut)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
 }
 
 async fn call(client: &Client, tool: &str, args: Value) -> Result<CallToolResult, ErrorData> {

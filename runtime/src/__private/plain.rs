@@ -1,4 +1,4 @@
-//! A wrapped plain function (not an rmcp tool): its whole call, [`Call::run`].
+//! A wrapped plain function (not an rmcp tool): its whole call, `Call::run`.
 
 use std::future::Future;
 

@@ -319,7 +319,7 @@ impl Ready {
 }
 
 /// What an rmcp tool's key is made from ([`crate::__private::Keys`]), the arguments checked
-/// first against what the client sent ([`check_arguments`]).
+/// first against what the client sent (`check_arguments`).
 #[derive(Debug)]
 pub struct Keys {
     keys: CallKeys,

@@ -1,4 +1,4 @@
-//! The MCP side of generated code: a wrapped rmcp tool's call ([`Call`], or a [`Task`]), what
+//! The MCP side of generated code: a wrapped rmcp tool's call (`Call`, or a `Task`), what
 //! its signature names, and what its `#[tool]` attribute lists.
 
 mod call;
