@@ -672,43 +672,8 @@ async fn without_a_caller_nothing_runs(b: Backend) {
     b.finish().await;
 }
 
-macro_rules! on_every_store {
-    ($($case:ident),* $(,)?) => {
-        mod memory {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(Backend::memory()).await;
-                }
-            )*
-        }
-        mod sqlite {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(Backend::sqlite("http").await).await;
-                }
-            )*
-        }
-        mod postgres {
-            use super::*;
-            $(
-                #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(b) = Backend::postgres("http").await else {
-                        return;
-                    };
-                    super::$case(b).await;
-                }
-            )*
-        }
-    };
-}
-
-on_every_store!(
+idempotency_tests::on_every_store!(
+    "http";
     a_repeat_gets_the_first_response_replayed,
     the_same_key_with_another_body_is_422,
     a_repeat_in_flight_is_409_with_retry_after,

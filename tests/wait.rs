@@ -617,52 +617,8 @@ mod with_word {
     }
 }
 
-macro_rules! on_every_store {
-    ($($case:ident),* $(,)?) => {
-        mod memory {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(Backend::memory()).await;
-                }
-            )*
-        }
-        mod sqlite {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(Backend::sqlite("wait").await).await;
-                }
-            )*
-        }
-        mod postgres {
-            use super::*;
-            $(
-                #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(b) = Backend::postgres("wait").await else {
-                        return;
-                    };
-                    super::$case(b).await;
-                }
-            )*
-        }
-        mod redis {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(Backend::redis("wait", false).await).await;
-                }
-            )*
-        }
-    };
-}
-
-on_every_store!(
+idempotency_tests::on_every_store!(
+    "wait", redis;
     a_waiting_repeat_gets_the_first_answer,
     without_a_wait_a_repeat_is_told_in_flight_at_once,
     a_released_call_lets_one_waiter_run,

@@ -184,3 +184,59 @@ impl RedisAt {
         .expect("redis")
     }
 }
+
+/// One `#[tokio::test]` per case and store, each case an `async fn(Backend)` in the invoking
+/// module: modules `memory`, `sqlite` and `postgres` (ignored without `DATABASE_URL`), and
+/// `redis` when asked (`on_every_store!("wait", redis; a_case, another)`). `name` names the
+/// case's files, schemas and namespaces.
+#[macro_export]
+macro_rules! on_every_store {
+    (@sql $name:literal; $($case:ident),*) => {
+        mod memory {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case($crate::backends::Backend::memory()).await;
+                }
+            )*
+        }
+        mod sqlite {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case($crate::backends::Backend::sqlite($name).await).await;
+                }
+            )*
+        }
+        mod postgres {
+            use super::*;
+            $(
+                #[cfg_attr(no_database, ignore = "needs DATABASE_URL (PostgreSQL)")]
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let Some(b) = $crate::backends::Backend::postgres($name).await else {
+                        return;
+                    };
+                    super::$case(b).await;
+                }
+            )*
+        }
+    };
+    ($name:literal, redis; $($case:ident),* $(,)?) => {
+        $crate::on_every_store!(@sql $name; $($case),*);
+        mod redis {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case($crate::backends::Backend::redis($name, false).await).await;
+                }
+            )*
+        }
+    };
+    ($name:literal; $($case:ident),* $(,)?) => {
+        $crate::on_every_store!(@sql $name; $($case),*);
+    };
+}
