@@ -35,7 +35,6 @@ use super::answer::{META_REF, META_STATUS};
 use super::client_key::{KeyedAnswer, KEY_CONFLICT, KEY_INVALID, KEY_IN_PROGRESS, KEY_MISSING};
 
 /// Which protocol's shape the wrapper's answers take.
-#[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Commerce {
     /// The Agentic Commerce Protocol's `Error` object.
@@ -86,21 +85,21 @@ fn json_path(field: &str) -> String {
     path
 }
 
-/// One of the wrapper's answers, as it said it: its status (or client-key refusal), its message,
-/// and the operation's reference (if known).
-struct Said<'a> {
+/// One of the wrapper's own answers (the call not run now, or its key refused), as it was said:
+/// its status or client-key word, its message, and the operation's reference (if known).
+struct Refusal<'a> {
     status: &'a str,
     message: String,
     reference: Option<&'a str>,
 }
 
-/// What `said` is in `shape`; the key's field named where the key is what is wrong.
-fn error(shape: Commerce, said: Said<'_>, key_field: Option<&str>) -> Option<ErrorData> {
-    let Said {
+/// What `refusal` is in `shape`; the key's field named where the key is what is wrong.
+fn error(shape: Commerce, refusal: Refusal<'_>, key_field: Option<&str>) -> Option<ErrorData> {
+    let Refusal {
         status,
         message,
         reference,
-    } = said;
+    } = refusal;
     let (kind, code, retry) = classify(status)?;
     let about_key = code.starts_with("idempotency_key") || code == "idempotency_conflict";
     let param = key_field.filter(|_| about_key).map(json_path);
@@ -145,7 +144,6 @@ fn error(shape: Commerce, said: Said<'_>, key_field: Option<&str>) -> Option<Err
 /// A wrapped tool's `answer` in `shape` (see the module's table): the wrapper's own answers and
 /// refusals become the protocol's errors; `key_field` is the argument path of the client key,
 /// named (`param`, `path`) when the key is what is wrong.
-#[doc(hidden)]
 pub(crate) fn commerce<R: KeyedAnswer>(
     shape: Commerce,
     key_field: Option<&'static str>,
@@ -162,12 +160,12 @@ pub(crate) fn commerce<R: KeyedAnswer>(
                         .and_then(Value::as_str)
                 });
             let reference = data.and_then(|d| d.get("ref")).and_then(Value::as_str);
-            let said = status.map(|status| Said {
+            let refusal = status.map(|status| Refusal {
                 status,
                 message: e.message.to_string(),
                 reference,
             });
-            match said.and_then(|said| error(shape, said, key_field)) {
+            match refusal.and_then(|r| error(shape, r, key_field)) {
                 Some(acp) => Err(acp),
                 None => Err(e),
             }
@@ -191,12 +189,12 @@ pub(crate) fn commerce<R: KeyedAnswer>(
                 .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
                 .collect::<Vec<_>>()
                 .join("\n");
-            let said = Said {
+            let refusal = Refusal {
                 status,
                 message,
                 reference,
             };
-            match error(shape, said, key_field) {
+            match error(shape, refusal, key_field) {
                 Some(acp) => Err(acp),
                 None => Ok(done),
             }
