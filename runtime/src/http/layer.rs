@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderName, Method};
+use http::{HeaderName, Method, StatusCode};
 use serde_json::Value;
 use tower_layer::Layer;
 
-use super::config::{Config, KeyScope};
+use super::config::{Config, KeyScope, ToolAnswers};
 use super::fingerprint::FingerprintInput;
 use super::service::IdempotencyService;
 use crate::tool::ToolSpec;
@@ -116,6 +116,26 @@ impl IdempotencyLayer {
     {
         let f = Arc::new(f);
         self.with(|c| c.fingerprint = Some(f))
+    }
+
+    /// The statuses an answer recorded by an MCP tool of the operation (sharing its record through
+    /// [`KeyScope::Operation`]) is replayed with: its `T` as a `Content-Type: application/json`
+    /// body with `ok` (default `200`), its definitive error `E`'s JSON with `error` (default
+    /// `422`); both with `Idempotent-Replayed: true`.
+    ///
+    /// # Panics
+    /// If `ok` is not a `2xx` status or `error` not a `4xx` one: a configuration mistake, found
+    /// when the route is built.
+    pub fn tool_answers(self, ok: StatusCode, error: StatusCode) -> Self {
+        assert!(
+            ok.is_success(),
+            "IdempotencyLayer::tool_answers: a tool's answer is replayed with a 2xx status, not {ok}"
+        );
+        assert!(
+            error.is_client_error(),
+            "IdempotencyLayer::tool_answers: a tool's definitive error is replayed with a 4xx status, not {error}"
+        );
+        self.with(|c| c.tool_answers = ToolAnswers { ok, error })
     }
 
     /// Refuses (`409`, `idempotency_key_mismatch`) a request sent with a new key while an
