@@ -169,9 +169,11 @@ impl Envelope {
         let error = match status {
             200..=299 => false,
             400..=499 => true,
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "it was answered over HTTP with status {status}, which is no answer a tool gives"
-            )),
+            ))
+            }
         };
         let json = match self.body {
             Content::Json(raw) => String::from(Box::<str>::from(raw)),
