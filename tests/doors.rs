@@ -20,15 +20,20 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use idempotency::http::{IdempotencyLayer, KeyScope, IDEMPOTENT_REPLAYED};
-use idempotency::mcp::{Identity, META_KEY, META_REF, META_REPLAYED, META_STATUS};
+use idempotency::mcp::{status_router, Identity, META_KEY, META_REF, META_REPLAYED, META_STATUS};
 use idempotency::store::Standing;
 use idempotency::tool::ToolSpec;
 use idempotency::{idempotent, Caller, Error, Idempotency, IdempotencyContext, Reference};
 use idempotency_tests::backends::Backend;
+use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
-use rmcp::model::{CallToolRequestParams, CallToolResult, RequestMetaObject};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, RequestMetaObject, ServerCapabilities, ServerConfig,
+};
 use rmcp::service::{RequestContext, RunningService};
-use rmcp::{schemars, tool, tool_router, RoleClient, RoleServer, ServiceExt};
+use rmcp::{
+    schemars, tool, tool_handler, tool_router, RoleClient, RoleServer, ServerHandler, ServiceExt,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tower::ServiceExt as _;
@@ -95,11 +100,13 @@ struct Declined {
 // The MCP door
 // ---------------------------------------------------------------------------------------------
 
+/// The MCP door: `create_order` and the status tool.
 #[derive(Clone)]
 struct Shop {
     engine: Idempotency,
     identity: Identity,
     processor: Arc<Processor>,
+    tool_router: ToolRouter<Self>,
 }
 
 impl IdempotencyContext<RequestContext<RoleServer>> for Shop {
@@ -111,7 +118,7 @@ impl IdempotencyContext<RequestContext<RoleServer>> for Shop {
     }
 }
 
-#[tool_router(server_handler)]
+#[tool_router]
 impl Shop {
     /// Create an order and charge for it.
     #[idempotent(window = "24h", on_error = "definitive", client_key = "require")]
@@ -124,6 +131,13 @@ impl Shop {
     }
 }
 
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Shop {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+}
+
 type Client = RunningService<RoleClient, ()>;
 
 /// An rmcp client of the shop, in process, calling as `caller`.
@@ -132,6 +146,7 @@ async fn mcp(engine: Idempotency, processor: &Arc<Processor>, caller: Caller) ->
         engine,
         identity: Identity::stdio(caller),
         processor: processor.clone(),
+        tool_router: Shop::tool_router() + status_router::<Shop>(),
     };
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
@@ -301,6 +316,18 @@ async fn doors(b: &Backend) -> Doors {
     }
 }
 
+/// What the status tool says of `reference`.
+async fn status_tool(client: &Client, reference: &Value) -> Value {
+    let args = json!({ "ref": reference });
+    let params = CallToolRequestParams::new("idempotency_status")
+        .with_arguments(args.as_object().cloned().unwrap_or_default());
+    let r = tokio::time::timeout(BOUND, client.call_tool(params))
+        .await
+        .expect("answered in time")
+        .expect("the status tool answers");
+    r.structured_content.unwrap_or_default()
+}
+
 /// The record's standing and stored answer, as the status lookup reads it.
 async fn status_of(engine: &Idempotency, reference: &Value) -> (Standing, String) {
     let reference: Reference = reference
@@ -330,9 +357,15 @@ async fn rest_then_mcp_is_one_charge(b: Backend) {
     assert_eq!(meta(&again, META_REPLAYED), json!(true));
     assert_eq!(again.structured_content, Some(first.json()));
     assert_eq!(d.processor.charged(), 1, "one charge at the processor");
-    let (standing, stored) = status_of(&d.engine, &meta(&again, META_REF)).await;
+    let reference = meta(&again, META_REF);
+    let (standing, stored) = status_of(&d.engine, &reference).await;
     assert_eq!(standing, Standing::Completed);
     assert!(stored.starts_with("http {\"status\":201"), "{stored}");
+    let status = status_tool(&d.mcp, &reference).await;
+    assert_eq!(status["state"], "completed", "{status}");
+    let response = &status["answer"]["http_response"];
+    assert_eq!(response["status"], 201, "{status}");
+    assert_eq!(response["body"]["json"], first.json(), "{status}");
     b.finish().await;
 }
 
@@ -375,8 +408,12 @@ async fn a_stored_4xx_crosses_as_a_definitive_error(b: Backend) {
         "the tool's own error"
     );
     assert_eq!(text(&again), decline.to_string());
-    let (standing, _) = status_of(&d.engine, &meta(&again, META_REF)).await;
+    let reference = meta(&again, META_REF);
+    let (standing, _) = status_of(&d.engine, &reference).await;
     assert_eq!(standing, Standing::Failed);
+    let status = status_tool(&d.mcp, &reference).await;
+    assert_eq!(status["state"], "failed", "{status}");
+    assert_eq!(status["answer"]["http_response"]["status"], 402, "{status}");
 
     let first = call(&d.mcp, K2, over.clone()).await.expect("a result");
     assert_eq!(first.is_error, Some(true), "{}", text(&first));

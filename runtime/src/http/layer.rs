@@ -33,6 +33,7 @@ use crate::Idempotency;
 /// let layer = IdempotencyLayer::new(Idempotency::new(MemoryStore::new()), CAPTURE)
 ///     .methods([http::Method::POST])
 ///     .scope(KeyScope::Operation)
+///     .tool_answers(http::StatusCode::CREATED, http::StatusCode::PAYMENT_REQUIRED)
 ///     .replay_headers([http::header::ETAG])
 ///     .fingerprint(|req| {
 ///         let id = req.path().rsplit('/').nth(1).ok_or("no order id in the path")?;
@@ -167,5 +168,43 @@ impl<S> Layer<S> for IdempotencyLayer {
 
     fn layer(&self, inner: S) -> Self::Service {
         IdempotencyService::new(inner, self.config.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+
+    fn layer() -> IdempotencyLayer {
+        const OP: ToolSpec = ToolSpec::new("create_order", Duration::from_secs(60));
+        IdempotencyLayer::new(Idempotency::new(MemoryStore::new()), OP)
+    }
+
+    #[test]
+    #[should_panic(expected = "a 2xx status, not 422")]
+    fn a_tools_answer_is_not_replayed_as_an_error() {
+        let _ = layer().tool_answers(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::CONFLICT);
+    }
+
+    #[test]
+    #[should_panic(expected = "a 4xx status, not 500")]
+    fn a_tools_error_is_not_replayed_as_a_5xx() {
+        let _ = layer().tool_answers(StatusCode::OK, StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[test]
+    fn tool_answers_are_200_and_422_unless_set() {
+        let statuses = layer().config.tool_answers;
+        assert_eq!(
+            (statuses.ok, statuses.error),
+            (StatusCode::OK, StatusCode::UNPROCESSABLE_ENTITY)
+        );
+        let set = layer().tool_answers(StatusCode::CREATED, StatusCode::PAYMENT_REQUIRED);
+        let statuses = set.config.tool_answers;
+        assert_eq!(
+            (statuses.ok, statuses.error),
+            (StatusCode::CREATED, StatusCode::PAYMENT_REQUIRED)
+        );
     }
 }
