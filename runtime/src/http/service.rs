@@ -236,8 +236,8 @@ where
     ResB::Error: Into<BoxError>,
 {
     /// Runs the inner service (after the fresh-key check, if the route has it) and reads its
-    /// response: the envelope to record (a `4xx`'s as a definitive error), with the response's head and body left in `first` for
-    /// this request's own answer; or why it is not recorded.
+    /// response: the envelope to record (a `4xx`'s as a definitive error), with the response's
+    /// head and body left in `first` for this request's own answer; or why it is not recorded.
     async fn run(
         mut self,
         first: &mut Option<(response::Parts, Bytes)>,
