@@ -21,6 +21,13 @@ fn main() {
         println!("cargo::rustc-cfg=no_database");
     }
 
+    // Likewise the Redis tests without `REDIS_URL` (cfg `no_redis`).
+    println!("cargo::rustc-check-cfg=cfg(no_redis)");
+    println!("cargo::rerun-if-env-changed=REDIS_URL");
+    if !std::env::var("REDIS_URL").is_ok_and(|u| !u.trim().is_empty()) {
+        println!("cargo::rustc-cfg=no_redis");
+    }
+
     println!("cargo::rustc-check-cfg=cfg(no_inspector)");
     println!("cargo::rerun-if-env-changed=INSPECTOR_DIR");
     let dir = std::env::var_os("INSPECTOR_DIR")

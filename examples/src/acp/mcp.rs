@@ -240,8 +240,11 @@ impl ServerHandler for AcpServer {
         if let Some(op) = operation(&request.name) {
             let raw = serde_json::Value::Object(request.arguments.clone().unwrap_or_default());
             if let Ok(args) = serde_json::from_value::<AcpArgs>(raw) {
-                validate(self.merchant.schemas(), op, &args, "$.payload")
-                    .map_err(|e| rpc_error(&e))?;
+                validate(self.merchant.schemas(), op, &args, "$.payload").map_err(|mut e| {
+                    e.message
+                        .push_str(". Nothing was done: correct it and call again.");
+                    rpc_error(&e)
+                })?;
                 if let Some(id) = &args.id {
                     let caller = self.caller_of(&context).map_err(|e| rpc_error(&e))?;
                     self.merchant.get(&caller, id).map_err(|e| rpc_error(&e))?;

@@ -250,7 +250,7 @@ pub fn validate(
     };
     schemas
         .validate(op.schema(), payload, root)
-        .map_err(|e| AcpError::invalid(format!("{e}; nothing was done"), Some(e.path)))
+        .map_err(|e| AcpError::invalid(e.to_string(), Some(e.path)))
 }
 
 /// A checkout session, as ACP answers it (the members this merchant fills).
