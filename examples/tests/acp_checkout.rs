@@ -416,6 +416,61 @@ async fn rest_door(store: Store) {
         (409, Some("invalid_state"))
     );
 
+    // Update and cancel another session: each replays under its key; a cancelled session
+    // cannot be paid for.
+    let other_id = m.session(t, "create-key-2").await;
+    let session = format!("/checkout_sessions/{other_id}");
+    let items = json!({"line_items": [{"id": "sku_3", "unit_amount": 700}]});
+    let updated = m
+        .rest(t, &session, Rest::post("update-key-1", 1, &items))
+        .await;
+    assert_eq!(
+        (updated.status, updated.replayed()),
+        (200, false),
+        "{:?}",
+        updated.body
+    );
+    assert_eq!(updated.body["totals"][1]["amount"], 700);
+    let again = m
+        .rest(t, &session, Rest::post("update-key-1", 2, &items))
+        .await;
+    assert_eq!(
+        (again.status, again.replayed(), &again.body),
+        (200, true, &updated.body)
+    );
+    let cancel = format!("{session}/cancel");
+    let no_body = Rest {
+        body: None,
+        ..Rest::post("cancel-key-1", 1, &items)
+    };
+    let cancelled = m.rest(t, &cancel, no_body).await;
+    assert_eq!(
+        (cancelled.status, cancelled.body["status"].as_str()),
+        (200, Some("canceled"))
+    );
+    let again = m
+        .rest(
+            t,
+            &cancel,
+            Rest {
+                attempt: 2,
+                ..no_body
+            },
+        )
+        .await;
+    assert_eq!((again.status, again.replayed()), (200, true));
+    let refused = m
+        .rest(
+            t,
+            &format!("{session}/complete"),
+            Rest::post("complete-key-3", 1, &pay("spt_1")),
+        )
+        .await;
+    assert_eq!(
+        (refused.status, refused.body["code"].as_str()),
+        (409, Some("invalid_state"))
+    );
+
     // A read, even with a key, is not the layer's: answered by the handler each time.
     for attempt in 1..3 {
         let read = Rest {
@@ -557,6 +612,14 @@ async fn sqlite_mcp_door() {
     assert_eq!(structured(&shown)["status"], "completed");
     // Another tenant does not see it.
     let globex = m.mcp("globex-token").await;
+    let e = call(
+        &client,
+        "get_checkout_session",
+        acp(None, 1, Some(&id), Some(json!({}))),
+    )
+    .await
+    .expect_err("get takes no payload");
+    assert_eq!(acp_error(&e)["param"], "$.payload");
     let e = call(
         &globex,
         "get_checkout_session",
@@ -897,6 +960,21 @@ async fn sqlite_ucp_complete_checkout() {
         .list_all_tools()
         .await
         .expect("tools");
+    // Listed as ACP's binding asks: the payload's request schema, bundled, and what is required.
+    let complete = tools
+        .iter()
+        .find(|t| t.name == "complete_checkout_session")
+        .expect("listed");
+    let schema = Value::Object((*complete.input_schema).clone());
+    assert_eq!(
+        schema["properties"]["payload"]["$ref"],
+        "#/$defs/CheckoutSessionCompleteRequest"
+    );
+    assert_eq!(schema["required"], json!(["meta", "id", "payload"]));
+    for tool in &tools {
+        let schema = Value::Object((*tool.input_schema).clone());
+        assert_refs_resolve(&schema, &schema);
+    }
     let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     names.sort_unstable();
     assert_eq!(
@@ -909,4 +987,21 @@ async fn sqlite_ucp_complete_checkout() {
             "update_checkout_session"
         ]
     );
+}
+
+/// Every `$ref` in `at` names a definition under `root`'s `$defs`.
+fn assert_refs_resolve(root: &Value, at: &Value) {
+    match at {
+        Value::Object(m) => {
+            if let Some(r) = m.get("$ref").and_then(Value::as_str) {
+                let name = r
+                    .strip_prefix("#/$defs/")
+                    .unwrap_or_else(|| panic!("{r} is not bundled"));
+                assert!(root["$defs"].get(name).is_some(), "{r} resolves to nothing");
+            }
+            m.values().for_each(|v| assert_refs_resolve(root, v));
+        }
+        Value::Array(items) => items.iter().for_each(|v| assert_refs_resolve(root, v)),
+        _ => {}
+    }
 }

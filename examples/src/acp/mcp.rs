@@ -43,6 +43,7 @@ impl AcpServer {
         if !ucp {
             tool_router.remove_route("complete_checkout");
         }
+        super::listing::list_acp_schemas(&mut tool_router, merchant.schemas());
         AcpServer {
             engine,
             identity,
@@ -184,6 +185,10 @@ impl AcpServer {
         Parameters(args): Parameters<AcpArgs>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<CheckoutSession>, ErrorData> {
+        if args.payload.is_some() {
+            let e = AcpError::invalid("get takes no payload".into(), Some("$.payload".into()));
+            return Err(rpc_error(&e));
+        }
         let caller = self.caller_of(&ctx).map_err(|e| rpc_error(&e))?;
         let id = args.id.unwrap_or_default();
         self.merchant

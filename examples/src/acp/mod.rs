@@ -17,6 +17,7 @@ use rmcp::schemars;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+mod listing;
 pub mod mcp;
 pub mod processor;
 pub mod rest;

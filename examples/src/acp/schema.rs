@@ -87,6 +87,11 @@ impl Schemas {
         Ok(schemas)
     }
 
+    /// The definitions, by name.
+    pub fn defs(&self) -> &Map<String, Value> {
+        &self.defs
+    }
+
     /// Checks `value` against the definition `def`; `root` is the path the value is at
     /// (`$` for a REST body, `$.payload` for an MCP tool's payload).
     pub fn validate(&self, def: &str, value: &Value, root: &str) -> Result<(), Invalid> {
