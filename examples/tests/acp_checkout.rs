@@ -20,8 +20,15 @@ const SECRET: &str = "acp-checkout-test-secret-0123456789";
 /// Where the merchant keeps its records.
 enum Store {
     Sqlite(std::path::PathBuf),
-    Postgres { url: String, _schema: Schema },
-    Redis { url: String, namespace: String },
+    Postgres {
+        url: String,
+        _schema: Schema,
+    },
+    Redis {
+        url: String,
+        namespace: String,
+        _server: Option<tokio::process::Child>,
+    },
 }
 
 impl Store {
@@ -38,13 +45,45 @@ impl Store {
         }
     }
 
-    fn redis(name: &str) -> Store {
+    /// `REDIS_URL`, or a `redis-server` of this test on a free port (stopped with the value).
+    async fn redis(name: &str) -> Store {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
+        let namespace = format!("acp-test-{name}-{}-{nanos:x}", std::process::id());
+        if let Ok(url) = std::env::var("REDIS_URL") {
+            return Store::Redis {
+                url,
+                namespace,
+                _server: None,
+            };
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut server = tokio::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start redis-server");
+        let mut out = BufReader::new(server.stdout.take().expect("piped stdout")).lines();
+        soon("redis-server ready", async {
+            while let Some(line) = out.next_line().await.expect("its log") {
+                if line.contains("Ready to accept connections") {
+                    return;
+                }
+            }
+            panic!("redis-server exited before it was ready");
+        })
+        .await;
+        tokio::spawn(async move { while let Ok(Some(_)) = out.next_line().await {} });
         Store::Redis {
-            url: std::env::var("REDIS_URL").expect("REDIS_URL"),
-            namespace: format!("acp-test-{name}-{}-{nanos:x}", std::process::id()),
+            url: format!("redis://127.0.0.1:{port}"),
+            namespace,
+            _server: Some(server),
         }
     }
 }
@@ -83,7 +122,7 @@ impl Merchant {
         match store {
             Store::Sqlite(path) => cmd.env("IDEMPOTENCY_SQLITE", path),
             Store::Postgres { url, .. } => cmd.env("DATABASE_URL", url),
-            Store::Redis { url, namespace } => cmd
+            Store::Redis { url, namespace, .. } => cmd
                 .env("REDIS_URL", url)
                 .env("IDEMPOTENCY_REDIS_NAMESPACE", namespace),
         };
@@ -909,10 +948,10 @@ async fn postgres_concurrent_duplicates_charge_once() {
     concurrent_duplicates(Store::postgres("acpburst").await).await;
 }
 
-#[cfg_attr(no_redis, ignore = "needs REDIS_URL")]
+#[cfg_attr(no_redis, ignore = "needs REDIS_URL or redis-server on the PATH")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_concurrent_duplicates_charge_once() {
-    concurrent_duplicates(Store::redis("burst")).await;
+    concurrent_duplicates(Store::redis("burst").await).await;
 }
 
 /// `--ucp`: UCP's `complete_checkout` with `meta["idempotency-key"]` replays, and refuses a
