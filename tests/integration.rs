@@ -11,6 +11,14 @@ mod cache;
 mod clocks;
 #[cfg(all(feature = "sqlite", feature = "postgres", feature = "redis"))]
 mod corrupt;
+#[cfg(all(
+    feature = "http",
+    feature = "rmcp",
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "redis"
+))]
+mod doors;
 mod engine;
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 mod faults;

@@ -292,9 +292,15 @@ fn record_json(r: &AdminRecord, now: Timestamp) -> Value {
         "ends_at": r.ends_at.to_string(),
         "completed_at": r.completed_at.map(|t| t.to_string()),
         "window_s": r.window.as_secs(),
-        // The stored answer is JSON: a JSON value here, not a string of it.
+        // The stored answer is JSON: a JSON value here, not a string of it. A response the HTTP
+        // layer recorded is `http ` and its envelope: shown as the status tool shows it.
         "answer": r.answer.as_deref().map(|a| {
-            serde_json::from_str::<Value>(a).unwrap_or_else(|_| Value::String(a.to_owned()))
+            let parsed = match a.strip_prefix("http ") {
+                Some(envelope) => serde_json::from_str::<Value>(envelope)
+                    .map(|v| json!({ "http_response": v })),
+                None => serde_json::from_str::<Value>(a),
+            };
+            parsed.unwrap_or_else(|_| Value::String(a.to_owned()))
         }),
     })
 }

@@ -28,21 +28,20 @@ pub(crate) fn descriptor(f: &Function, opts: &Options, p: &TokenStream) -> Descr
     let item = &f.item;
     let (vis, fn_name, name) = (&item.vis, &item.sig.ident, &f.name);
     let window = opts.window_ms();
-    let mut spec = quote!(#p::ToolSpec::new(#name, #p::Duration::from_millis(#window)));
+    let mut spec = quote!(#p::Tool::new(#name, #window));
     if let Some(t) = &opts.timeout {
         let ms = t.value;
-        spec.extend(quote!(.with_timeout(#p::Duration::from_millis(#ms))));
+        spec.extend(quote!(.timeout_ms(#ms)));
     }
     if let Some(w) = &opts.wait {
         let ms = w.value;
-        spec.extend(quote!(.with_wait(#p::Duration::from_millis(#ms))));
+        spec.extend(quote!(.wait_ms(#ms)));
     }
     if let Some(scope) = &opts.scope {
-        let variant = match scope.value {
-            Scope::Tenant => quote!(Tenant),
-            Scope::Subject => quote!(Subject),
-        };
-        spec.extend(quote!(.with_scope(#p::Scope::#variant)));
+        spec.extend(match scope.value {
+            Scope::Tenant => quote!(.tenant_scope()),
+            Scope::Subject => quote!(.subject_scope()),
+        });
     }
     // The client key's own field is left out of the fingerprint with the ignored ones: a retry
     // carries the same key, and the key is the record's name already.
@@ -52,32 +51,16 @@ pub(crate) fn descriptor(f: &Function, opts: &Options, p: &TokenStream) -> Descr
         spec.extend(quote!(.ignoring(&[#(#fields),*])));
     }
     if let Some(recover) = &opts.recover {
-        let variant = match recover.value {
-            Recover::Unknown => quote!(Unknown),
-            Recover::Rerun => quote!(Rerun),
-            Recover::Reconcile => quote!(Reconcile),
-        };
-        spec.extend(quote!(.with_recover(#p::Recover::#variant)));
+        spec.extend(match recover.value {
+            Recover::Unknown => quote!(.recover_unknown()),
+            Recover::Rerun => quote!(.recover_rerun()),
+            Recover::Reconcile => quote!(.recover_reconcile()),
+        });
     }
-    let mut registration = TokenStream::new();
     if opts.transactional.is_some() {
-        spec.extend(quote!(.with_transactional()));
-        // Registered at link time: `start` refuses a store that cannot run it, naming it.
-        registration = quote! {
-            #p::inventory::submit! { #p::TransactionalTool::new(#name) }
-        };
+        spec.extend(quote!(.transactional()));
     }
-    if opts.task.is_some() {
-        // Registered at link time: `tasks/get` says what its recovery means for a lost worker.
-        let recover = match opts.recover.as_ref().map(|r| r.value) {
-            None | Some(Recover::Unknown) => quote!(Unknown),
-            Some(Recover::Rerun) => quote!(Rerun),
-            Some(Recover::Reconcile) => quote!(Reconcile),
-        };
-        registration = quote! {
-            #p::inventory::submit! { #p::TaskTool::new(#name, #p::Recover::#recover) }
-        };
-    }
+    let spec = quote!(#spec.spec());
     let mut local_descriptor = TokenStream::new();
     let (spec_path, descriptor) = if f.in_trait {
         // A trait impl holds only the trait's items: the descriptor is the body's own.
@@ -118,6 +101,13 @@ pub(crate) fn descriptor(f: &Function, opts: &Options, p: &TokenStream) -> Descr
             }
         };
         (quote!(#fn_name::TOOL), descriptor)
+    };
+    // Registered at link time: `start` refuses a store that cannot run a transactional tool,
+    // naming it; `tasks/get` says what a task tool's recovery means for a lost worker.
+    let registration = if opts.transactional.is_some() || opts.task.is_some() {
+        quote!(#p::inventory::submit! { #p::Registered::new(#spec_path) })
+    } else {
+        TokenStream::new()
     };
     Descriptor {
         spec_path,

@@ -14,7 +14,7 @@ use crate::call::{body, key_step, policy_fn};
 use crate::ctxt::Ctxt;
 use crate::descriptor::{descriptor, Descriptor};
 use crate::emit::with_error;
-use crate::tokens::{is_last, local, merge_client_key, merge_hint, respan};
+use crate::tokens::{is_last, local, merge_client_key, merge_hint, relocate, respan};
 use crate::{check, fallback, hint};
 
 /// `#[idempotent]`: parse (options, item) → validate → generate; on error, the item (or rmcp's
@@ -137,7 +137,7 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
         policy_fn(opts, f.err.span()),
     );
     let response = matches!(f.mode, Mode::Rmcp { .. }) && is_last(&f.ok, "CallToolResponse");
-    let (target, call, method, policy, body) = match f.mode {
+    let (call, method, policy, body) = match f.mode {
         Mode::Plain => {
             // Only a shared reborrow (`&*ctx`), ended before the body: the body can then move
             // the context, even a `ctx: &mut Ctx`.
@@ -146,17 +146,10 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
                 Context::Param(id) => quote!(&*#id),
             };
             let policy = quote_spanned! {err.span()=>
-                #pe::plain::Policy::new(<#err as #pe::From<#pe::Error>>::from, #pe::ErrorPolicy::<#err>::#ctor())
+                #pe::plain::Policy::new(#pe::ErrorPolicy::<#err>::#ctor())
             };
             let call = quote!(#p::plain::Call::new(#ctx, #spec_path));
-            let target = quote!(#p::plain::Call);
-            (
-                target,
-                call,
-                quote!(run),
-                policy,
-                body(f, TokenStream::new(), false),
-            )
+            (call, "run", policy, body(f, TokenStream::new(), false))
         }
         Mode::Rmcp { .. } => {
             let (call, rebind) = rmcp_call(f, opts, &p, &mut sig, &spec_path);
@@ -168,34 +161,23 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
             // By the kind of answer: `Json<T>` (`T` stored), a `CallToolResult` (verbatim), a
             // `CallToolResponse` (an input round or a task of its own passed on), or `T`.
             let method = if response {
-                quote!(response)
+                "response"
             } else if f.structured.is_some() {
-                quote!(json)
+                "json"
             } else if is_last(&f.ok, "CallToolResult") {
-                quote!(verbatim)
+                "verbatim"
             } else {
-                quote!(answer)
+                "answer"
             };
-            let target = if opts.task.is_some() {
-                quote!(#p::mcp::Task)
-            } else {
-                quote!(#p::mcp::Call)
-            };
-            (
-                target,
-                call,
-                method,
-                policy,
-                body(f, rebind, opts.task.is_some()),
-            )
+            (call, method, policy, body(f, rebind, opts.task.is_some()))
         }
     };
     // The bounds on `T` (stored and replayed; a `Send` body) are reported at `T`, once: the
-    // call and its future are both spanned there (a call-site receiver would report them again
-    // at the attribute), the runtime's path too.
+    // receiver, the method and its future are all shown there (a receiver shown at the
+    // attribute would report them again there).
     let stored = f.structured.as_ref().unwrap_or(&f.ok).span();
-    let target = respan(&target, stored);
-    let run = quote_spanned!(stored=> #target::#method(#call, #args, #key, #policy, #body).await);
+    let (call, method) = (relocate(&call, stored), syn::Ident::new(method, stored));
+    let run = quote_spanned!(stored=> #call.#method(#args, #key, #policy, #body).await);
 
     let attrs = item.attrs.iter().enumerate().map(|(i, a)| match f.mode {
         Mode::Rmcp { tool } if tool == i => {

@@ -18,7 +18,7 @@ fn plain_fn_gets_a_module_descriptor() {
     );
     assert!(out.contains("mod charge"), "{out}");
     assert!(
-        out.contains(":: idempotency :: __private :: plain :: Call :: run (:: idempotency :: __private :: plain :: Call :: new (& * ctx , charge :: TOOL) , __idem_args , | __idem_k , __idem_a | __idem_k . call :: < A > (__idem_a)"),
+        out.contains(":: idempotency :: __private :: plain :: Call :: new (& * ctx , charge :: TOOL) . run (__idem_args , | __idem_k , __idem_a | __idem_k . call :: < A > (__idem_a)"),
         "{out}"
     );
     assert!(out.contains("7200000u64"), "{out}");
@@ -94,7 +94,7 @@ fn merged(attr: Attribute) -> String {
         .to_string()
 }
 
-const SCHEMA: &str = "input_schema = P :: mcp :: closed_input_schema (P :: rmcp :: handler :: server :: common :: schema_for_input :: < A > () . unwrap_or_else (| e | panic ! (\"Invalid input schema for `{}`: {}\" , :: core :: any :: type_name :: < A > () , e)))";
+const SCHEMA: &str = "input_schema = P :: mcp :: input_schema :: < A > () . unwrap_or_else (| e | panic ! (\"Invalid input schema for `{}`: {}\" , :: core :: any :: type_name :: < A > () , e))";
 
 /// The client-key mode joins the listing's `_meta`, the tool's own `meta` kept inside it.
 #[test]
@@ -104,7 +104,7 @@ fn the_client_key_mode_joins_the_listing_meta() {
         .to_token_stream()
         .to_string();
     assert!(
-        out.contains(r#"meta = P :: mcp :: client_key_meta (P :: Option :: None , "accept")"#),
+        out.contains(r#"meta = P :: mcp :: client_key_meta ("accept")"#),
         "{out}"
     );
     let attr: Attribute = syn::parse_quote!(#[tool(meta = own(), name = "n")]);
@@ -112,9 +112,8 @@ fn the_client_key_mode_joins_the_listing_meta() {
         .to_token_stream()
         .to_string();
     assert!(
-        out.contains(
-            r#"meta = P :: mcp :: client_key_meta (P :: Option :: Some (own ()) , "require")"#
-        ) && out.contains(r#"name = "n""#)
+        out.contains(r#"meta = P :: mcp :: client_key_meta_over ("require" , own ())"#)
+            && out.contains(r#"name = "n""#)
             && out.matches("meta").count() == 2,
         "{out}"
     );
@@ -158,7 +157,7 @@ fn a_json_answer_lists_its_output_schema() {
     .to_string();
     assert_eq!(
         out,
-        format!("# [tool (output_schema = P :: rmcp :: handler :: server :: tool :: schema_for_output :: < R > () , {SCHEMA} , annotations (idempotent_hint = true))]")
+        format!("# [tool (output_schema = P :: mcp :: output_schema :: < R > () , {SCHEMA} , annotations (idempotent_hint = true))]")
     );
     // The tool's own output schema is kept.
     let attr: Attribute = syn::parse_quote!(#[tool(output_schema = s())]);
@@ -250,11 +249,13 @@ fn spec_uses_the_const_builder() {
         ),
     );
     assert!(
-        out.contains(":: idempotency :: __private :: ToolSpec :: new (\"charge\" , :: idempotency :: __private :: Duration :: from_millis (7200000u64))"),
+        out.contains(
+            ":: idempotency :: __private :: Tool :: new (\"charge\" , 7200000u64) . spec ()"
+        ),
         "{out}"
     );
-    assert!(!out.contains("with_timeout"), "{out}");
-    assert!(!out.contains("with_wait"), "{out}");
+    assert!(!out.contains("timeout_ms"), "{out}");
+    assert!(!out.contains("wait_ms"), "{out}");
     assert!(!out.contains("__wrapped"), "{out}");
     let out = expand(
         quote!(timeout = "30s", wait = "3s"),
@@ -264,18 +265,8 @@ fn spec_uses_the_const_builder() {
             }
         ),
     );
-    assert!(
-        out.contains(
-            ". with_timeout (:: idempotency :: __private :: Duration :: from_millis (30000u64))"
-        ),
-        "{out}"
-    );
-    assert!(
-        out.contains(
-            ". with_wait (:: idempotency :: __private :: Duration :: from_millis (3000u64))"
-        ),
-        "{out}"
-    );
+    assert!(out.contains(". timeout_ms (30000u64)"), "{out}");
+    assert!(out.contains(". wait_ms (3000u64)"), "{out}");
 }
 
 #[test]
@@ -297,7 +288,10 @@ fn context_is_read_through_a_shared_reborrow() {
     );
     // The context itself is never moved before the body, which moves it.
     assert!(!out.contains("= ctx ;"), "{out}");
-    assert!(out.contains("charge :: TOOL) , __idem_args ,"), "{out}");
+    assert!(
+        out.contains("charge :: TOOL) . run (__idem_args ,"),
+        "{out}"
+    );
     let out = expand(
         quote!(),
         quote!(

@@ -16,7 +16,7 @@ pub(crate) fn rmcp_stub(item: &ItemFn, krate: &syn::Path) -> Option<TokenStream>
         return None;
     }
     let p = quote!(#krate::__private);
-    let tool_result = quote!(#p::Result<#p::rmcp::model::CallToolResult, #p::rmcp::ErrorData>);
+    let tool_result = quote!(#p::mcp::Answer);
     let block = &item.body;
     let mut stub = item.clone();
     let body = if item.sig.asyncness.is_none() && is_boxed_future(&item.sig.output) {

@@ -29,6 +29,30 @@ pub(crate) fn respan(tokens: &TokenStream, span: Span) -> TokenStream {
         .collect()
 }
 
+/// `tokens` shown at `span` (where an error about them is reported), as [`respan`] does, but a
+/// hygienic local (`__idem_…`, see [`local`]) keeps how it resolves.
+pub(crate) fn relocate(tokens: &TokenStream, span: Span) -> TokenStream {
+    tokens
+        .clone()
+        .into_iter()
+        .map(|t| match t {
+            TokenTree::Group(g) => {
+                let mut group = Group::new(g.delimiter(), relocate(&g.stream(), span));
+                group.set_span(span);
+                TokenTree::Group(group)
+            }
+            TokenTree::Ident(mut id) if id.to_string().starts_with("__idem_") => {
+                id.set_span(id.span().located_at(span));
+                TokenTree::Ident(id)
+            }
+            mut other => {
+                other.set_span(span);
+                other
+            }
+        })
+        .collect()
+}
+
 /// A generated local: hygienic (`mixed_site`), so the user's body cannot name it, nor shadow it.
 pub(crate) fn local(name: &str) -> Ident {
     Ident::new(name, Span::mixed_site())
@@ -97,13 +121,13 @@ pub(crate) fn merge_client_key(attr: &Attribute, p: &TokenStream, mode: &str) ->
             Meta::NameValue(nv) if nv.path.is_ident("meta") => {
                 merged = true;
                 let own = &nv.value;
-                items.push(quote!(meta = #p::mcp::client_key_meta(#p::Option::Some(#own), #mode)));
+                items.push(quote!(meta = #p::mcp::client_key_meta_over(#mode, #own)));
             }
             other => items.push(other.into_token_stream()),
         }
     }
     if !merged {
-        items.push(quote!(meta = #p::mcp::client_key_meta(#p::Option::None, #mode)));
+        items.push(quote!(meta = #p::mcp::client_key_meta(#mode)));
     }
     let path = attr.path();
     let pound = attr.pound_token;
@@ -139,15 +163,13 @@ pub(crate) fn merge_hint(
         .any(|m| matches!(m, Meta::NameValue(nv) if nv.path.is_ident("output_schema")));
     if let (Some(t), false) = (output, own_output) {
         items.push(quote! {
-            output_schema = #p::rmcp::handler::server::tool::schema_for_output::<#t>()
+            output_schema = #p::mcp::output_schema::<#t>()
         });
     }
     if !own_schema {
         items.push(quote! {
-            input_schema = #p::mcp::closed_input_schema(
-                #p::rmcp::handler::server::common::schema_for_input::<#args_ty>()
-                    .unwrap_or_else(|e| panic!("Invalid input schema for `{}`: {}", ::core::any::type_name::<#args_ty>(), e))
-            )
+            input_schema = #p::mcp::input_schema::<#args_ty>()
+                .unwrap_or_else(|e| panic!("Invalid input schema for `{}`: {}", ::core::any::type_name::<#args_ty>(), e))
         });
     }
     for m in &metas {

@@ -202,8 +202,9 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
-    /// A stored answer could not be read back as the handler's type (it changed between releases).
-    #[error("{tool}: the stored answer of ref {reference} cannot be read by this version of the server ({message})")]
+    /// A stored answer could not be read back as the handler's type: it changed between releases,
+    /// or the operation was answered over HTTP with a response that is not this tool's answer.
+    #[error("{tool}: the stored answer of ref {reference} cannot be read as this call's answer ({message})")]
     Replay {
         /// The tool.
         tool: String,

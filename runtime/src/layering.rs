@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["canonical", "clock", "periodic", "origin"],
     &["key"],
     &["record", "progress"],
-    &["store"],
+    &["store", "door"],
     &["error"],
     &["outcome"],
     &["tool"],

@@ -90,6 +90,7 @@ pub mod clock;
 mod context;
 #[cfg(test)]
 mod doc_paths;
+mod door;
 mod engine;
 pub mod error;
 #[cfg(test)]

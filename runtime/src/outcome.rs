@@ -8,6 +8,7 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::door::Door;
 use crate::error::Error;
 use crate::key::Reference;
 
@@ -79,13 +80,17 @@ pub struct Outcome<T, E> {
     pub reference: Option<Reference>,
 }
 
-/// How the engine treats a tool's error type: classifies, stores and replays it. Built by the
-/// attribute from the error type's [`Classify`] impl or from `on_error`.
+/// How the engine treats a tool's error type: classifies, stores and replays it (and a stored
+/// answer of the same operation that came through the HTTP layer: a `4xx` response's JSON body
+/// is decoded as the error). Built by the attribute from the error type's [`Classify`] impl or
+/// from `on_error`.
 pub struct ErrorPolicy<E> {
     pub(crate) classify: fn(&E) -> Disposition,
     pub(crate) encode: fn(&E) -> Result<String, String>,
     pub(crate) decode: fn(&str) -> Result<E, String>,
     pub(crate) describe: fn(&E) -> String,
+    /// The door its calls come through: the form answers are stored in and read as.
+    pub(crate) door: Door,
 }
 
 impl<E> std::fmt::Debug for ErrorPolicy<E> {
@@ -133,6 +138,7 @@ impl<E: std::fmt::Display> ErrorPolicy<E> {
             encode: encode_json::<E>,
             decode: decode_json::<E>,
             describe: describe::<E>,
+            door: Door::Tool,
         }
     }
 
@@ -146,6 +152,7 @@ impl<E: std::fmt::Display> ErrorPolicy<E> {
             encode: encode_json::<E>,
             decode: decode_json::<E>,
             describe: describe::<E>,
+            door: Door::Tool,
         }
     }
 
@@ -156,6 +163,7 @@ impl<E: std::fmt::Display> ErrorPolicy<E> {
             encode: not_stored::<E>,
             decode: not_replayed::<E>,
             describe: describe::<E>,
+            door: Door::Tool,
         }
     }
 
@@ -166,6 +174,7 @@ impl<E: std::fmt::Display> ErrorPolicy<E> {
             encode: not_stored::<E>,
             decode: not_replayed::<E>,
             describe: describe::<E>,
+            door: Door::Tool,
         }
     }
 }

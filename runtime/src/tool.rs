@@ -324,28 +324,32 @@ fn refused(tool: &str, e: KeyError) -> Error {
     }
 }
 
-/// A `#[idempotent(transactional)]` tool linked into this program: the attribute registers each
-/// one, so that [`IdempotencyBuilder::start`](crate::IdempotencyBuilder::start) refuses a store
-/// that cannot run them, naming the tool, before the first call.
-#[doc(hidden)]
+/// A tool the engine must know before its first call, registered at link time (`inventory`):
+/// a transactional tool (`start` refuses a store that cannot run it, naming it) or a task tool
+/// (`tasks/get` says what its recovery means for a task whose worker is gone).
 #[derive(Debug)]
-pub struct TransactionalTool {
-    name: &'static str,
-}
+pub struct Registered(ToolSpec);
 
-impl TransactionalTool {
-    /// The registration of the tool `name` (generated code).
-    pub const fn new(name: &'static str) -> Self {
-        TransactionalTool { name }
+impl Registered {
+    /// The registration of `spec` (a `static`, hence `const`).
+    pub const fn new(spec: ToolSpec) -> Self {
+        Registered(spec)
     }
 }
 
-inventory::collect!(TransactionalTool);
+inventory::collect!(Registered);
 
-/// The transactional tools linked into this program, by name, sorted.
+/// The registered tools.
+fn registered() -> impl Iterator<Item = &'static ToolSpec> {
+    inventory::iter::<Registered>.into_iter().map(|r| &r.0)
+}
+
+/// The transactional tools linked into this program (the attribute registers each one), by
+/// name, sorted: [`IdempotencyBuilder::start`](crate::IdempotencyBuilder::start) refuses a
+/// store that cannot run them, naming the tool, before the first call.
 pub(crate) fn transactional_tools() -> Vec<&'static str> {
-    let mut names: Vec<&'static str> = inventory::iter::<TransactionalTool>
-        .into_iter()
+    let mut names: Vec<&'static str> = registered()
+        .filter(|t| t.transactional)
         .map(|t| t.name)
         .collect();
     names.sort_unstable();
@@ -353,39 +357,12 @@ pub(crate) fn transactional_tools() -> Vec<&'static str> {
     names
 }
 
-/// A `#[idempotent(task)]` tool linked into this program, with its recovery: the attribute
-/// registers each one, so that `tasks/get` can tell a client what a task whose worker is gone
-/// means for that tool (with `recover = "rerun"`, sending the call again runs it again).
-#[doc(hidden)]
-#[derive(Debug)]
-#[cfg_attr(
-    not(feature = "rmcp"),
-    allow(
-        dead_code,
-        reason = "registered by the macro, read only by rmcp's `tasks/get`"
-    )
-)]
-pub struct TaskTool {
-    name: &'static str,
-    recover: Recover,
-}
-
-impl TaskTool {
-    /// The registration of the task tool `name` (generated code).
-    pub const fn new(name: &'static str, recover: Recover) -> Self {
-        TaskTool { name, recover }
-    }
-}
-
-inventory::collect!(TaskTool);
-
-/// The recovery of the task tool `name`, when every registration of that name agrees on it.
+/// The recovery of the task tool `name` (the attribute registers each task tool, so that
+/// `tasks/get` can tell a client what a task whose worker is gone means for that tool), when
+/// every registration of that name agrees on it.
 #[cfg(feature = "rmcp")]
 pub(crate) fn task_recovery(name: &str) -> Option<Recover> {
-    let mut found = inventory::iter::<TaskTool>
-        .into_iter()
-        .filter(|t| t.name == name)
-        .map(|t| t.recover);
+    let mut found = registered().filter(|t| t.name == name).map(|t| t.recover);
     let first = found.next()?;
     found.all(|r| r == first).then_some(first)
 }

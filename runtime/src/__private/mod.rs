@@ -1,15 +1,9 @@
 //! What `#[idempotent]` generates code against. Not a public API: names here change without notice.
-//! One file per concern: `key` (the key from the typed arguments), `plain` (a plain function's
-//! call), `mcp` (an rmcp tool's call and answer).
+//! One file per concern: `tool` (the descriptor), `key` (the key from the typed arguments),
+//! `plain` (a plain function's call), `mcp` (an rmcp tool's call and answer).
 
-pub use crate::error::Error;
-pub use crate::key::Scope;
 pub use crate::outcome::ErrorPolicy;
-pub use crate::tool::{Recover, TaskTool, ToolSpec, TransactionalTool};
-pub use core::convert::From;
-pub use core::option::Option;
-pub use core::result::Result;
-pub use core::time::Duration;
+pub use crate::tool::{Registered, ToolSpec};
 pub use inventory;
 
 #[cfg(feature = "rmcp")]
@@ -24,3 +18,6 @@ pub mod plain;
 
 mod key;
 pub use key::*;
+
+mod tool;
+pub use tool::Tool;

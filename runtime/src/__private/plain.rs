@@ -22,9 +22,15 @@ pub struct Policy<E> {
 }
 
 impl<E> Policy<E> {
-    /// `from` for the wrapper's answers, and `policy`.
-    pub fn new(from: fn(Error) -> E, policy: ErrorPolicy<E>) -> Self {
-        Policy { policy, from }
+    /// `policy`, and `E: From<Error>` for the wrapper's own answers.
+    pub fn new(policy: ErrorPolicy<E>) -> Self
+    where
+        E: From<Error>,
+    {
+        Policy {
+            policy,
+            from: E::from,
+        }
     }
 }
 

@@ -85,7 +85,8 @@ pub(super) struct Found {
     pub(super) now: Timestamp,
 }
 
-/// A stored answer, replayed: the handler's value or its definitive error, decoded.
+/// A stored answer, replayed: the handler's value or its definitive error, decoded as the
+/// call's door reads it (an answer the other door recorded is translated; see `door.rs`).
 pub(super) fn replay<T, E>(
     tool: &'static str,
     reference: Reference,
@@ -102,13 +103,15 @@ where
             message,
         })
     };
-    let result = if response.ok {
-        serde_json::from_str::<T>(&response.body).map_err(|e| unreadable(e.to_string()))
-    } else {
-        match (policy.decode)(&response.body) {
+    // As this call's door reads the record, whichever door wrote it (`door.rs`).
+    let result = match policy.door.read(response) {
+        Err(message) => Err(unreadable(message)),
+        Ok(read) if !read.error => serde_json::from_str::<T>(&read.json)
+            .map_err(|e| unreadable(read.unreadable(&e.to_string()))),
+        Ok(read) => match (policy.decode)(&read.json) {
             Ok(e) => Err(Failure::Handler(e)),
-            Err(message) => Err(unreadable(message)),
-        }
+            Err(message) => Err(unreadable(read.unreadable(&message))),
+        },
     };
     Outcome {
         result,

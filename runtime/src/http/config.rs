@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderName, Method};
+use http::{HeaderName, Method, StatusCode};
 
 use super::fingerprint::Fingerprinter;
 use crate::tool::ToolSpec;
@@ -39,6 +39,15 @@ pub(super) struct Config {
     pub(super) fresh_keys: Option<Duration>,
     pub(super) retry_after: Duration,
     pub(super) problem_base: Option<Arc<str>>,
+    /// The statuses of an MCP tool's answer and of its definitive error, replayed here.
+    pub(super) tool_answers: ToolAnswers,
+}
+
+/// The statuses a tool's stored answers are replayed with.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ToolAnswers {
+    pub(super) ok: StatusCode,
+    pub(super) error: StatusCode,
 }
 
 impl Config {
@@ -57,6 +66,10 @@ impl Config {
             fresh_keys: None,
             retry_after: Duration::from_secs(1),
             problem_base: None,
+            tool_answers: ToolAnswers {
+                ok: StatusCode::OK,
+                error: StatusCode::UNPROCESSABLE_ENTITY,
+            },
         }
     }
 
@@ -76,6 +89,7 @@ impl std::fmt::Debug for Config {
             .field("max_body", &self.max_body)
             .field("fingerprint", &self.fingerprint.is_some())
             .field("fresh_keys", &self.fresh_keys)
+            .field("tool_answers", &self.tool_answers)
             .finish_non_exhaustive()
     }
 }

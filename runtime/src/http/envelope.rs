@@ -1,42 +1,25 @@
 //! What the layer stores of a response: its status, the headers the route chose and its body —
 //! a JSON body as JSON (its exact text), other text as text, other bytes in base64 — so the
-//! stored answer is readable in the store and can be replayed over HTTP (and, later, to an MCP
-//! client of the same operation).
+//! stored answer is readable in the store and can be replayed over HTTP, and to an MCP tool of
+//! the same operation (the envelope and its stored form are in `door.rs`, which both read).
 //!
-//! Stored as `{"status": 201, "headers": [["content-type", "application/json"]], "body":
+//! Stored as `http {"status": 201, "headers": [["content-type", "application/json"]], "body":
 //! {"json": {…}}}`; the body is `"empty"`, `{"json": …}`, `{"text": "…"}` or `{"base64": "…"}`.
 
 use bytes::Bytes;
 use http::response::Parts;
 use http::{HeaderName, HeaderValue, Response, StatusCode};
-use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::fingerprint::is_json;
 use super::header::IDEMPOTENT_REPLAYED;
-
-/// A response as stored.
-#[derive(Debug, Serialize, Deserialize)]
-pub(super) struct Envelope {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Content,
-}
-
-/// A stored body.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum Content {
-    Empty,
-    Json(Box<RawValue>),
-    Text(String),
-    Base64(String),
-}
+use crate::door::Content;
+pub(super) use crate::door::Envelope;
 
 impl Envelope {
     /// The envelope of a response: its status, those of its headers named in `keep` (a header
     /// whose value is not visible ASCII is left out) and its body.
-    pub(super) fn of(parts: &Parts, body: &Bytes, keep: &[HeaderName]) -> Envelope {
+    pub(super) fn of(parts: &Parts, body: &Bytes, keep: &[HeaderName]) -> Self {
         let headers = keep
             .iter()
             .flat_map(|name| {
@@ -75,6 +58,20 @@ impl Envelope {
         headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
         Ok(response)
     }
+}
+
+/// An MCP tool's stored answer (or definitive error) `answer`, replayed as a response: its JSON
+/// as the body, `status`, `Content-Type: application/json` and `Idempotent-Replayed: true`.
+pub(super) fn tool_answer<B: From<Bytes>>(answer: &RawValue, status: StatusCode) -> Response<B> {
+    let mut response = Response::new(B::from(Bytes::copy_from_slice(answer.get().as_bytes())));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    response
 }
 
 impl Content {

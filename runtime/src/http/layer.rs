@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderName, Method};
+use http::{HeaderName, Method, StatusCode};
 use serde_json::Value;
 use tower_layer::Layer;
 
-use super::config::{Config, KeyScope};
+use super::config::{Config, KeyScope, ToolAnswers};
 use super::fingerprint::FingerprintInput;
 use super::service::IdempotencyService;
 use crate::tool::ToolSpec;
@@ -33,6 +33,7 @@ use crate::Idempotency;
 /// let layer = IdempotencyLayer::new(Idempotency::new(MemoryStore::new()), CAPTURE)
 ///     .methods([http::Method::POST])
 ///     .scope(KeyScope::Operation)
+///     .tool_answers(http::StatusCode::CREATED, http::StatusCode::PAYMENT_REQUIRED)
 ///     .replay_headers([http::header::ETAG])
 ///     .fingerprint(|req| {
 ///         let id = req.path().rsplit('/').nth(1).ok_or("no order id in the path")?;
@@ -118,6 +119,26 @@ impl IdempotencyLayer {
         self.with(|c| c.fingerprint = Some(f))
     }
 
+    /// The statuses an answer recorded by an MCP tool of the operation (sharing its record through
+    /// [`KeyScope::Operation`]) is replayed with: its `T` as a `Content-Type: application/json`
+    /// body with `ok` (default `200`), its definitive error `E`'s JSON with `error` (default
+    /// `422`); both with `Idempotent-Replayed: true`.
+    ///
+    /// # Panics
+    /// If `ok` is not a `2xx` status or `error` not a `4xx` one: a configuration mistake, found
+    /// when the route is built.
+    pub fn tool_answers(self, ok: StatusCode, error: StatusCode) -> Self {
+        assert!(
+            ok.is_success(),
+            "IdempotencyLayer::tool_answers: a tool's answer is replayed with a 2xx status, not {ok}"
+        );
+        assert!(
+            error.is_client_error(),
+            "IdempotencyLayer::tool_answers: a tool's definitive error is replayed with a 4xx status, not {error}"
+        );
+        self.with(|c| c.tool_answers = ToolAnswers { ok, error })
+    }
+
     /// Refuses (`409`, `idempotency_key_mismatch`) a request sent with a new key while an
     /// identical one (same caller, operation and fingerprint) sent with another key was received
     /// within `window`, running or recorded: a client that makes a fresh key on every attempt
@@ -147,5 +168,43 @@ impl<S> Layer<S> for IdempotencyLayer {
 
     fn layer(&self, inner: S) -> Self::Service {
         IdempotencyService::new(inner, self.config.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+
+    fn layer() -> IdempotencyLayer {
+        const OP: ToolSpec = ToolSpec::new("create_order", Duration::from_secs(60));
+        IdempotencyLayer::new(Idempotency::new(MemoryStore::new()), OP)
+    }
+
+    #[test]
+    #[should_panic(expected = "a 2xx status, not 422")]
+    fn a_tools_answer_is_not_replayed_as_an_error() {
+        let _ = layer().tool_answers(StatusCode::UNPROCESSABLE_ENTITY, StatusCode::CONFLICT);
+    }
+
+    #[test]
+    #[should_panic(expected = "a 4xx status, not 500")]
+    fn a_tools_error_is_not_replayed_as_a_5xx() {
+        let _ = layer().tool_answers(StatusCode::OK, StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[test]
+    fn tool_answers_are_200_and_422_unless_set() {
+        let statuses = layer().config.tool_answers;
+        assert_eq!(
+            (statuses.ok, statuses.error),
+            (StatusCode::OK, StatusCode::UNPROCESSABLE_ENTITY)
+        );
+        let set = layer().tool_answers(StatusCode::CREATED, StatusCode::PAYMENT_REQUIRED);
+        let statuses = set.config.tool_answers;
+        assert_eq!(
+            (statuses.ok, statuses.error),
+            (StatusCode::CREATED, StatusCode::PAYMENT_REQUIRED)
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! [`IdempotencyService`]: one protected request, from its key to its answer — read the key and
 //! the caller, read the body within the bound, fingerprint it, claim, run the inner service,
-//! record its response (never a `5xx`), and answer: the response, the recorded one replayed, or
-//! a problem.
+//! record its response (never a `5xx`; a `4xx` as a definitive error), and answer: the response,
+//! the recorded one replayed (or an MCP tool's answer of the same record), or a problem.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,11 +16,12 @@ use tower_service::Service;
 
 use super::body::{self, Unread};
 use super::config::{Config, KeyScope};
-use super::envelope::Envelope;
+use super::envelope::{self, Envelope};
 use super::fingerprint;
 use super::fresh::{self, SameRequest};
 use super::header;
 use super::problem::Problem;
+use crate::door::{Door, HttpAnswer};
 use crate::key::{ClientKey, ClientKeyError, KeyMaterial, Owner, Scope};
 use crate::outcome::{Disposition, ErrorPolicy, Failure};
 use crate::tool::Prepared;
@@ -150,23 +151,34 @@ where
         .engine
         .execute_raw(prepared, policy::<ResB>(), run.run(&mut first))
         .await;
-    let problem = match out.result {
-        Ok(envelope) => {
-            return match first.take().filter(|_| !out.replayed) {
-                Some((parts, bytes)) => Ok(Response::from_parts(parts, ResB::from(bytes))),
-                None => envelope
-                    .replay()
-                    .or_else(|why| answer(Problem::replay_failed(operation, out.reference, &why))),
-            };
-        }
+    let recorded = match out.result {
+        Ok(recorded) => recorded,
+        Err(Failure::Handler(Passed::Definitive(envelope))) => HttpAnswer::Response(envelope),
         Err(Failure::Handler(Passed::Response(response))) => return Ok(response),
-        Err(Failure::Handler(Passed::Refused(problem))) => problem,
+        Err(Failure::Handler(Passed::Refused(problem))) => return answer(problem),
         Err(Failure::Handler(Passed::Unknown(why))) => {
-            Problem::unknown(operation, out.reference, &why)
+            return answer(Problem::unknown(operation, out.reference, &why))
         }
-        Err(Failure::Wrapper(e)) => Problem::from_error(&e, config.retry_after),
+        Err(Failure::Wrapper(e)) => return answer(Problem::from_error(&e, config.retry_after)),
     };
-    answer(problem)
+    match first.take().filter(|_| !out.replayed) {
+        Some((parts, bytes)) => Ok(Response::from_parts(parts, ResB::from(bytes))),
+        None => replay(config, &recorded)
+            .or_else(|why| answer(Problem::replay_failed(operation, out.reference, &why))),
+    }
+}
+
+/// A recorded answer, replayed: a response this layer recorded, or the answer of an MCP tool of
+/// the operation as JSON with the route's status for it.
+fn replay<B: From<Bytes>>(config: &Config, recorded: &HttpAnswer) -> Result<Response<B>, String> {
+    match recorded {
+        HttpAnswer::Response(envelope) => envelope.replay(),
+        HttpAnswer::Tool(tool) => {
+            let statuses = config.tool_answers;
+            let status = if tool.ok { statuses.ok } else { statuses.error };
+            Ok(envelope::tool_answer(&tool.answer, status))
+        }
+    }
 }
 
 /// Counts a request refused for its key, as the MCP integration counts its refusals.
@@ -224,12 +236,12 @@ where
     ResB::Error: Into<BoxError>,
 {
     /// Runs the inner service (after the fresh-key check, if the route has it) and reads its
-    /// response: the envelope to record, with the response's head and body left in `first` for
-    /// this request's own answer; or why it is not recorded.
+    /// response: the envelope to record (a `4xx`'s as a definitive error), with the response's
+    /// head and body left in `first` for this request's own answer; or why it is not recorded.
     async fn run(
         mut self,
         first: &mut Option<(response::Parts, Bytes)>,
-    ) -> Result<Envelope, Passed<ResB>> {
+    ) -> Result<HttpAnswer, Passed<ResB>> {
         let config = self.config;
         let same = SameRequest {
             operation: config.spec.name(),
@@ -262,13 +274,21 @@ where
             }
         };
         let envelope = Envelope::of(&parts, &bytes, &config.replay_headers);
+        let client_error = parts.status.is_client_error();
         *first = Some((parts, bytes));
-        Ok(envelope)
+        if client_error {
+            return Err(Passed::Definitive(envelope));
+        }
+        Ok(HttpAnswer::Response(envelope))
     }
 }
 
-/// A run whose response is not recorded.
+/// A run whose response is not recorded as an answer: a `4xx` recorded as a definitive error,
+/// or a response not recorded at all.
 enum Passed<B> {
+    /// A `4xx`: recorded as the operation's definitive error (a tool of the operation reads its
+    /// body as its error type).
+    Definitive(Envelope),
     /// A `5xx`: given back, and passed to the client as it is.
     Response(Response<B>),
     /// Refused before the inner service ran (a fresh key): given back.
@@ -277,16 +297,26 @@ enum Passed<B> {
     Unknown(String),
 }
 
-/// How the engine treats a run whose response is not recorded: never stored.
+/// How the engine treats a run that is not an answer: a `4xx` is a definitive error, stored as
+/// its envelope; the others are never stored. Stored in the layer's form, and read back whole
+/// ([`HttpAnswer`], never through `decode`), whichever door recorded it.
 fn policy<B>() -> ErrorPolicy<Passed<B>> {
     ErrorPolicy {
         classify: |p| match p {
+            Passed::Definitive(_) => Disposition::Definitive,
             Passed::Response(_) | Passed::Refused(_) => Disposition::Retryable,
             Passed::Unknown(_) => Disposition::Unknown,
         },
-        encode: |_| Err("a response that is not recorded is never stored".to_owned()),
-        decode: |_| Err("a response that is not recorded is never stored".to_owned()),
+        encode: |p| match p {
+            Passed::Definitive(envelope) => {
+                serde_json::to_string(envelope).map_err(|e| e.to_string())
+            }
+            _ => Err("a response that is not recorded is never stored".to_owned()),
+        },
+        decode: |_| Err("the HTTP layer reads its records whole, never as an error".to_owned()),
+        door: Door::Http,
         describe: |p| match p {
+            Passed::Definitive(envelope) => format!("the service answered {}", envelope.status),
             Passed::Response(r) => format!("the service answered {}", r.status()),
             Passed::Refused(_) => "the request was refused before the service ran".to_owned(),
             Passed::Unknown(why) => why.clone(),

@@ -24,7 +24,7 @@ pub const META_STATUS: &str = "idempotency/status";
 /// | `payload_mismatch` | the business key was used with other arguments; nothing was done |
 /// | `reference_taken` | another call's record holds this call's reference; nothing was done |
 /// | `not_done` | the call could not be recorded, so it did not run; nothing was done |
-/// | `replay_failed` | the stored answer cannot be read by this version; the call is not run again |
+/// | `replay_failed` | the stored answer cannot be read as this tool's answer; the call is not run again |
 /// | `invalid` | the caller or the arguments cannot be keyed; nothing was done |
 pub const STATUSES: &[&str] = &[
     "in_flight",

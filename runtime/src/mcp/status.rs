@@ -174,11 +174,7 @@ fn superseded(asked: Reference, now: &RecordStatus) -> CallToolResult {
 fn describe(s: &RecordStatus, standing: Standing) -> CallToolResult {
     let r = s.reference;
     let tool = &s.tool;
-    let body = || {
-        s.response.as_ref().map(|r| {
-            serde_json::from_str::<Value>(&r.body).unwrap_or(Value::String(r.body.clone()))
-        })
-    };
+    let body = || s.response.as_ref().map(|r| crate::door::shown(&r.body));
     let when = s.completed_at.map(|t| t.to_string()).unwrap_or_default();
     let (state, message, answer): (&str, String, Option<Value>) = match standing {
         Standing::LeasePassed => (

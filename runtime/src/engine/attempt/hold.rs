@@ -158,7 +158,11 @@ where
         };
         hold.drive(&mut running, deadline).await
     };
-    let stored = |ok: bool, body: String| StoredResponse { ok, body };
+    // In the form of the door the call came through (`door.rs`).
+    let stored = |ok: bool, body: String| StoredResponse {
+        ok,
+        body: policy.door.store(body),
+    };
     let result = match finished {
         Finished::TimedOut(after) => Err(hold.abandon(Abandoned::TimedOut(after), settle_by).await),
         Finished::Panicked(message) => {

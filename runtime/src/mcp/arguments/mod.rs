@@ -224,7 +224,7 @@ fn object_at<'v>(root: &'v mut JsonObject, at: &[Step<'_>]) -> Option<&'v mut Js
 /// `schema` (rmcp's input schema for the arguments type) with `additionalProperties: false` on
 /// every object schema that lists its properties and says nothing about others: the tool's
 /// listing tells clients what `check_arguments` enforces.
-pub fn closed_input_schema(schema: Arc<JsonObject>) -> Arc<JsonObject> {
+pub(crate) fn closed_input_schema(schema: Arc<JsonObject>) -> Arc<JsonObject> {
     let mut schema = (*schema).clone();
     close(&mut schema);
     Arc::new(schema)

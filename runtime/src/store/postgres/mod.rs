@@ -16,14 +16,10 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgArguments, PgPool};
-use sqlx::query::Query;
-use sqlx::{Postgres, Row, ValueRef};
+use sqlx::postgres::PgPool;
+use sqlx::{Row, ValueRef};
 
-use super::sql::{
-    self, db_error, raced, ref_of, ref_value, rest_of, why_fenced, Fence, RecordRow,
-    CLAIM_ATTEMPTS, FENCE_ATTEMPTS,
-};
+use super::sql::{self, db_error, raced, ref_of, ref_value, rest_of, RecordRow, CLAIM_ATTEMPTS};
 use super::transition::dispatch;
 use super::{
     BoxFuture, Claim, ClaimRequest, RecordStore, StoreError, Token, Transition, Transitioned, Wake,
@@ -42,7 +38,7 @@ mod transaction;
 mod writes;
 
 use statements::{
-    ends_and_completed, ends_at, server_clock, CLAIM, CLAIM_ON_SERVER_CLOCK, ROW_NOW, TAKEOVER,
+    ends_and_completed, ends_at, server_clock, CLAIM, CLAIM_ON_SERVER_CLOCK, TAKEOVER,
 };
 
 /// The row a [`CLAIM`] found, from its whole-row column: the record's columns in the
@@ -91,8 +87,6 @@ fn window_s(window: Duration) -> i32 {
     i32::try_from(window.as_secs() + u64::from(window.subsec_nanos() > 0)).unwrap_or(i32::MAX)
 }
 
-type PgQuery = Query<'static, Postgres, PgArguments>;
-
 /// A [`Store`](super::Store) on PostgreSQL, for servers with several replicas.
 ///
 /// ```no_run
@@ -133,35 +127,6 @@ pub struct PostgresStore {
     notices: std::sync::Arc<notices::Notices>,
 }
 
-impl PostgresStore {
-    /// The row under the key's `ref` now, for [`why_fenced`].
-    async fn row_now(&self, key: &Key) -> Result<Option<sql::FenceRow>, StoreError> {
-        sqlx::query_as(ROW_NOW)
-            .bind(ref_of(key))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db_error)
-    }
-
-    /// Runs a fenced update; when it changes nothing, reads the row to say why.
-    async fn fenced(
-        &self,
-        key: Key,
-        token: Token,
-        fence: Fence,
-        query: impl Fn() -> PgQuery + Send,
-    ) -> Result<(), StoreError> {
-        for _ in 0..FENCE_ATTEMPTS {
-            let done = query().execute(&self.pool).await.map_err(db_error)?;
-            if done.rows_affected() > 0 {
-                return Ok(());
-            }
-            why_fenced(&key, token, self.row_now(&key).await?, fence.allowed)?;
-        }
-        Err(raced(fence.what, FENCE_ATTEMPTS))
-    }
-}
-
 /// `claim`'s times moved from the server's clock to the caller's (`t - shift`), so that a lease
 /// the server counts as live is live by the caller's `now` too.
 fn in_callers_frame(claim: Claim, shift: i64) -> Claim {
@@ -191,14 +156,6 @@ fn in_callers_frame(claim: Claim, shift: i64) -> Claim {
         },
         other => other,
     }
-}
-
-/// A fenced statement's first three parameters: `$1` ref, `$2` key_rest, `$3` token.
-fn fenced_query(sql: &'static str, key: &Key, token: Token) -> PgQuery {
-    sqlx::query(sql)
-        .bind(ref_of(key))
-        .bind(rest_of(key).to_vec())
-        .bind(token.0)
 }
 
 impl RecordStore for PostgresStore {

@@ -186,6 +186,3 @@ SELECT done.lease_or_settled_at, done.generation, int8send($1) || $2, m.topic, m
 FROM done CROSS JOIN unnest($8::TEXT[], $9::TEXT[]) WITH ORDINALITY AS m(topic, payload, n)
 ORDER BY m.n"
 );
-
-pub(super) const ROW_NOW: &str =
-    "SELECT generation, token, state, key_rest FROM idempotency_records WHERE ref = $1";

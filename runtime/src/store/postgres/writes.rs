@@ -7,11 +7,13 @@ use std::time::Duration;
 use super::statements::{
     clock, server_clock, COMPLETE, COMPLETE_ON_SERVER_CLOCK, COMPLETE_WITH_OUTBOX,
 };
-use super::{fenced_query, PostgresStore};
+use super::PostgresStore;
 use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::RecordState;
-use crate::store::sql::{self, db_error, ref_of, rest_of, state_code, Fence};
+use crate::store::sql::{
+    self, db_error, fenced_query, ref_of, rest_of, state_code, Fence, SqlPool,
+};
 use crate::store::transition::Writes;
 use crate::store::{BoxFuture, Completion, Settlement, StoreError, Token};
 
@@ -21,23 +23,24 @@ impl Writes for PostgresStore {
             let topics: Vec<&str> = c.outbox.iter().map(|m| m.topic.as_str()).collect();
             let payloads: Vec<&str> = c.outbox.iter().map(|m| m.payload.as_str()).collect();
             let state = state_code(RecordState::Completed, Some(c.response.ok));
-            self.fenced(c.key, c.token, Fence::COMPLETION, || {
-                let head = |sql| {
-                    fenced_query(sql, &c.key, c.token)
-                        .bind(state)
-                        .bind(c.response.body.as_str())
-                };
-                match (c.outbox.is_empty(), self.clock_offset) {
-                    (true, Some(0)) => head(COMPLETE_ON_SERVER_CLOCK),
-                    (true, offset) => head(COMPLETE).bind(c.now.as_millis()).bind(offset),
-                    (false, offset) => head(COMPLETE_WITH_OUTBOX)
-                        .bind(c.now.as_millis())
-                        .bind(offset)
-                        .bind(&topics)
-                        .bind(&payloads),
-                }
-            })
-            .await
+            self.pool
+                .fenced(&c.key, c.token, Fence::COMPLETION, || {
+                    let head = |sql| {
+                        fenced_query(sql, &c.key, c.token)
+                            .bind(state)
+                            .bind(c.response.body.as_str())
+                    };
+                    match (c.outbox.is_empty(), self.clock_offset) {
+                        (true, Some(0)) => head(COMPLETE_ON_SERVER_CLOCK),
+                        (true, offset) => head(COMPLETE).bind(c.now.as_millis()).bind(offset),
+                        (false, offset) => head(COMPLETE_WITH_OUTBOX)
+                            .bind(c.now.as_millis())
+                            .bind(offset)
+                            .bind(&topics)
+                            .bind(&payloads),
+                    }
+                })
+                .await
         })
     }
 
@@ -47,11 +50,8 @@ impl Writes for PostgresStore {
         token: Token,
         now: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.fenced(
-            key,
-            token,
-            Fence::RELEASE,
-            move || {
+        Box::pin(async move {
+            let release = || {
                 fenced_query(
                     concat!(
                         "UPDATE idempotency_records SET state = 3, lease_or_settled_at = GREATEST(",
@@ -63,17 +63,13 @@ impl Writes for PostgresStore {
                 )
                 .bind(now.as_millis())
                 .bind(self.clock_offset)
-            }))
+            };
+            self.pool.fenced(&key, token, Fence::RELEASE, release).await
+        })
     }
 
     fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.fenced(key, token, Fence::MARK_UNKNOWN, move || {
-            fenced_query(
-                "UPDATE idempotency_records SET state = 2 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
-                &key,
-                token,
-            )
-        }))
+        Box::pin(self.pool.mark_unknown(key, token))
     }
 
     fn renew(
@@ -84,20 +80,23 @@ impl Writes for PostgresStore {
         lease: Duration,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         let lease_expires_at = now + lease;
-        Box::pin(self.fenced(key, token, Fence::RENEWAL, move || {
-            fenced_query(
-                concat!(
+        Box::pin(async move {
+            let renew = || {
+                fenced_query(
+                    concat!(
                     "UPDATE idempotency_records SET lease_or_settled_at = ",
                     clock!("$4", "$6"),
                     " + ($5 - $4) WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0"
                 ),
-                &key,
-                token,
-            )
-            .bind(now.as_millis())
-            .bind(lease_expires_at.as_millis())
-            .bind(self.clock_offset)
-        }))
+                    &key,
+                    token,
+                )
+                .bind(now.as_millis())
+                .bind(lease_expires_at.as_millis())
+                .bind(self.clock_offset)
+            };
+            self.pool.fenced(&key, token, Fence::RENEWAL, renew).await
+        })
     }
 
     /// One statement on the server's clock; the state and the lease are the fence. Under READ
@@ -131,7 +130,7 @@ impl Writes for PostgresStore {
             .map_err(db_error)?;
             match generation {
                 Some(g) => Ok(key.reference(sql::generation_of(i64::from(g))?)),
-                None => Err(sql::why_not_taken(&key, self.row_now(&key).await?)),
+                None => Err(self.pool.why_not_taken(&key).await),
             }
         })
     }
@@ -147,8 +146,9 @@ impl Writes for PostgresStore {
         // Settled at the statement's clock (never before the claim). Completed keeps the
         // record's own window (the claim's); released stops answering at once, as a release
         // does; unknown keeps its lease end in `lease_or_settled_at`.
-        Box::pin(self.fenced(key, token, Fence::SETTLEMENT, move || {
-            fenced_query(
+        Box::pin(async move {
+            let settle = || {
+                fenced_query(
                 concat!(
                     "UPDATE idempotency_records SET token = CASE WHEN $4 = 2 THEN token ELSE token + 1 END, state = $4, response = $5, \
                      lease_or_settled_at = CASE WHEN $4 = 2 THEN lease_or_settled_at ELSE GREATEST(",
@@ -164,6 +164,10 @@ impl Writes for PostgresStore {
             .bind(body)
             .bind(at.as_millis())
             .bind(self.clock_offset)
-        }))
+            };
+            self.pool
+                .fenced(&key, token, Fence::SETTLEMENT, settle)
+                .await
+        })
     }
 }

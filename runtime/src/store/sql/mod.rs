@@ -16,7 +16,7 @@ pub(crate) mod secret;
 mod transaction;
 
 pub(crate) use admin::{admin_record, admin_stats, sql_admin, AdminRow};
-pub(crate) use fence::{why_fenced, why_not_taken, Fence, FenceRow};
+pub(crate) use fence::{fenced_query, Fence, SqlPool};
 pub(crate) use migrate::{is_current, migrate, Bookkeeping, Migration};
 pub(crate) use row::RecordRow;
 pub(crate) use transaction::{kept, roll_back, take_back, SharedConnection, TxConnection};

@@ -3,7 +3,7 @@
 use super::statements::windows;
 use super::SqliteStore;
 use crate::clock::Timestamp;
-use crate::store::sql::{self, db_error};
+use crate::store::sql::{self, db_error, SqlPool};
 use crate::store::{
     BoxFuture, Maintenance, OutboxEntry, OutboxStore, Receipt, StoreError, Unsettled,
 };
@@ -147,14 +147,6 @@ impl OutboxStore for SqliteStore {
     }
 
     fn ack<'a>(&'a self, receipt: &'a Receipt) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            let id = sql::receipt_id(receipt)?;
-            sqlx::query("DELETE FROM idempotency_outbox WHERE id = $1")
-                .bind(id)
-                .execute(&self.pool)
-                .await
-                .map_err(db_error)?;
-            Ok(())
-        })
+        Box::pin(self.pool.ack(receipt))
     }
 }

@@ -8,14 +8,14 @@ use sqlx::query::Query;
 use sqlx::sqlite::SqliteArguments;
 use sqlx::{Row, Sqlite};
 
-use super::statements::{CLAIM, CLAIM_WATCHED, COMPLETE, COMPLETE_RETURNING, ROW_NOW};
+use super::statements::{CLAIM, CLAIM_WATCHED, COMPLETE, COMPLETE_RETURNING};
 use super::{bytes, window_ms, SqliteStore};
 use crate::clock::Timestamp;
 use crate::key::{Key, Reference};
 use crate::record::{RecordState, RecordStatus};
 use crate::store::sql::{
-    self, db_error, raced, ref_of, ref_value, rest_of, state_code, why_fenced, Fence, RecordRow,
-    CLAIM_ATTEMPTS, FENCE_ATTEMPTS,
+    self, db_error, fenced_query, raced, ref_of, ref_value, rest_of, state_code, Fence, RecordRow,
+    SqlPool, CLAIM_ATTEMPTS, FENCE_ATTEMPTS,
 };
 use crate::store::transition::{dispatch, Writes};
 use crate::store::{
@@ -29,36 +29,7 @@ use crate::store::{
 /// connection of the pool.
 pub(super) const WATCH_AFTER: Duration = Duration::from_secs(1);
 
-type SqliteQuery = Query<'static, Sqlite, SqliteArguments>;
-
 impl SqliteStore {
-    /// The row under the key's `ref` now, for [`why_fenced`].
-    async fn row_now(&self, key: &Key) -> Result<Option<sql::FenceRow>, StoreError> {
-        sqlx::query_as(ROW_NOW)
-            .bind(ref_of(key))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db_error)
-    }
-
-    /// Runs a fenced update; when it changes nothing, reads the row to say why.
-    async fn fenced(
-        &self,
-        key: Key,
-        token: Token,
-        fence: Fence,
-        query: impl Fn() -> SqliteQuery + Send,
-    ) -> Result<(), StoreError> {
-        for _ in 0..FENCE_ATTEMPTS {
-            let done = query().execute(&self.pool).await.map_err(db_error)?;
-            if done.rows_affected() > 0 {
-                return Ok(());
-            }
-            why_fenced(&key, token, self.row_now(&key).await?, fence.allowed)?;
-        }
-        Err(raced(fence.what, FENCE_ATTEMPTS))
-    }
-
     /// A completion with outbox messages: the update and the inserts in one transaction.
     async fn complete_with_outbox(&self, c: &Completion<'_>) -> Result<bool, StoreError> {
         let mut tx = self
@@ -113,14 +84,6 @@ pub(super) fn claim_query<'q>(
         .bind(req.tool)
         .bind(fingerprint)
         .bind(ref_of(&req.key))
-}
-
-/// A fenced statement's first three parameters: `$1` ref, `$2` key_rest, `$3` token.
-fn fenced_query(sql: &'static str, key: &Key, token: Token) -> SqliteQuery {
-    sqlx::query(sql)
-        .bind(ref_of(key))
-        .bind(rest_of(key).to_vec())
-        .bind(token.0)
 }
 
 impl RecordStore for SqliteStore {
@@ -228,7 +191,8 @@ impl Writes for SqliteStore {
             if c.outbox.is_empty() {
                 let state = state_code(RecordState::Completed, Some(c.response.ok));
                 return self
-                    .fenced(c.key, c.token, Fence::COMPLETION, || {
+                    .pool
+                    .fenced(&c.key, c.token, Fence::COMPLETION, || {
                         sqlx::query(COMPLETE)
                             .bind(state)
                             .bind(c.response.body.as_str())
@@ -244,7 +208,9 @@ impl Writes for SqliteStore {
                 if self.complete_with_outbox(&c).await? {
                     return Ok(());
                 }
-                why_fenced(&c.key, c.token, self.row_now(&c.key).await?, WORKER_SETTLES)?;
+                self.pool
+                    .why_fenced(&c.key, c.token, WORKER_SETTLES)
+                    .await?;
             }
             Err(raced("the completion", FENCE_ATTEMPTS))
         })
@@ -256,11 +222,8 @@ impl Writes for SqliteStore {
         token: Token,
         now: Timestamp,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.fenced(
-            key,
-            token,
-            Fence::RELEASE,
-            move || {
+        Box::pin(async move {
+            let release = || {
                 fenced_query(
                     "UPDATE idempotency_records SET state = 3, completed_at = $4, ends_at = $4, \
                      window_ms = 0 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2)",
@@ -268,18 +231,13 @@ impl Writes for SqliteStore {
                     token,
                 )
                 .bind(now.as_millis())
-            },
-        ))
+            };
+            self.pool.fenced(&key, token, Fence::RELEASE, release).await
+        })
     }
 
     fn mark_unknown(&self, key: Key, token: Token) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.fenced(key, token, Fence::MARK_UNKNOWN, move || {
-            fenced_query(
-                "UPDATE idempotency_records SET state = 2 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
-                &key,
-                token,
-            )
-        }))
+        Box::pin(self.pool.mark_unknown(key, token))
     }
 
     /// One statement; the state and the lease are the fence (the first takeover makes the lease
@@ -308,7 +266,7 @@ impl Writes for SqliteStore {
             .map_err(db_error)?;
             match generation {
                 Some(g) => Ok(key.reference(sql::generation_of(g)?)),
-                None => Err(sql::why_not_taken(&key, self.row_now(&key).await?)),
+                None => Err(self.pool.why_not_taken(&key).await),
             }
         })
     }
@@ -321,14 +279,17 @@ impl Writes for SqliteStore {
         lease: Duration,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         let lease_expires_at = now + lease;
-        Box::pin(self.fenced(key, token, Fence::RENEWAL, move || {
-            fenced_query(
-                "UPDATE idempotency_records SET ends_at = $4 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
-                &key,
-                token,
-            )
-            .bind(lease_expires_at.as_millis())
-        }))
+        Box::pin(async move {
+            let renew = || {
+                fenced_query(
+                    "UPDATE idempotency_records SET ends_at = $4 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state = 0",
+                    &key,
+                    token,
+                )
+                .bind(lease_expires_at.as_millis())
+            };
+            self.pool.fenced(&key, token, Fence::RENEWAL, renew).await
+        })
     }
 
     fn settle<'a>(
@@ -342,8 +303,8 @@ impl Writes for SqliteStore {
         // Unknown keeps its lease end in `ends_at`; released stops answering at once (its window
         // is 0, as a release's); completed answers for the record's own window from the
         // settlement.
-        Box::pin(
-            self.fenced(key, token, Fence::SETTLEMENT, move || {
+        Box::pin(async move {
+            let settle = || {
                 fenced_query(
                     "UPDATE idempotency_records SET token = CASE WHEN $4 = 2 THEN token ELSE token + 1 END, state = $4, response = $5, \
                  completed_at = $6, \
@@ -356,7 +317,10 @@ impl Writes for SqliteStore {
                 .bind(code)
                 .bind(body)
                 .bind(completed)
-            }),
-        )
+            };
+            self.pool
+                .fenced(&key, token, Fence::SETTLEMENT, settle)
+                .await
+        })
     }
 }

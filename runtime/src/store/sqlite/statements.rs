@@ -64,9 +64,6 @@ pub(super) const COMPLETE_RETURNING: &str = "\
 UPDATE idempotency_records SET state = $4, response = $5, completed_at = $6, ends_at = $6 + window_ms
 WHERE ref = $1 AND key_rest = $2 AND token = $3 AND state IN (0, 2) RETURNING generation";
 
-pub(super) const ROW_NOW: &str =
-    "SELECT generation, token, state, key_rest FROM idempotency_records WHERE ref = $1";
-
 /// The runs of `idempotency_records_window`: each window length in the file, found by one
 /// index probe per length (a recursive query; SQLite's own skip-scan needs `ANALYZE` figures).
 /// The tail of a statement that starts `WITH RECURSIVE`; its rows' `s` is NULL past the last.
