@@ -1044,3 +1044,92 @@ fn assert_refs_resolve(root: &Value, at: &Value) {
         _ => {}
     }
 }
+
+/// One client key names one record through either door: REST first, the MCP retry replays the
+/// response's body as the tool's answer; MCP first, the REST retry replays the tool's answer
+/// (`201` for create, `200` for complete). One charge.
+#[tokio::test]
+async fn sqlite_one_record_across_doors() {
+    let store = Store::sqlite("doors");
+    let mut m = Merchant::spawn(&store, &[], &[]).await;
+    let t = "acme-token";
+    let client = m.mcp(t).await;
+    let replayed = |r: &CallToolResult| {
+        r.meta
+            .as_ref()
+            .and_then(|m| m.0.get("idempotency/replayed"))
+            == Some(&Value::Bool(true))
+    };
+
+    let by_rest = m
+        .rest(
+            t,
+            "/checkout_sessions",
+            Rest::post("door-create-1", 1, &create()),
+        )
+        .await;
+    assert_eq!((by_rest.status, by_rest.replayed()), (201, false));
+    let by_mcp = call(
+        &client,
+        "create_checkout_session",
+        acp(Some("door-create-1"), 2, None, Some(create())),
+    )
+    .await
+    .expect("replayed over MCP");
+    assert!(replayed(&by_mcp), "{by_mcp:?}");
+    assert_eq!(structured(&by_mcp), by_rest.body);
+
+    let created = call(
+        &client,
+        "create_checkout_session",
+        acp(Some("door-create-2"), 1, None, Some(create())),
+    )
+    .await
+    .expect("created over MCP");
+    let again = m
+        .rest(
+            t,
+            "/checkout_sessions",
+            Rest::post("door-create-2", 2, &create()),
+        )
+        .await;
+    assert_eq!((again.status, again.replayed()), (201, true));
+    assert_eq!(again.body, structured(&created));
+
+    let id = structured(&created)["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    let paid = call(
+        &client,
+        "complete_checkout_session",
+        acp(Some("door-pay-1"), 1, Some(&id), Some(pay("spt_d"))),
+    )
+    .await
+    .expect("paid over MCP");
+    let again = m
+        .rest(
+            t,
+            &format!("/checkout_sessions/{id}/complete"),
+            Rest::post("door-pay-1", 2, &pay("spt_d")),
+        )
+        .await;
+    assert_eq!((again.status, again.replayed()), (200, true));
+    assert_eq!(again.body, structured(&paid));
+    // Another payload under the key is a conflict at the other door too.
+    let other = m
+        .rest(
+            t,
+            &format!("/checkout_sessions/{id}/complete"),
+            Rest::post("door-pay-1", 3, &pay("spt_other")),
+        )
+        .await;
+    assert_eq!(
+        (other.status, other.body["code"].as_str()),
+        (422, Some("idempotency_conflict"))
+    );
+
+    let charges = m.charges().await;
+    assert_eq!(charges.len(), 1, "{charges:?}");
+    assert_eq!(charges.values().next().map(Vec::len), Some(1));
+}

@@ -4,8 +4,10 @@
 //! fingerprints the request as the tool's arguments: [`read`] turns the headers into `meta`, the
 //! path's id into `id` and the body into `payload` — the very [`AcpArgs`] the MCP tool receives —
 //! and the layer leaves out the same members ([`IGNORED`](super::IGNORED)). So one client key
-//! sent by one caller names one record through either door, and a REST request and an MCP call
-//! that ask the same thing have one fingerprint. The layer refuses a request [`read`] or
+//! sent by one caller names one record through either door, a REST request and an MCP call
+//! that ask the same thing have one fingerprint, and whichever comes first answers the other
+//! (the body of a `2xx` is the tool's `CheckoutSession`; a tool's answer is replayed here as
+//! `201` for create, `200` otherwise). The layer refuses a request [`read`] or
 //! [`validate`] refuses (`400`, nothing claimed); the handlers read it again the same way.
 
 use std::sync::Arc;
@@ -30,8 +32,15 @@ const MAX_BODY: usize = 256 * 1024;
 pub fn router(engine: &Idempotency, merchant: Arc<Merchant>) -> Router {
     let layer = |op: Operation| {
         let m = merchant.clone();
+        // A record the MCP tool wrote is replayed here with the status this route answers.
+        let ok = if op == Operation::Create {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
         IdempotencyLayer::new(engine.clone(), op.spec())
             .scope(KeyScope::Operation)
+            .tool_answers(ok, StatusCode::UNPROCESSABLE_ENTITY)
             .max_body(MAX_BODY)
             .fingerprint(move |req| fingerprint(&m, op, req))
     };
