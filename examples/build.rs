@@ -21,6 +21,18 @@ fn main() {
         println!("cargo::rustc-cfg=no_database");
     }
 
+    // Likewise the Redis tests without a Redis (cfg `no_redis`): they use `REDIS_URL`, or else
+    // start a `redis-server` of their own from the `PATH`.
+    println!("cargo::rustc-check-cfg=cfg(no_redis)");
+    println!("cargo::rerun-if-env-changed=REDIS_URL");
+    println!("cargo::rerun-if-env-changed=PATH");
+    let url = std::env::var("REDIS_URL").is_ok_and(|u| !u.trim().is_empty());
+    let server = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join("redis-server").is_file()));
+    if !url && !server {
+        println!("cargo::rustc-cfg=no_redis");
+    }
+
     println!("cargo::rustc-check-cfg=cfg(no_inspector)");
     println!("cargo::rerun-if-env-changed=INSPECTOR_DIR");
     let dir = std::env::var_os("INSPECTOR_DIR")

@@ -16,6 +16,7 @@ use rmcp::transport::streamable_http_server::{
 };
 use rmcp::{ServerHandler, ServiceExt};
 
+pub mod acp;
 pub mod carrier;
 pub mod charge;
 pub mod processor;
@@ -149,7 +150,7 @@ async fn open_store_from_env(
 }
 
 /// `IDEMPOTENCY_WAIT`: a whole number and a unit (`ms`, `s`, `m`); unset means no wait.
-fn wait_from_env() -> Result<std::time::Duration, BoxError> {
+pub(crate) fn wait_from_env() -> Result<std::time::Duration, BoxError> {
     match std::env::var("IDEMPOTENCY_WAIT") {
         Ok(text) => parse_wait(&text).ok_or_else(|| {
             format!("IDEMPOTENCY_WAIT={text:?} is not a duration: give a whole number and a unit (ms, s or m), e.g. 500ms, 3s").into()
@@ -171,7 +172,7 @@ fn parse_wait(text: &str) -> Option<std::time::Duration> {
 }
 
 /// `e` and its causes, `: `-separated (a cause whose text is already there is not repeated).
-fn chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {
@@ -246,8 +247,13 @@ impl Transport {
     pub fn from_args() -> Result<Transport, String> {
         let args: Vec<String> = std::env::args().skip(1).collect();
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Transport::parse(&args)
+    }
+
+    /// [`Transport::from_args`] of these arguments (the program's name left out).
+    pub fn parse(args: &[&str]) -> Result<Transport, String> {
         let usage = "usage: [--http ADDR [--stateless]]   (no arguments: speak MCP over stdio)";
-        let (addr, mode) = match args.as_slice() {
+        let (addr, mode) = match args {
             [] => return Ok(Transport::Stdio),
             ["--http", addr] => (addr, HttpMode::Sessions),
             ["--http", addr, "--stateless"] | ["--stateless", "--http", addr] => {
@@ -298,6 +304,23 @@ where
     S: ServerHandler + Send + Sync + 'static,
     F: Fn() -> S + Send + Sync + 'static,
 {
+    serve_with(make, transport, None).await
+}
+
+/// Like [`serve`], with `routes` served beside `/mcp` behind the same bearer authentication
+/// (each request's [`Caller`] in its extensions). Routes need HTTP: with stdio they are refused.
+pub async fn serve_with<S, F>(
+    make: F,
+    transport: Transport,
+    routes: Option<axum::Router>,
+) -> Result<(), BoxError>
+where
+    S: ServerHandler + Send + Sync + 'static,
+    F: Fn() -> S + Send + Sync + 'static,
+{
+    if routes.is_some() && matches!(transport, Transport::Stdio) {
+        return Err("this server's HTTP routes need --http ADDR".into());
+    }
     let metrics = metrics_handle()?;
     // `METRICS_ADDR`: /metrics on an address of its own (any transport); without it, HTTP
     // servers serve it beside /mcp.
@@ -354,6 +377,7 @@ where
                         async move { sessions.guard(req, |req| next.run(req)).await }
                     },
                 ))
+                .merge(routes.unwrap_or_default())
                 .layer(axum::middleware::from_fn(move |req, next| {
                     authenticate(tokens.clone(), req, next)
                 }));
