@@ -1010,6 +1010,16 @@ async fn sqlite_ucp_complete_checkout() {
         "#/$defs/CheckoutSessionCompleteRequest"
     );
     assert_eq!(schema["required"], json!(["meta", "id", "payload"]));
+    // `meta` is listed open (`ignore = [.., "meta.*"]`): ACP asks servers to accept members a
+    // later version adds.
+    let meta = &schema["properties"]["meta"];
+    let meta = match meta["$ref"].as_str() {
+        Some(r) => &schema["$defs"][r.trim_start_matches("#/$defs/")],
+        None => meta,
+    };
+    assert_eq!(meta["properties"]["api_version"]["type"], "string");
+    assert_eq!(meta.get("additionalProperties"), None, "{meta}");
+    assert_eq!(schema["additionalProperties"], false);
     for tool in &tools {
         let schema = Value::Object((*tool.input_schema).clone());
         assert_refs_resolve(&schema, &schema);
@@ -1127,6 +1137,65 @@ async fn sqlite_one_record_across_doors() {
     assert_eq!(
         (other.status, other.body["code"].as_str()),
         (422, Some("idempotency_conflict"))
+    );
+
+    let charges = m.charges().await;
+    assert_eq!(charges.len(), 1, "{charges:?}");
+    assert_eq!(charges.values().next().map(Vec::len), Some(1));
+}
+
+/// A `meta` member this merchant's `Meta` does not declare (one a later ACP version may add) is
+/// accepted over MCP and keyed by nothing: the MCP retry of a REST payment replays it, whatever
+/// the member's value, and a member `Meta` declares (`api_version`) is still compared. One
+/// charge.
+#[tokio::test]
+async fn sqlite_an_unknown_meta_member_replays_across_doors() {
+    let store = Store::sqlite("meta-glob");
+    let mut m = Merchant::spawn(&store, &[], &[]).await;
+    let t = "acme-token";
+    let client = m.mcp(t).await;
+    let created = m
+        .rest(
+            t,
+            "/checkout_sessions",
+            Rest::post("glob-create", 1, &create()),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let id = created.body["id"].as_str().expect("an id").to_owned();
+    let paid = m
+        .rest(
+            t,
+            &format!("/checkout_sessions/{id}/complete"),
+            Rest::post("glob-pay", 1, &pay("spt_g")),
+        )
+        .await;
+    assert_eq!((paid.status, paid.replayed()), (200, false));
+
+    for (attempt, risk) in [(2, 7), (3, 8)] {
+        let mut args = acp(Some("glob-pay"), attempt, Some(&id), Some(pay("spt_g")));
+        args["meta"]["risk_signals"] = json!({"score": risk});
+        let again = call(&client, "complete_checkout_session", args)
+            .await
+            .expect("replayed over MCP");
+        let replayed = again
+            .meta
+            .as_ref()
+            .and_then(|m| m.0.get("idempotency/replayed"));
+        assert_eq!(replayed, Some(&Value::Bool(true)), "{again:?}");
+        assert_eq!(structured(&again), paid.body);
+    }
+    // A member the type declares stays compared: another locale is another request.
+    let mut args = acp(Some("glob-pay"), 4, Some(&id), Some(pay("spt_g")));
+    args["meta"]["accept_language"] = json!("fr-FR");
+    args["meta"]["risk_signals"] = json!({"score": 9});
+    let other = call(&client, "complete_checkout_session", args)
+        .await
+        .expect_err("a conflict");
+    assert_eq!(
+        acp_error(&other)["code"],
+        "idempotency_conflict",
+        "{other:?}"
     );
 
     let charges = m.charges().await;

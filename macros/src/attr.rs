@@ -305,8 +305,8 @@ impl Options {
                 cx.error(key.span, "`ignore` needs at least one field");
             }
             for lit in &lits {
-                if !is_field_path(&lit.value()) {
-                    cx.error(lit.span(), format!("`{}` is not a field path: `ignore` names fields by their JSON names, nested ones through objects with dots, e.g. ignore = [\"sent_at\", \"meta.request_id\"]", lit.value()));
+                if let Some(why) = ignore_path_error(&lit.value()) {
+                    cx.error(lit.span(), why);
                     ok = false;
                 }
             }
@@ -449,6 +449,19 @@ impl Options {
             None => syn::parse_quote!(::idempotency),
         }
     }
+}
+
+/// Why `path` is no `ignore` entry: a field path, or one followed by `.*` (the members of that
+/// object the arguments' type does not declare).
+fn ignore_path_error(path: &str) -> Option<String> {
+    if path == "*" {
+        return Some("`*` alone would accept any argument the type does not declare, a misspelt one too, and key none of them: name the object whose undeclared members to accept, e.g. ignore = [\"meta.*\"]".into());
+    }
+    let object = path.strip_suffix(".*").unwrap_or(path);
+    if !is_field_path(object) {
+        return Some(format!("`{path}` is not a field path: `ignore` names fields by their JSON names, nested ones through objects with dots, e.g. ignore = [\"sent_at\", \"meta.request_id\"]"));
+    }
+    object.contains('*').then(|| format!("`{path}` is not a field path: `*` stands only as the whole last segment, for the members of an object the arguments' type does not declare, e.g. ignore = [\"meta.*\"]"))
 }
 
 /// Whether `path` names a field by its JSON names through objects: names joined by dots, none

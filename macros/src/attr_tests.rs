@@ -105,6 +105,20 @@ proptest::proptest! {
 }
 
 #[test]
+fn ignore_takes_an_object_glob_as_the_last_segment_only() {
+    let (o, err) = parse(quote!(ignore = ["meta.*", "meta.request_id", "a.b.*"]));
+    assert_eq!(err, None);
+    assert_eq!(o.ignore.expect("ignore").value.len(), 3);
+    let (o, err) = parse(quote!(ignore = "*"));
+    assert!(o.ignore.is_none());
+    let err = err.expect("an error");
+    assert!(err.contains("`*` alone would accept"), "{err}");
+    let (_, err) = parse(quote!(ignore = "meta.*.id"));
+    let err = err.expect("an error");
+    assert!(err.contains("only as the whole last segment"), "{err}");
+}
+
+#[test]
 fn ignore_takes_field_paths_through_objects() {
     let (o, err) = parse(quote!(
         ignore = ["sent_at", "meta.request_id", "meta.idempotency-key"]
@@ -121,7 +135,20 @@ fn ignore_takes_field_paths_through_objects() {
         paths,
         ["sent_at", "meta.request_id", "meta.idempotency-key"]
     );
-    for bad in ["meta.", ".meta", "meta..id", "lines[0].sku", "sent at", ""] {
+    for bad in [
+        "meta.",
+        ".meta",
+        "meta..id",
+        "lines[0].sku",
+        "sent at",
+        "",
+        "meta.*.id",
+        "*.id",
+        "meta.req*",
+        ".*",
+        "meta.**",
+        "meta..*",
+    ] {
         let (o, err) = parse(quote!(ignore = #bad));
         assert!(o.ignore.is_none(), "{bad:?}");
         let err = err.expect("an error");

@@ -14,7 +14,7 @@ use crate::call::{body, key_step, policy_fn};
 use crate::ctxt::Ctxt;
 use crate::descriptor::{descriptor, Descriptor};
 use crate::emit::with_error;
-use crate::tokens::{is_last, local, merge_client_key, merge_hint, relocate, respan};
+use crate::tokens::{is_last, local, merge_client_key, merge_hint, relocate, respan, Listed};
 use crate::{check, fallback, hint};
 
 /// `#[idempotent]`: parse (options, item) → validate → generate; on error, the item (or rmcp's
@@ -181,7 +181,14 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
 
     let attrs = item.attrs.iter().enumerate().map(|(i, a)| match f.mode {
         Mode::Rmcp { tool } if tool == i => {
-            let merged = merge_hint(a, &p, &f.args.keyed, f.structured.as_ref());
+            let listed = Listed {
+                args: &f.args.keyed,
+                open: (opts.ignore.iter().flat_map(|i| &i.value))
+                    .filter(|path| path.value().ends_with(".*"))
+                    .collect(),
+                output: f.structured.as_ref(),
+            };
+            let merged = merge_hint(a, &p, &listed);
             match opts.client_key.as_ref().map(|k| k.value) {
                 None => merged,
                 Some(ClientKey::Accept) => merge_client_key(&merged, &p, "accept"),

@@ -89,12 +89,17 @@ fn crate_path_is_used() {
 }
 
 fn merged(attr: Attribute) -> String {
-    merge_hint(&attr, &quote!(P), &syn::parse_quote!(A), None)
+    let listed = Listed {
+        args: &syn::parse_quote!(A),
+        open: Vec::new(),
+        output: None,
+    };
+    merge_hint(&attr, &quote!(P), &listed)
         .to_token_stream()
         .to_string()
 }
 
-const SCHEMA: &str = "input_schema = P :: mcp :: input_schema :: < A > () . unwrap_or_else (| e | panic ! (\"Invalid input schema for `{}`: {}\" , :: core :: any :: type_name :: < A > () , e))";
+const SCHEMA: &str = "input_schema = P :: mcp :: input_schema :: < A > (& []) . unwrap_or_else (| e | panic ! (\"Invalid input schema for `{}`: {}\" , :: core :: any :: type_name :: < A > () , e))";
 
 /// The client-key mode joins the listing's `_meta`, the tool's own `meta` kept inside it.
 #[test]
@@ -147,28 +152,28 @@ fn merges_into_annotations() {
 #[test]
 fn a_json_answer_lists_its_output_schema() {
     let attr: Attribute = syn::parse_quote!(#[tool]);
-    let out = merge_hint(
-        &attr,
-        &quote!(P),
-        &syn::parse_quote!(A),
-        Some(&syn::parse_quote!(R)),
-    )
-    .to_token_stream()
-    .to_string();
+    let listed = Listed {
+        args: &syn::parse_quote!(A),
+        open: Vec::new(),
+        output: Some(&syn::parse_quote!(R)),
+    };
+    let out = merge_hint(&attr, &quote!(P), &listed)
+        .to_token_stream()
+        .to_string();
     assert_eq!(
         out,
         format!("# [tool (output_schema = P :: mcp :: output_schema :: < R > () , {SCHEMA} , annotations (idempotent_hint = true))]")
     );
     // The tool's own output schema is kept.
     let attr: Attribute = syn::parse_quote!(#[tool(output_schema = s())]);
-    let out = merge_hint(
-        &attr,
-        &quote!(P),
-        &syn::parse_quote!(A),
-        Some(&syn::parse_quote!(R)),
-    )
-    .to_token_stream()
-    .to_string();
+    let listed = Listed {
+        args: &syn::parse_quote!(A),
+        open: Vec::new(),
+        output: Some(&syn::parse_quote!(R)),
+    };
+    let out = merge_hint(&attr, &quote!(P), &listed)
+        .to_token_stream()
+        .to_string();
     assert!(!out.contains("output_schema :: < R >"), "{out}");
     if cfg!(feature = "rmcp") {
         let out = expand(
@@ -330,6 +335,42 @@ fn rmcp_tool_uses_the_context_trait_for_the_request() {
         );
     }
     assert!(!out.contains("IdempotentServer"), "{out}");
+}
+
+/// `"meta.*"` opens `meta` in the listed schema and joins the spec's ignored paths; named
+/// entries only join the spec.
+#[test]
+fn an_object_glob_opens_the_listed_schema() {
+    let args = quote!(ignore = ["meta.request_id", "meta.*"]);
+    let out = expand(
+        args.clone(),
+        quote!(
+            async fn charge(ctx: &Ctx, args: A) -> Result<R, E> {
+                Ok(R)
+            }
+        ),
+    );
+    assert!(
+        out.contains(r#". ignoring (& ["meta.request_id" , "meta.*"])"#),
+        "{out}"
+    );
+    assert!(!out.contains("compile_error"), "{out}");
+    if cfg!(feature = "rmcp") {
+        let out = expand(
+            args,
+            quote!(
+                #[tool]
+                async fn charge(&self, Parameters(args): Parameters<A>) -> Result<R, E> {
+                    Ok(R)
+                }
+            ),
+        );
+        assert!(
+            out.contains(r#"mcp :: input_schema :: < A > (& ["meta.*"])"#),
+            "{out}"
+        );
+        assert!(!out.contains("compile_error"), "{out}");
+    }
 }
 
 /// `client_key`: the call reads the key from the request (the runtime's `Call::prepare` looks at

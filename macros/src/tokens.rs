@@ -136,20 +136,31 @@ pub(crate) fn merge_client_key(attr: &Attribute, p: &TokenStream, mode: &str) ->
     out
 }
 
+/// What a wrapped tool's listing is inferred from.
+pub(crate) struct Listed<'a> {
+    /// The arguments' type.
+    pub(crate) args: &'a syn::Type,
+    /// The `ignore` entries that open an object (`"meta.*"`).
+    pub(crate) open: Vec<&'a syn::LitStr>,
+    /// The `T` of a `Json<T>` answer.
+    pub(crate) output: Option<&'a syn::Type>,
+}
+
 /// `#[tool(...)]` with `idempotent_hint = true` merged into its `annotations(...)` (added when
 /// absent). Everything else keeps its tokens and spans. Call after
 /// `hint::check_tool` passed.
 ///
 /// Unless the tool gives its own `input_schema`, the one rmcp would infer from the arguments type
-/// is listed closed (`additionalProperties: false`), as the wrapper refuses fields it cannot key.
+/// is listed closed (`additionalProperties: false`), as the wrapper refuses fields it cannot key,
+/// but for the objects `ignore` opens (`"meta.*"`).
 /// A `Json<T>` answer lists `T`'s output schema, as rmcp infers it for an unwrapped tool (whose
 /// return type it reads, and which the wrapper rewrites), unless the tool gives its own.
-pub(crate) fn merge_hint(
-    attr: &Attribute,
-    p: &TokenStream,
-    args_ty: &syn::Type,
-    output: Option<&syn::Type>,
-) -> Attribute {
+pub(crate) fn merge_hint(attr: &Attribute, p: &TokenStream, listed: &Listed<'_>) -> Attribute {
+    let Listed {
+        args: args_ty,
+        open,
+        output,
+    } = listed;
     let Ok(metas) = tool_args(attr) else {
         return attr.clone();
     };
@@ -168,7 +179,7 @@ pub(crate) fn merge_hint(
     }
     if !own_schema {
         items.push(quote! {
-            input_schema = #p::mcp::input_schema::<#args_ty>()
+            input_schema = #p::mcp::input_schema::<#args_ty>(&[#(#open),*])
                 .unwrap_or_else(|e| panic!("Invalid input schema for `{}`: {}", ::core::any::type_name::<#args_ty>(), e))
         });
     }

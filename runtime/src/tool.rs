@@ -103,6 +103,29 @@ impl ToolSpec {
     /// is named by its JSON path through objects: `sent_at` at the top, `meta.request_id` inside
     /// the top-level `meta` object (the names the arguments serialise to; not through arrays).
     /// The handler still gets them; the first call's answer is what a repeat gets.
+    ///
+    /// A path ending in `.*` (`meta.*`) names the members of that object which the arguments'
+    /// type does not read: a wrapped rmcp tool accepts them (ACP asks servers to ignore `meta`
+    /// members a later version adds) where it refuses other members it cannot key, and lists
+    /// that object open in its input schema. The typed arguments do not carry them, so they are
+    /// in no key or fingerprint; the members the type reads there stay keyed. A bare `*` is
+    /// a member named `*` (the attribute refuses it).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use idempotency::tool::{Prepared, ToolSpec};
+    /// use idempotency::Caller;
+    /// const CREATE: ToolSpec = ToolSpec::new("create_checkout_session", Duration::from_secs(60))
+    ///     .ignoring(&["meta.request_id", "meta.*"]);
+    /// let alice = Caller::new("acme", "alice");
+    /// let key = |args| Prepared::call(&alice, &CREATE, &args).map(|p| p.key);
+    /// let a = key(serde_json::json!({"meta": {"api_version": "1", "request_id": "a"}}))?;
+    /// let b = key(serde_json::json!({"meta": {"api_version": "1", "request_id": "b"}}))?;
+    /// let c = key(serde_json::json!({"meta": {"api_version": "2", "request_id": "a"}}))?;
+    /// assert_eq!(a, b);
+    /// assert_ne!(a, c);
+    /// # Ok::<(), idempotency::Error>(())
+    /// ```
     pub const fn ignoring(mut self, fields: &'static [&'static str]) -> Self {
         self.ignore = fields;
         self

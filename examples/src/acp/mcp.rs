@@ -107,7 +107,7 @@ impl AcpServer {
         window = "24h",
         client_key = "require",
         client_key_field = "meta.idempotency_key",
-        ignore = ["meta.request_id", "meta.timestamp", "meta.signature", "meta.user_agent"],
+        ignore = ["meta.request_id", "meta.timestamp", "meta.signature", "meta.user_agent", "meta.*"],
         answers = "acp"
     )]
     #[tool(
@@ -125,7 +125,7 @@ impl AcpServer {
         window = "24h",
         client_key = "require",
         client_key_field = "meta.idempotency_key",
-        ignore = ["meta.request_id", "meta.timestamp", "meta.signature", "meta.user_agent"],
+        ignore = ["meta.request_id", "meta.timestamp", "meta.signature", "meta.user_agent", "meta.*"],
         answers = "acp"
     )]
     #[tool(
@@ -143,7 +143,7 @@ impl AcpServer {
         window = "24h",
         client_key = "require",
         client_key_field = "meta.idempotency_key",
-        ignore = ["meta.request_id", "meta.timestamp", "meta.signature", "meta.user_agent"],
+        ignore = ["meta.request_id", "meta.timestamp", "meta.signature", "meta.user_agent", "meta.*"],
         answers = "acp"
     )]
     #[tool(
@@ -161,7 +161,7 @@ impl AcpServer {
         window = "24h",
         client_key = "require",
         client_key_field = "meta.idempotency_key",
-        ignore = ["meta.request_id", "meta.timestamp", "meta.signature", "meta.user_agent"],
+        ignore = ["meta.request_id", "meta.timestamp", "meta.signature", "meta.user_agent", "meta.*"],
         answers = "acp"
     )]
     #[tool(

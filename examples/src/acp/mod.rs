@@ -6,7 +6,7 @@
 //! The sessions live in the process's memory (a demo: a restart forgets them, while the
 //! idempotency records live in the store).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -38,14 +38,18 @@ const WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// The argument members left out of the fingerprint: what changes on every retry (the request
 /// id, the signing time and the signature), who sent it (`user_agent`, which a REST client and an
-/// MCP client of one platform may spell differently), and the key itself. The MCP tools name the
-/// first four in `ignore = [...]` and the key in `client_key_field`; the macro lists them in this
-/// order, so the tools' `ToolSpec`s equal these (a test checks it).
+/// MCP client of one platform may spell differently), the `meta` members [`Meta`] does not
+/// declare (`meta.*`: ACP's MCP binding asks servers to ignore those a later version adds; the
+/// tools accept them unread, and REST's `meta`, built from headers, never has them), and the key
+/// itself. The MCP tools name the first five in `ignore = [...]` and the key in
+/// `client_key_field`; the macro lists them in this order, so the tools' `ToolSpec`s equal these
+/// (a test checks it).
 pub const IGNORED: &[&str] = &[
     "meta.request_id",
     "meta.timestamp",
     "meta.signature",
     "meta.user_agent",
+    "meta.*",
     "meta.idempotency_key",
 ];
 
@@ -110,9 +114,6 @@ pub struct Meta {
     /// `Timestamp`: when the request was signed (RFC 3339), new on each attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timestamp: Option<String>,
-    /// Members a later ACP version may add: kept (and so compared between retries), not used.
-    #[serde(flatten)]
-    pub other: BTreeMap<String, Value>,
 }
 
 /// An ACP tool's arguments, `{meta, id, payload}`; also what a REST request is read into (its

@@ -124,7 +124,6 @@ pub fn read(
         accept_language: text("accept-language")?,
         signature: text("signature")?,
         timestamp: text("timestamp")?,
-        other: Default::default(),
     };
     // `/checkout_sessions/{id}[/complete|/cancel]`
     let id = (op != Operation::Create)

@@ -39,7 +39,9 @@ impl Mode {
             else {
                 continue;
             };
-            if after.is_empty() {
+            // `meta.*` leaves out no member of `meta`: the typed value holds only what its type
+            // reads, which is keyed (the check accepts the rest unread, see `mcp::arguments`).
+            if after.is_empty() && !path.ends_with(".*") {
                 return None;
             }
             if inside.is_none() && after.starts_with('.') {

@@ -110,7 +110,10 @@ impl IdempotencyLayer {
     /// same key with another value is answered `422`. A route reached over MCP too fingerprints
     /// what the tool's arguments are (with [`KeyScope::Operation`], both share one record). An
     /// error refuses the request with `400` and the message. The operation's
-    /// [`ignoring`](ToolSpec::ignoring) paths are left out of the value.
+    /// [`ignoring`](ToolSpec::ignoring) paths are left out of the value; a `meta.*` entry leaves
+    /// nothing out here, as the value has no type to say which members are undeclared: build it
+    /// from the tool's typed arguments (read, then serialised) and it holds none, as the tool's
+    /// key does.
     pub fn fingerprint<F>(self, f: F) -> Self
     where
         F: Fn(&FingerprintInput<'_>) -> Result<Value, String> + Send + Sync + 'static,

@@ -22,12 +22,13 @@ pub type Response = Result<rmcp::model::CallToolResponse, rmcp::ErrorData>;
 pub type Request = rmcp::service::RequestContext<rmcp::RoleServer>;
 
 /// The input schema listed for a wrapped tool taking `T`: rmcp's, closed
-/// (`additionalProperties: false`) as the wrapper refuses fields it cannot key; rmcp's message
-/// when `T`'s schema is unusable.
+/// (`additionalProperties: false`) as the wrapper refuses fields it cannot key, except for the
+/// objects its `ignore` opens (`["meta.*"]`); rmcp's message when `T`'s schema is unusable.
 pub fn input_schema<T: rmcp::schemars::JsonSchema + std::any::Any>(
+    open: &[&str],
 ) -> Result<std::sync::Arc<rmcp::model::JsonObject>, String> {
     rmcp::handler::server::common::schema_for_input::<T>()
-        .map(crate::mcp::arguments::closed_input_schema)
+        .map(|schema| crate::mcp::arguments::closed_input_schema(schema, open))
 }
 
 /// The output schema listed for a wrapped tool answering `Json<T>`, as rmcp infers it for an

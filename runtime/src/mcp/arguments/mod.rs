@@ -25,9 +25,20 @@
 //!   refuse a duplicate field, and with the member renamed to it, accept. An alias whose target
 //!   does not say so (inside an untagged enum, a flattened struct) stays refused, as do aliases
 //!   beyond the first [`MAX_PROBES`] checks of one call.
+//!
+//! An `ignore` entry ending in `.*` (`meta.*`) accepts the members of the object at that path
+//! that the arguments' type does not read, and leaves that object open in the listed schema
+//! (ACP asks servers to ignore `meta` members a later version may add). That is safe because
+//! what the type does not read the handler cannot see in its typed arguments: the call it runs
+//! is the same with or without the member, so the key need not tell them apart. A member the
+//! type does read is keyed as any other: a declared field or a `#[serde(flatten)]` catch-all
+//! holds it in the serialised form, so the check never reaches it. A member the type reads but
+//! never serialises (`skip_serializing`) would escape the key, so before accepting a member the
+//! check asks serde: with the member sent twice, a struct that reads it refuses a duplicate
+//! field, one that does not read it accepts the call; anything but acceptance (or no probe left)
+//! refuses it as before.
 
 use std::cell::Cell;
-use std::sync::Arc;
 
 use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::tool::ToolCallContext;
@@ -60,8 +71,9 @@ impl<S> FromContextPart<ToolCallContext<'_, S>> for RawArguments {
 
 /// Refuses the call when the client sent a member (at any depth inside objects and arrays) that
 /// the handler could read and the typed arguments' serialised form does not show: not `null`,
-/// not a member the tool ignores (by path: `sent_at`, `meta.request_id`), not left out by `skip_serializing_if`, and not an
-/// alias of a field it holds (see the module documentation).
+/// not a member the tool ignores (by path: `sent_at`, `meta.request_id`), not one the type does
+/// not read inside an object the tool opens (`meta.*`), not left out by `skip_serializing_if`,
+/// and not an alias of a field it holds (see the module documentation).
 pub(crate) fn check_arguments<A: Serialize + DeserializeOwned>(
     raw: &RawArguments,
     args: &A,
@@ -85,6 +97,7 @@ pub(crate) fn check_arguments<A: Serialize + DeserializeOwned>(
         ignored: spec.ignored(),
         probes: Cell::new(0),
         reads: &|probe| serde_json::from_value::<A>(Value::Object(probe)).map(drop),
+        reads_text: &|text| serde_json::from_str::<A>(text).map(drop),
     };
     check
         .object(&mut Vec::new(), sent, typed, "")
@@ -100,13 +113,31 @@ enum Step<'s> {
 /// Deserialises the arguments type from a probe, as the handler's `Parameters<T>` would.
 type Reads<'r> = &'r dyn Fn(JsonObject) -> Result<(), serde_json::Error>;
 
+/// Deserialises the arguments type from JSON text (which, unlike a [`JsonObject`], can hold a
+/// member twice).
+type ReadsText<'r> = &'r dyn Fn(&str) -> Result<(), serde_json::Error>;
+
+/// The name a probe's duplicate member is written under before it is renamed in the text; a
+/// control character no client sends in a name by accident (if one does, the probe refuses).
+const DUPLICATE: &str = "\u{1}idempotency-duplicate\u{1}";
+
+/// The objects, by path, whose undeclared members `ignored` accepts (`meta` for `meta.*`).
+pub(crate) fn open_objects<'i>(ignored: &'i [&'i str]) -> impl Iterator<Item = &'i str> {
+    ignored
+        .iter()
+        .filter_map(|path| path.strip_suffix(".*"))
+        .filter(|object| !object.is_empty())
+}
+
 struct Check<'r, 's> {
     sent: &'s JsonObject,
-    /// The paths of the members the tool ignores (not looked at): `sent_at`, `meta.request_id`.
+    /// The paths of the members the tool ignores (not looked at): `sent_at`, `meta.request_id`;
+    /// and the objects whose unread members it accepts: `meta.*`.
     ignored: &'r [&'r str],
     /// Deserialisations spent so far (at most [`MAX_PROBES`]).
     probes: Cell<usize>,
     reads: Reads<'r>,
+    reads_text: ReadsText<'r>,
 }
 
 impl<'s> Check<'_, 's> {
@@ -121,19 +152,22 @@ impl<'s> Check<'_, 's> {
         path: &str,
     ) -> Result<(), String> {
         let Object { members, skipped } = typed;
+        let open = open_objects(self.ignored).any(|object| object == path);
         for (name, value) in sent {
             let here = if path.is_empty() {
                 name.clone()
             } else {
                 format!("{path}.{name}")
             };
-            // An array item's path has a `[i]` step, never in an ignored path.
-            if self.ignored.contains(&here.as_str()) {
+            // An array item's path has a `[i]` step, never in an ignored path; `meta.*` names
+            // no member (one called `*` is checked as any other).
+            if self.ignored.contains(&here.as_str()) && !here.ends_with(".*") {
                 continue;
             }
             let typed = match members.get(name) {
                 Some(typed) => Some(typed),
                 None if value.is_null() || skipped.contains(&name.as_str()) => continue,
+                None if open && self.unread(at, name) => continue,
                 None => {
                     let field = members
                         .keys()
@@ -206,6 +240,37 @@ impl<'s> Check<'_, 's> {
     }
 }
 
+impl Check<'_, '_> {
+    /// Whether the arguments' type does not read `member` of the object at `at`: sent twice, it
+    /// is still accepted (a struct that reads it refuses a duplicate field).
+    fn unread(&self, at: &[Step<'_>], member: &str) -> bool {
+        let spent = self.probes.get();
+        if spent >= MAX_PROBES {
+            return false;
+        }
+        self.probes.set(spent + 1);
+        let mut probe = self.sent.clone();
+        let Some(object) = object_at(&mut probe, at) else {
+            return false;
+        };
+        let Some(value) = object.get(member).cloned() else {
+            return false;
+        };
+        object.insert(DUPLICATE.to_owned(), value);
+        let (Ok(text), Ok(placeholder), Ok(name)) = (
+            serde_json::to_string(&probe),
+            serde_json::to_string(DUPLICATE),
+            serde_json::to_string(member),
+        ) else {
+            return false;
+        };
+        if text.matches(&placeholder).count() != 1 {
+            return false;
+        }
+        (self.reads_text)(&text.replacen(&placeholder, &name, 1)).is_ok()
+    }
+}
+
 /// The object at `at` inside `root`.
 fn object_at<'v>(root: &'v mut JsonObject, at: &[Step<'_>]) -> Option<&'v mut JsonObject> {
     let mut object = root;
@@ -221,38 +286,10 @@ fn object_at<'v>(root: &'v mut JsonObject, at: &[Step<'_>]) -> Option<&'v mut Js
     Some(object)
 }
 
-/// `schema` (rmcp's input schema for the arguments type) with `additionalProperties: false` on
-/// every object schema that lists its properties and says nothing about others: the tool's
-/// listing tells clients what `check_arguments` enforces.
-pub(crate) fn closed_input_schema(schema: Arc<JsonObject>) -> Arc<JsonObject> {
-    let mut schema = (*schema).clone();
-    close(&mut schema);
-    Arc::new(schema)
-}
-
-fn close(object: &mut JsonObject) {
-    if object.contains_key("properties") && !object.contains_key("additionalProperties") {
-        object.insert("additionalProperties".into(), Value::Bool(false));
-    }
-    for (name, value) in object.iter_mut() {
-        // The parts of an `allOf` each see only some of the properties: closing them would
-        // refuse what the others allow.
-        if name == "allOf" {
-            continue;
-        }
-        close_value(value);
-    }
-}
-
-fn close_value(value: &mut Value) {
-    match value {
-        Value::Object(o) => close(o),
-        Value::Array(items) => items.iter_mut().for_each(close_value),
-        _ => {}
-    }
-}
-
+mod schema;
 mod shape;
+
+pub(crate) use schema::closed_input_schema;
 
 #[cfg(test)]
 mod tests;
