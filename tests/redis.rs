@@ -439,9 +439,11 @@ async fn failover_round(wait: bool, reshard: bool) -> Failover {
     }
 }
 
-/// Kill -9 a master under load: with WAIT for one replica no call runs twice; without it the
-/// number of second runs is measured and printed (a master's acknowledged writes that had not
-/// reached its replica are lost with it).
+/// Kill -9 a master under load: with WAIT for one replica no call runs twice. Without the wait
+/// a master's acknowledged writes that had not reached its replica are lost with it: set
+/// `IDEMPOTENCY_FAILOVER_COMPARE=1` to run a second round without it and print its second runs
+/// (a measurement, not a check: a lagging replica is what makes it fail, and
+/// `redis_failover.rs` makes one on purpose with `IDEMPOTENCY_REPLICA_ACKS=off`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_killed_under_load() {
     let with = failover_round(true, false).await;
@@ -453,16 +455,18 @@ async fn a_master_killed_under_load() {
         with.second_runs,
         with.promotion.as_millis()
     );
-    let without = failover_round(false, false).await;
-    println!(
-        "FAILOVER wait=off calls={} failed={} distinct={} second_runs={} promotion_ms={}",
-        without.calls,
-        without.failed,
-        without.ids,
-        without.second_runs,
-        without.promotion.as_millis()
-    );
     assert_eq!(with.second_runs, 0, "with WAIT, no call ran twice");
+    if std::env::var_os("IDEMPOTENCY_FAILOVER_COMPARE").is_some() {
+        let without = failover_round(false, false).await;
+        println!(
+            "FAILOVER wait=off calls={} failed={} distinct={} second_runs={} promotion_ms={}",
+            without.calls,
+            without.failed,
+            without.ids,
+            without.second_runs,
+            without.promotion.as_millis()
+        );
+    }
 }
 
 /// `redis-cli --cluster reshard` of 2,000 slots during the load: MOVED and ASK are followed by
