@@ -14,17 +14,19 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use idempotency::http::{IdempotencyLayer, KeyScope, IDEMPOTENT_REPLAYED};
+use idempotency::http::{IdempotencyLayer, KeyScope};
 use idempotency::mcp::{status_router, Identity, META_KEY, META_REF, META_REPLAYED, META_STATUS};
 use idempotency::store::Standing;
 use idempotency::tool::ToolSpec;
 use idempotency::{idempotent, Caller, Error, Idempotency, IdempotencyContext, Reference};
 use idempotency_tests::backends::Backend;
+
+use crate::http::Answer;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::model::{
@@ -36,7 +38,6 @@ use rmcp::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tower::ServiceExt as _;
 
 /// The operation both doors serve: the layer's spec has the tool's name.
 const CREATE_ORDER: ToolSpec = ToolSpec::new("create_order", Duration::from_secs(24 * 3600));
@@ -240,25 +241,6 @@ fn rest(engine: Idempotency, processor: &Arc<Processor>) -> Router {
         .with_state(processor.clone())
 }
 
-#[derive(Debug)]
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Answer {
-    fn replayed(&self) -> bool {
-        self.headers
-            .get(IDEMPOTENT_REPLAYED)
-            .is_some_and(|v| v == "true")
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
-    }
-}
-
 async fn post_order(app: &Router, tenant: &str, key: &str, args: &Value) -> Answer {
     let request = axum::http::Request::post("/orders")
         .header("content-type", "application/json")
@@ -266,18 +248,7 @@ async fn post_order(app: &Router, tenant: &str, key: &str, args: &Value) -> Answ
         .header("idempotency-key", key)
         .body(Body::from(args.to_string()))
         .expect("a request");
-    let response = tokio::time::timeout(BOUND, app.clone().oneshot(request))
-        .await
-        .expect("answered in time")
-        .expect("infallible");
-    let (parts, body) = response.into_parts();
-    Answer {
-        status: parts.status,
-        headers: parts.headers,
-        body: axum::body::to_bytes(body, usize::MAX)
-            .await
-            .expect("the body"),
-    }
+    Answer::of(app, request).await
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -126,22 +126,38 @@ fn app(far: &Arc<Far>, layer: IdempotencyLayer) -> Router {
         .with_state(far.clone())
 }
 
-/// What came back.
+/// What came back (also what `doors.rs` reads its REST answers as).
 #[derive(Debug)]
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
 }
 
 impl Answer {
-    fn replayed(&self) -> bool {
+    /// `request` sent to `app`, answered within [`BOUND`].
+    pub(crate) async fn of(app: &Router, request: axum::http::Request<Body>) -> Answer {
+        let response = tokio::time::timeout(BOUND, app.clone().oneshot(request))
+            .await
+            .expect("answered in time")
+            .expect("infallible");
+        let (parts, body) = response.into_parts();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body: axum::body::to_bytes(body, usize::MAX)
+                .await
+                .expect("the body"),
+        }
+    }
+
+    pub(crate) fn replayed(&self) -> bool {
         self.headers
             .get(IDEMPOTENT_REPLAYED)
             .is_some_and(|v| v == "true")
     }
 
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or(Value::Null)
     }
 
@@ -198,18 +214,7 @@ impl<'a> Req<'a> {
     }
 
     async fn to(&self, app: &Router) -> Answer {
-        let response = tokio::time::timeout(BOUND, app.clone().oneshot(self.request()))
-            .await
-            .expect("answered in time")
-            .expect("infallible");
-        let (parts, body) = response.into_parts();
-        Answer {
-            status: parts.status,
-            headers: parts.headers,
-            body: axum::body::to_bytes(body, usize::MAX)
-                .await
-                .expect("the body"),
-        }
+        Answer::of(app, self.request()).await
     }
 }
 
