@@ -58,7 +58,7 @@ fn args() -> ShipArgs {
 }
 
 #[tokio::main]
-async fn main() {
+pub(crate) async fn main() {
     let ctx = Ctx {
         engine: Idempotency::new(MemoryStore::new()),
     };

@@ -36,7 +36,7 @@ impl Ctx {
 }
 
 #[tokio::main]
-async fn main() {
+pub(crate) async fn main() {
     let ctx = Ctx(Idempotency::new(MemoryStore::new()));
     assert_eq!(relative(&ctx, 1).await.ok(), Some(1));
     assert_eq!(absolute(&ctx, 2).await.ok(), Some(2));

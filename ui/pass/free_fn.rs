@@ -62,7 +62,7 @@ pub async fn charge_card(ctx: &Ctx, args: ChargeArgs) -> Result<Receipt, ChargeE
 }
 
 #[tokio::main]
-async fn main() {
+pub(crate) async fn main() {
     assert_eq!(charge_card::TOOL.name(), "charge_card");
     assert_eq!(
         charge_card::TOOL.window(),

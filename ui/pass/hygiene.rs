@@ -36,7 +36,7 @@ async fn destructured(ctx: &Ctx, Args { amount }: Args) -> Result<u64, Error> {
 }
 
 #[tokio::main]
-async fn main() {
+pub(crate) async fn main() {
     let ctx = Ctx(Idempotency::new(MemoryStore::new()));
     assert_eq!(charge(&ctx, Args { amount: 1 }).await.ok(), Some(2));
     assert_eq!(destructured(&ctx, Args { amount: 3 }).await.ok(), Some(3));

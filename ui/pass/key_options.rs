@@ -32,6 +32,6 @@ async fn refuse_missing(ctx: &Ctx, args: Args) -> Result<u8, Error> {
     Ok(1)
 }
 
-fn main() {
+pub(crate) fn main() {
     assert_eq!(ship::TOOL.ignored(), &["sent_at"]);
 }

@@ -40,7 +40,7 @@ impl Server {
 }
 
 #[tokio::main]
-async fn main() {
+pub(crate) async fn main() {
     assert_eq!(
         Server::CREATE_SHIPMENT_TOOL.timeout(),
         Some(std::time::Duration::from_secs(30))

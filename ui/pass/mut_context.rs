@@ -31,7 +31,7 @@ async fn count(ctx: &mut Ctx, args: Args) -> Result<u64, Error> {
 }
 
 #[tokio::main]
-async fn main() {
+pub(crate) async fn main() {
     let mut ctx = Ctx {
         engine: Idempotency::new(MemoryStore::new()),
         runs: 0,

@@ -92,7 +92,7 @@ impl Payments {
     }
 }
 
-fn main() {
+pub(crate) fn main() {
     let router: ToolRouter<Payments> = Payments::tool_router();
     let mut hints: Vec<(String, Option<bool>)> = router
         .list_all()

@@ -37,7 +37,7 @@ fn name_of(reports: &Reports, rows: u64) -> String {
 }
 
 mod files {
-    pub const SUFFIX: &str = ".csv";
+    pub(super) const SUFFIX: &str = ".csv";
 }
 
 #[idempotent_tools]
@@ -61,7 +61,7 @@ impl Reports {
 
 impl rmcp::ServerHandler for Reports {}
 
-fn main() {
+pub(crate) fn main() {
     let _ = Reports::tool_router();
     assert_eq!(Reports::EXPORT_TOOL.name(), "export");
 }

@@ -50,7 +50,7 @@ impl Server {
 }
 
 #[tokio::main]
-async fn main() {
+pub(crate) async fn main() {
     assert_eq!(Server::REFUND_TOOL.name(), "refund_v1");
     let s = Server {
         engine: Idempotency::new(MemoryStore::new()),

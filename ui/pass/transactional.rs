@@ -58,7 +58,7 @@ impl Shop {
     }
 }
 
-fn main() {
+pub(crate) fn main() {
     assert!(place_order::TOOL.is_transactional());
     assert!(Shop::ORDER_TOOL.is_transactional());
     let hint = Shop::tool_router()
