@@ -494,13 +494,20 @@ async fn a_repeat_that_loses_the_takeover_waits_for_the_rerun(b: Backend) {
     let w = World::new(&b, |e| e);
     w.lose(RERUN, 7).await;
     w.store.script(Op::TakeOver, [Act::Park]);
-    let loser = w.call(RERUN, 7);
+    let mut loser = w.call(RERUN, 7);
     w.a_repeat_did(Op::TakeOver).await;
     let mut winner = w.held(RERUN, 7).await;
     started(&mut winner).await;
     w.store.script(Op::Status, [Act::Report]);
     w.store.unpark();
-    w.a_repeat_waits().await;
+    // The loser's answer, should it come instead of a wait, says what happened.
+    tokio::select! {
+        () = w.a_repeat_waits() => {}
+        answered = &mut loser => panic!(
+            "the loser answered instead of waiting: {:?}",
+            answered.map(|a| (a.replayed, a.result))
+        ),
+    }
     winner.gate.send(Ok(71)).expect("gate");
     let winner = answer(winner.call).await;
     assert_eq!(winner.result.ok(), Some(71));
