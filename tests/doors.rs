@@ -25,8 +25,6 @@ use idempotency::store::Standing;
 use idempotency::tool::ToolSpec;
 use idempotency::{idempotent, Caller, Error, Idempotency, IdempotencyContext, Reference};
 use idempotency_tests::backends::Backend;
-
-use crate::http::Answer;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::model::{
@@ -38,6 +36,8 @@ use rmcp::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+
+use crate::http::Answer;
 
 /// The operation both doors serve: the layer's spec has the tool's name.
 const CREATE_ORDER: ToolSpec = ToolSpec::new("create_order", Duration::from_secs(24 * 3600));
