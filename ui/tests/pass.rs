@@ -16,7 +16,30 @@ macro_rules! pass {
                 $case::main();
             }
         )*
+
+        /// The cases listed here.
+        const CASES: &[&str] = &[$(stringify!($case)),*];
     };
+}
+
+/// Every file in `pass/` is a case here (trybuild's glob found a new one by itself; this list
+/// does not).
+#[test]
+fn every_pass_file_is_listed() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/pass");
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .expect("ui/pass")
+        .map(|entry| entry.expect("an entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "rs"))
+        .filter_map(|path| Some(path.file_stem()?.to_str()?.to_owned()))
+        .collect();
+    files.sort();
+    let mut listed: Vec<&str> = CASES.to_vec();
+    listed.sort_unstable();
+    assert_eq!(
+        files, listed,
+        "ui/pass and the list in tests/pass.rs differ"
+    );
 }
 
 pass! {
