@@ -8,7 +8,7 @@ use syn::spanned::Spanned;
 
 use crate::ast::Function;
 use crate::attr::{MissingKey, OnError, Options};
-use crate::tokens::{key_access, local, replace_self, respan};
+use crate::tokens::{key_access, local, replace_self};
 
 /// The constructor of the error policy `on_error` names (`classified` by default), at `span`.
 pub(crate) fn policy_fn(opts: &Options, span: Span) -> syn::Ident {
@@ -24,7 +24,7 @@ pub(crate) fn policy_fn(opts: &Options, span: Span) -> syn::Ident {
 /// The key step, `|k, a| k.call::<Args>(a)`: the arguments' type spelled out and spanned at
 /// that type, so that one that cannot be keyed is reported there; each business-key field read
 /// and probed at the key's string, so that a missing or `Option` field is reported there.
-pub(crate) fn key_step(f: &Function, opts: &Options, p: &TokenStream) -> TokenStream {
+pub(crate) fn key_step(f: &Function, opts: &Options) -> TokenStream {
     let (k, a) = (local("__idem_k"), local("__idem_a"));
     let args_ty = &f.args.keyed;
     let Some(keys) = &opts.business_key else {
@@ -37,10 +37,11 @@ pub(crate) fn key_step(f: &Function, opts: &Options, p: &TokenStream) -> TokenSt
     if opts.missing_key.is_none() {
         // An `Option` field is a compile error unless `missing_key` says what a missing one
         // means: the probe's `key()` is the field itself for anything but an `Option`.
-        for (k, field) in keys.value.iter().zip(&fields) {
-            let pk = respan(p, k.span);
-            probes.extend(quote_spanned! {k.span=>
-                #pk::business_key_field(#pk::KeyProbe::new(#field).key());
+        for (key, field) in keys.value.iter().zip(&fields) {
+            // `(k)`, not `k`: an expression that starts with the hygienic `k` is reported at
+            // the whole attribute; the parentheses are the key's string.
+            probes.extend(quote_spanned! {key.span=>
+                (#k).business_key_field((#k).probe(#field).key());
             });
         }
     }

@@ -60,6 +60,13 @@ pub(crate) fn descriptor(f: &Function, opts: &Options, p: &TokenStream) -> Descr
     if opts.transactional.is_some() {
         spec.extend(quote!(.transactional()));
     }
+    // Registered at link time: `start` refuses a store that cannot run a transactional tool,
+    // naming it; `tasks/get` says what a task tool's recovery means for a lost worker.
+    let registration = if opts.transactional.is_some() || opts.task.is_some() {
+        quote!(#p::inventory::submit! { #spec.registered() })
+    } else {
+        TokenStream::new()
+    };
     let spec = quote!(#spec.spec());
     let mut local_descriptor = TokenStream::new();
     let (spec_path, descriptor) = if f.in_trait {
@@ -101,13 +108,6 @@ pub(crate) fn descriptor(f: &Function, opts: &Options, p: &TokenStream) -> Descr
             }
         };
         (quote!(#fn_name::TOOL), descriptor)
-    };
-    // Registered at link time: `start` refuses a store that cannot run a transactional tool,
-    // naming it; `tasks/get` says what a task tool's recovery means for a lost worker.
-    let registration = if opts.transactional.is_some() || opts.task.is_some() {
-        quote!(#p::inventory::submit! { #p::Registered::new(#spec_path) })
-    } else {
-        TokenStream::new()
     };
     Descriptor {
         spec_path,

@@ -128,7 +128,7 @@ fn generate(f: &Function, opts: &Options) -> TokenStream {
     if let FnArg::Typed(t) = &mut sig.inputs[f.args.index] {
         *t.pat = syn::parse_quote!(#args);
     }
-    let key = key_step(f, opts, &p);
+    let key = key_step(f, opts);
     // What `E` must be is checked in an expression of its own, spanned at `E`: a missing bound
     // is reported there, once.
     let (err, pe, ctor) = (

@@ -121,13 +121,15 @@ pub(crate) fn merge_client_key(attr: &Attribute, p: &TokenStream, mode: &str) ->
             Meta::NameValue(nv) if nv.path.is_ident("meta") => {
                 merged = true;
                 let own = &nv.value;
-                items.push(quote!(meta = #p::mcp::client_key_meta_over(#mode, #own)));
+                let own = quote!(::core::option::Option::Some(#own));
+                items.push(quote!(meta = #p::mcp::client_key_meta(#mode, #own)));
             }
             other => items.push(other.into_token_stream()),
         }
     }
     if !merged {
-        items.push(quote!(meta = #p::mcp::client_key_meta(#mode)));
+        let none = quote!(::core::option::Option::None);
+        items.push(quote!(meta = #p::mcp::client_key_meta(#mode, #none)));
     }
     let path = attr.path();
     let pound = attr.pound_token;

@@ -355,7 +355,7 @@ pub struct Registered(ToolSpec);
 
 impl Registered {
     /// The registration of `spec` (a `static`, hence `const`).
-    pub const fn new(spec: ToolSpec) -> Self {
+    pub(crate) const fn new(spec: ToolSpec) -> Self {
         Registered(spec)
     }
 }

@@ -78,20 +78,22 @@ impl Keys {
         let key = BusinessKey { field, value };
         Prepared::business_or_call(&self.caller, &self.spec, key, args)
     }
+
+    /// The probe of one business-key field ([`KeyProbe`]).
+    pub fn probe<'a, T: ?Sized>(&self, field: &'a T) -> KeyProbe<'a, T> {
+        KeyProbe(KeyField(field))
+    }
+
+    /// One business-key field, checked where the attribute names it: the generated key step
+    /// passes it the probe's `key()`, which is not a [`BusinessKeyField`] for an `Option`.
+    pub fn business_key_field<B: BusinessKeyField + ?Sized>(&self, _field: &B) {}
 }
 
 /// A probe that makes an `Option` business-key field a compile error (unless the attribute says
 /// what a missing one means): for an `Option`, the inherent `key` below is chosen, and returns a
 /// type that cannot be a business key; for any other field, method lookup goes on through
-/// `Deref` to [`KeyField::key`], the field itself.
+/// `Deref` to [`KeyField::key`], the field itself. Made by [`Keys::probe`].
 pub struct KeyProbe<'a, T: ?Sized>(KeyField<'a, T>);
-
-impl<'a, T: ?Sized> KeyProbe<'a, T> {
-    /// The probe of one business-key field.
-    pub fn new(field: &'a T) -> Self {
-        KeyProbe(KeyField(field))
-    }
-}
 
 impl<T: ?Sized> std::fmt::Debug for KeyProbe<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -122,7 +124,7 @@ impl<'a, T: ?Sized> KeyField<'a, T> {
     }
 }
 
-/// What [`KeyProbe::key`] gives for an `Option` field: a `business_key` field that may be
+/// What a [`KeyProbe`]'s `key()` gives for an `Option` field: a `business_key` field that may be
 /// missing needs `missing_key = "refuse"` (refuse such calls) or `missing_key = "call_key"` (key
 /// them by all their arguments).
 #[allow(non_camel_case_types)]
@@ -133,9 +135,6 @@ impl<'a, T: ?Sized> KeyField<'a, T> {
 )]
 pub trait BusinessKeyField: Serialize {}
 impl<T: Serialize + ?Sized> BusinessKeyField for T {}
-
-/// One business-key field, checked where the attribute names it.
-pub fn business_key_field<B: BusinessKeyField + ?Sized>(_field: &B) {}
 
 /// Stands for an `Option` business-key field; not a [`BusinessKeyField`].
 #[allow(non_camel_case_types)]

@@ -3,7 +3,7 @@
 //! `plain` (a plain function's call), `mcp` (an rmcp tool's call and answer).
 
 pub use crate::outcome::ErrorPolicy;
-pub use crate::tool::{Registered, ToolSpec};
+pub use crate::tool::ToolSpec;
 pub use inventory;
 
 #[cfg(feature = "rmcp")]

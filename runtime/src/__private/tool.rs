@@ -1,10 +1,11 @@
 //! A wrapped tool's descriptor as `#[idempotent]` writes it: `Tool::new(name, window_ms)`, its
-//! options as methods, then `.spec()`, all `const`.
+//! options as methods, then `.spec()` (or `.registered()`, for a tool registered at link
+//! time), all `const`.
 
 use core::time::Duration;
 
 use crate::key::Scope;
-use crate::tool::{Recover, ToolSpec};
+use crate::tool::{Recover, Registered, ToolSpec};
 
 /// A [`ToolSpec`] being written by the attribute, in milliseconds and flags.
 #[derive(Clone, Copy, Debug)]
@@ -64,5 +65,10 @@ impl Tool {
     /// The descriptor.
     pub const fn spec(self) -> ToolSpec {
         self.0
+    }
+
+    /// The descriptor's registration at link time (a `static`, hence `const`).
+    pub const fn registered(self) -> Registered {
+        Registered::new(self.0)
     }
 }

@@ -46,16 +46,12 @@ pub const KEY_INVALID: &str = "idempotency_key_invalid";
 /// are `-32602` (invalid params).
 pub const IN_PROGRESS_CODE: i32 = -32090;
 
-/// The listing `_meta` of a tool taking client keys: [`TOOL_META_CLIENT_KEY`] set to `mode`.
-pub fn client_key_meta(mode: &'static str) -> MetaObject {
-    client_key_meta_over(mode, MetaObject::default())
-}
-
-/// The listing `_meta` of a tool taking client keys that lists its own: `own` with
-/// [`TOOL_META_CLIENT_KEY`] set to `mode`.
-pub fn client_key_meta_over(mode: &'static str, mut own: MetaObject) -> MetaObject {
-    own.insert(TOOL_META_CLIENT_KEY.into(), Value::String(mode.into()));
-    own
+/// The listing `_meta` of a tool taking client keys: [`TOOL_META_CLIENT_KEY`] set to `mode`,
+/// in the tool's `own` listing `_meta` if it has one.
+pub fn client_key_meta(mode: &'static str, own: Option<MetaObject>) -> MetaObject {
+    let mut meta = own.unwrap_or_default();
+    meta.insert(TOOL_META_CLIENT_KEY.into(), Value::String(mode.into()));
+    meta
 }
 
 /// Whether a tool takes a client key (`accept`) or insists on one (`require`).

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{Answer, Request, Response, Task};
-use crate::__private::{Arguments, Keys as CallKeys};
+use crate::__private::{Arguments, BusinessKeyField, KeyProbe, Keys as CallKeys};
 use crate::context::IdempotencyContext;
 use crate::engine::Idempotency;
 use crate::error::Error;
@@ -356,6 +356,16 @@ impl Keys {
     ) -> Result<Prepared, Error> {
         check_arguments(&self.raw, args, &self.spec)?;
         self.keys.business(field, value, args)
+    }
+
+    /// [`crate::__private::Keys::probe`].
+    pub fn probe<'a, T: ?Sized>(&self, field: &'a T) -> KeyProbe<'a, T> {
+        self.keys.probe(field)
+    }
+
+    /// [`crate::__private::Keys::business_key_field`].
+    pub fn business_key_field<B: BusinessKeyField + ?Sized>(&self, field: &B) {
+        self.keys.business_key_field(field)
     }
 
     /// [`crate::__private::Keys::business_or_call`], once the arguments are checked.

@@ -7,7 +7,7 @@ mod task;
 // `refuse` for the tests that check every refusal's status (`tests/behaviour.rs`).
 pub use crate::mcp::answer::refuse;
 pub use crate::mcp::arguments::RawArguments;
-pub use crate::mcp::client_key::{client_key_meta, client_key_meta_over};
+pub use crate::mcp::client_key::client_key_meta;
 pub use crate::mcp::interim::Interim;
 pub use call::{Call, Keys};
 pub use task::Task;
