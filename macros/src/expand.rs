@@ -270,3 +270,7 @@ fn rmcp_call(
 #[cfg(test)]
 #[path = "expand_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "runtime_paths_tests.rs"]
+mod runtime_paths;
